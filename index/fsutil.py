@@ -1,0 +1,91 @@
+"""Durable file operations: write-then-rename with fsync, an advisory lock, temp-file hygiene."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+_HOST = socket.gethostname().replace("-", "_")[:32] or "host"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name(suffix: str = ".parquet") -> str:
+    """A name readers ignore (leading ``_``) that says which host and process wrote it."""
+    return f"_tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{suffix}"
+
+
+def temp_owner_alive(name: str, max_age_s: float, path: Path) -> bool:
+    """Whether a temp file may still belong to a live writer (so must not be removed)."""
+    parts = name.split("-")
+    if len(parts) >= 4 and parts[1] == _HOST:
+        try:
+            os.kill(int(parts[2]), 0)
+            return True
+        except (ValueError, ProcessLookupError):
+            return False
+        except PermissionError:
+            return True
+    try:
+        return time.time() - path.stat().st_mtime < max_age_s
+    except FileNotFoundError:
+        return False
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """fsync ``tmp``, rename it to ``final`` and fsync the directory: durable on return."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+
+
+def atomic_write_bytes(final: Path, data: bytes) -> None:
+    tmp = final.parent / temp_name(final.suffix)
+    with open(tmp, "wb") as f:
+        f.write(data)
+    publish(tmp, final)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, blocking: bool = True, timeout_s: float = 120.0) -> Iterator[bool]:
+    """Advisory exclusive lock on ``path`` (flock).  Yields True when held; with
+    ``blocking=False`` yields False at once if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    held = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if not blocking:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"could not lock {path} within {timeout_s} s") from None
+                time.sleep(0.01)
+        yield held
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,73 @@
+"""Canonical JSON and stable keys.
+
+A key is the first 128 bits of BLAKE2b over the canonical JSON text, as 32
+lowercase hex characters.  Canonical JSON sorts object keys, writes no
+whitespace, turns integral floats into integers (``8.0`` -> ``8``) and writes
+other floats with ``repr`` precision, so the same value gives the same key in
+every process and on every machine (never Python's salted ``hash()``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+KEY_HEX_CHARS = 32
+
+
+def normalise(value: Any, path: str = "$") -> Any:
+    """Return ``value`` as plain JSON data with normalised numbers.
+
+    Accepts dict (string keys), list/tuple, str, bool, None, int, float and
+    numpy scalars.  Raises ValueError naming the JSON path of anything else
+    (objects, bytes, sets, NaN, infinities).
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, np.generic):
+        value = value.item()
+        if isinstance(value, (bool, str)):
+            return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: non-finite number {value!r} is not JSON data")
+        if value.is_integer() and abs(value) < 2**53:
+            return int(value)
+        return float(value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{path}: key {k!r} is not a string")
+            out[k] = normalise(v, f"{path}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [normalise(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    raise ValueError(f"{path}: {type(value).__name__} is not plain JSON data")
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical JSON text of ``value`` (see module docstring)."""
+    return json.dumps(normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def key_of_text(text: str) -> str:
+    """Key of an already canonical JSON text."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=KEY_HEX_CHARS // 2).hexdigest()
+
+
+def key_of(value: Any) -> str:
+    """Stable 32-hex-character key of a JSON value."""
+    return key_of_text(canonical_json(value))
+
+
+def hash64(*parts: str) -> int:
+    """Signed 64-bit hash of the given strings joined by NUL (for int64 columns)."""
+    h = hashlib.blake2b("\0".join(parts).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "little", signed=True)

@@ -1,0 +1,271 @@
+"""One measurement R = (target, workload, config, costs).
+
+Contract: a Record is immutable once built (frozen dataclass; its target,
+workload and config are normalised copies that callers must not mutate).
+Its ``record_id`` (32 hex characters, random) is fixed at construction and is
+what readers de-duplicate by.  Times are seconds; ``timestamp`` is UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keys import canonical_json, hash64, key_of_text, normalise
+from .version import SCHEMA_VERSION, TUNEDB_VERSION
+
+STATUSES = ("ok", "compile_error", "runtime_error", "wrong_result", "timeout", "invalid")
+SOURCE_RE = re.compile(r"^(measured|replay|imported:[A-Za-z0-9_.-]+|migrated:.+)$")
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def target_display_name(target: Mapping[str, Any]) -> str:
+    """Readable name of a target: its ``name`` key, else kind/vendor/model pieces."""
+    name = target.get("name")
+    if isinstance(name, str) and name:
+        return name
+    parts = [str(target[k]) for k in ("kind", "vendor", "model", "arch") if target.get(k) not in (None, "")]
+    return "-".join(parts) if parts else "target"
+
+
+def _as_json_object(value: Any, what: str, rid: str) -> dict:
+    if hasattr(value, "to_json_dict"):
+        value = value.to_json_dict()
+    if not isinstance(value, Mapping):
+        raise ValueError(f"record {rid}: field '{what}' must be a JSON object, got {type(value).__name__}")
+    try:
+        return normalise(dict(value), what)
+    except ValueError as e:
+        raise ValueError(f"record {rid}: field '{what}' is not plain JSON data: {e}") from None
+
+
+@dataclass(frozen=True)
+class Record:
+    """A tuning measurement.  See module docstring for the contract."""
+
+    target: dict
+    workload: dict
+    config: dict
+    costs: tuple = ()
+    status: str = "ok"
+    error: str = ""
+    compile_s: float | None = None
+    wall_s: float | None = None
+    timestamp: _dt.datetime | None = None
+    source: str = "measured"
+    session: str = ""
+    meta: dict = field(default_factory=dict)
+    record_id: str = ""
+    target_name: str = ""
+    # derived, filled in __post_init__
+    target_key: str = field(default="", compare=False)
+    workload_key: str = field(default="", compare=False)
+    config_key: str = field(default="", compare=False)
+    target_json: str = field(default="", repr=False, compare=False)
+    workload_json: str = field(default="", repr=False, compare=False)
+    config_json: str = field(default="", repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rid = self.record_id or uuid.uuid4().hex
+        s = object.__setattr__
+        s(self, "record_id", rid)
+        t = _as_json_object(self.target, "target", rid)
+        w = _as_json_object(self.workload, "workload", rid)
+        c = _as_json_object(self.config, "config", rid)
+        fam = w.get("family")
+        if not isinstance(fam, str) or not fam:
+            raise ValueError(f"record {rid}: field 'workload' needs a non-empty string 'family'")
+        s(self, "target", t)
+        s(self, "workload", w)
+        s(self, "config", c)
+        tj, wj, cj = canonical_json(t), canonical_json(w), canonical_json(c)
+        s(self, "target_json", tj)
+        s(self, "workload_json", wj)
+        s(self, "config_json", cj)
+        s(self, "target_key", key_of_text(tj))
+        s(self, "workload_key", key_of_text(wj))
+        s(self, "config_key", key_of_text(cj))
+        if not self.target_name:
+            s(self, "target_name", target_display_name(t))
+        try:
+            costs = tuple(float(x) for x in (self.costs or ()))
+        except (TypeError, ValueError):
+            raise ValueError(f"record {rid}: field 'costs' must be a list of numbers") from None
+        s(self, "costs", costs)
+        if self.timestamp is None:
+            s(self, "timestamp", utcnow())
+        elif self.timestamp.tzinfo is None:
+            s(self, "timestamp", self.timestamp.replace(tzinfo=_dt.timezone.utc))
+        if not isinstance(self.meta, Mapping):
+            raise ValueError(f"record {rid}: field 'meta' must be a JSON object")
+        s(self, "meta", normalise(dict(self.meta), "meta"))
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def family(self) -> str:
+        return self.workload["family"]
+
+    @property
+    def cost(self) -> float | None:
+        """Mean of ``costs`` in seconds, or None when there are none."""
+        return sum(self.costs) / len(self.costs) if self.costs else None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def lookup_key(self) -> int:
+        return hash64(self.target_key, self.workload_key, self.config_key)
+
+    @property
+    def entry_key(self) -> int:
+        return hash64(self.target_key, self.workload_key)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field and the record when invalid."""
+        rid = self.record_id
+        if not re.fullmatch(r"[0-9a-f]{32}", rid):
+            raise ValueError(f"record {rid}: field 'record_id' must be 32 lowercase hex characters")
+        if self.status not in STATUSES:
+            raise ValueError(f"record {rid}: field 'status' is {self.status!r}, not one of {', '.join(STATUSES)}")
+        for i, c in enumerate(self.costs):
+            if math.isnan(c) or math.isinf(c):
+                raise ValueError(f"record {rid}: field 'costs'[{i}] is {c}, not a finite number")
+            if c < 0:
+                raise ValueError(f"record {rid}: field 'costs'[{i}] is negative ({c})")
+        if self.status == "ok" and not self.costs:
+            raise ValueError(f"record {rid}: field 'costs' is empty but status is 'ok'")
+        for name in ("compile_s", "wall_s"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+                raise ValueError(f"record {rid}: field '{name}' must be a finite number >= 0, got {v!r}")
+        if not isinstance(self.source, str) or not SOURCE_RE.match(self.source):
+            raise ValueError(f"record {rid}: field 'source' is {self.source!r}; expected measured, replay, "
+                             "imported:<format> or migrated:<target>")
+        if not isinstance(self.error, str):
+            raise ValueError(f"record {rid}: field 'error' must be a string")
+
+    # -------------------------------------------------------------- conversion
+    def to_row(self) -> dict:
+        """Column values of this record (see index.schema.RECORD_SCHEMA)."""
+        return {
+            "record_id": self.record_id,
+            "target_key": self.target_key,
+            "target_name": self.target_name,
+            "target": self.target_json,
+            "workload_key": self.workload_key,
+            "family": self.family,
+            "workload": self.workload_json,
+            "config_key": self.config_key,
+            "config": self.config_json,
+            "costs": list(self.costs),
+            "cost": self.cost,
+            "status": self.status,
+            "error": self.error,
+            "compile_s": None if self.compile_s is None else float(self.compile_s),
+            "wall_s": None if self.wall_s is None else float(self.wall_s),
+            "timestamp": self.timestamp,
+            "source": self.source,
+            "session": self.session,
+            "meta": canonical_json(self.meta),
+            "lookup_key": self.lookup_key,
+            "entry_key": self.entry_key,
+            "tunedb_version": TUNEDB_VERSION,
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Record":
+        """Rebuild a Record from a row dict as written by ``to_row``."""
+        import json
+
+        return cls(
+            target=json.loads(row["target"]),
+            workload=json.loads(row["workload"]),
+            config=json.loads(row["config"]),
+            costs=tuple(row.get("costs") or ()),
+            status=row["status"],
+            error=row.get("error") or "",
+            compile_s=row.get("compile_s"),
+            wall_s=row.get("wall_s"),
+            timestamp=row.get("timestamp"),
+            source=row.get("source") or "measured",
+            session=row.get("session") or "",
+            meta=json.loads(row["meta"]) if row.get("meta") else {},
+            record_id=row["record_id"],
+            target_name=row.get("target_name") or "",
+        )
+
+    @classmethod
+    def _trusted(cls, *, target: dict, workload: dict, config: dict, target_key: str, workload_key: str,
+                 config_key: str, **fields: Any) -> "Record":
+        """Build a Record from the store's own files without re-canonicalising (fast path)."""
+        r = object.__new__(cls)
+        s = object.__setattr__
+        for name, value in fields.items():
+            s(r, name, value)
+        s(r, "target", target)
+        s(r, "workload", workload)
+        s(r, "config", config)
+        s(r, "target_key", target_key)
+        s(r, "workload_key", workload_key)
+        s(r, "config_key", config_key)
+        s(r, "target_json", canonical_json(target))
+        s(r, "workload_json", canonical_json(workload))
+        s(r, "config_json", canonical_json(config))
+        return r
+
+    @classmethod
+    def _from_table_row(cls, row: Mapping[str, Any]) -> "Record":
+        return cls.from_row(row)
+
+    def to_dict(self) -> dict:
+        """Plain-JSON view (for CLI output and JSON-lines export)."""
+        return {
+            "record_id": self.record_id,
+            "target_name": self.target_name,
+            "target_key": self.target_key,
+            "target": self.target,
+            "workload_key": self.workload_key,
+            "workload": self.workload,
+            "config_key": self.config_key,
+            "config": self.config,
+            "costs": list(self.costs),
+            "cost": self.cost,
+            "status": self.status,
+            "error": self.error,
+            "compile_s": self.compile_s,
+            "wall_s": self.wall_s,
+            "timestamp": self.timestamp.isoformat(),
+            "source": self.source,
+            "session": self.session,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Record":
+        """Inverse of ``to_dict`` (keys are recomputed, never trusted)."""
+        ts = d.get("timestamp")
+        if isinstance(ts, str):
+            ts = _dt.datetime.fromisoformat(ts)
+        known = ("target", "workload", "config")
+        for k in known:
+            if k not in d:
+                raise ValueError(f"record {d.get('record_id', '?')}: field '{k}' is missing")
+        return cls(
+            target=d["target"], workload=d["workload"], config=d["config"],
+            costs=tuple(d.get("costs") or ()), status=d.get("status", "ok"), error=d.get("error") or "",
+            compile_s=d.get("compile_s"), wall_s=d.get("wall_s"), timestamp=ts,
+            source=d.get("source") or "measured", session=d.get("session") or "",
+            meta=d.get("meta") or {}, record_id=d.get("record_id") or "",
+            target_name=d.get("target_name") or "",
+        )

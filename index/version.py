@@ -1,0 +1,6 @@
+"""Version numbers written into every record."""
+
+from __future__ import annotations
+
+TUNEDB_VERSION = "0.1.0"
+SCHEMA_VERSION = 1
