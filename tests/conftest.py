@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = (ROOT / ".." / "shared" / "data").resolve()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test session gets its own build cache unless CI set one."""
+    if "TUNEDB_CACHE_DIR" not in os.environ:
+        monkeypatch.setenv("TUNEDB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tunedb-cache"))
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None
+            ) -> subprocess.CompletedProcess:
+    """Run ``tunedb ARGS`` in a real subprocess."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "transfer.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=timeout, env=e)

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+from index import Record, TuningDB
+from index.keys import canonical_json, key_of
+
+T = {"kind": "cpu", "name": "t"}
+W = {"family": "matmul", "M": 4}
+
+
+def test_keys_are_canonical_and_stable_across_processes():
+    a = {"b": [1, 2.0, {"y": 1, "x": True}], "a": 0.5}
+    b = {"a": 0.5, "b": [1.0, 2, {"x": True, "y": 1.0}]}
+    assert canonical_json(a) == canonical_json(b) == '{"a":0.5,"b":[1,2,{"x":true,"y":1}]}'
+    assert key_of(a) == key_of(b)
+    out = subprocess.run([sys.executable, "-c", "from index.keys import key_of; print(key_of({'a':0.5,'b':[1,2,{'x':True,'y':1}]}))"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == key_of(a)
+    assert key_of({"a": 1}) != key_of({"a": 2})
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"status": "fast"}, "status"),
+    ({"costs": [float("nan")]}, "costs"),
+    ({"costs": [float("inf")]}, "costs"),
+    ({"costs": [-1.0]}, "costs"),
+    ({"costs": [], "status": "ok"}, "costs"),
+    ({"compile_s": -1.0}, "compile_s"),
+    ({"source": "stolen"}, "source"),
+])
+def test_validation_rejects_bad_field_and_writes_nothing(tmp_path, kwargs, field):
+    db = TuningDB.open(tmp_path / "db")
+    good = Record(T, W, {"a": 1}, [1.0])
+    bad = Record(T, W, {"a": 2}, **({"costs": [1.0]} | kwargs))
+    with pytest.raises(ValueError) as e:
+        db.commit([good, bad])
+    assert f"'{field}'" in str(e.value) and bad.record_id in str(e.value)
+    assert len(db) == 0 and len(TuningDB.open(tmp_path / "db")) == 0
+    assert not list((tmp_path / "db" / "records").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("config", [{"a": object()}, {"a": float("nan")}, {"a": {1, 2}}, {1: 2}, "notadict"])
+def test_config_must_be_plain_json(config):
+    with pytest.raises(ValueError) as e:
+        Record(T, W, config, [1.0])
+    assert "'config'" in str(e.value)
+
+
+def test_workload_needs_family():
+    with pytest.raises(ValueError, match="family"):
+        Record(T, {"M": 4}, {}, [1.0])
+
+
+def test_cost_is_mean_and_failed_records_allowed():
+    r = Record(T, W, {"a": 1}, [1.0, 2.0, 3.0])
+    assert math.isclose(r.cost, 2.0)
+    f = Record(T, W, {"a": 1}, [], status="compile_error", error="boom")
+    f.validate()
+    assert f.cost is None
+    assert Record.from_dict(r.to_dict()) == r

@@ -1,0 +1,202 @@
+"""The Parquet store: lookups, best, maintenance, crash safety and concurrent writers."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from index import Record, TuningDB
+
+HERE = Path(__file__).resolve().parent
+T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12"}
+T2 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 13"}  # a toolchain upgrade: another target
+W = {"family": "matmul", "M": 64, "N": 64, "K": 64}
+
+
+def recs(n, target=T1, workload=W, base=1e-3):
+    return [Record(target, workload, {"tile": i}, [base * (i + 1), base * (i + 1.1)]) for i in range(n)]
+
+
+def test_lookup_best_and_reopen(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    rs = recs(20)
+    assert db.commit(rs) == 20
+    assert db.commit(rs) == 0  # idempotent by record_id
+    failed = Record(T1, W, {"tile": 99}, [], status="runtime_error", error="segfault")
+    db.commit(failed)
+    for d in (db, TuningDB.open(tmp_path / "db")):
+        assert len(d) == 21
+        hit = d.lookup(T1, W, {"tile": 3})
+        assert hit is not None and hit.record_id == rs[3].record_id and hit.costs == rs[3].costs
+        assert d.lookup(T1, W, {"tile": 99}).status == "runtime_error"  # failures are cached
+        assert d.lookup(T1, W, {"tile": 1000}) is None
+        assert d.lookup(T2, W, {"tile": 3}) is None  # other toolchain: other key, no stale answer
+        best = d.best(T1, W, k=3)
+        assert [r.config["tile"] for r in best] == [0, 1, 2]
+        assert all(r.status == "ok" for r in best)
+    s = TuningDB.open(tmp_path / "db").stats()
+    assert (s["records"], s["targets"], s["workloads"], s["entries"]) == (21, 1, 1, 1)
+    assert s["size_bytes"] > 0 and s["files"] >= 1
+
+
+def test_lookup_latest_measurement_wins_and_hit_rate(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    db.commit(Record(T1, W, {"tile": 1}, [2.0]))
+    time.sleep(0.01)
+    db.commit(Record(T1, W, {"tile": 1}, [1.0]))
+    assert db.lookup(T1, W, {"tile": 1}).cost == 1.0
+    db2 = TuningDB.open(tmp_path / "db")
+    assert db2.lookup(T1, W, {"tile": 1}).cost == 1.0
+    assert db2.lookup(T1, W, {"tile": 2}) is None
+    s = db2.stats()
+    assert (s["lookups"], s["hits"], s["hit_rate"]) == (2, 1, 0.5)
+    assert [r.cost for r in db2.best(T1, W, k=5)] == [1.0]  # one per config
+
+
+def test_other_process_commits_seen_after_refresh(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    code = ("from index import TuningDB, Record; db = TuningDB.open(r'%s');"
+            "db.commit(Record({'kind':'cpu','name':'p'}, {'family':'f'}, {'x': 1}, [0.5]))" % (tmp_path / "db"))
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert db.lookup({"kind": "cpu", "name": "p"}, {"family": "f"}, {"x": 1}) is None
+    db.refresh()
+    assert db.lookup({"kind": "cpu", "name": "p"}, {"family": "f"}, {"x": 1}).cost == 0.5
+
+
+def test_records_filter_and_hive_dataset(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    db.commit(recs(5) + recs(3, target={"kind": "gpu", "name": "g"}))
+    t = db.records(target=T1)
+    assert t.num_rows == 5 and set(t.column("target_key").to_pylist()) == {Record(T1, W, {}, [1]).target_key}
+    assert db.records().num_rows == 8
+    hive = ds.dataset(tmp_path / "db" / "records", partitioning="hive").to_table()
+    assert hive.num_rows == 8
+    assert set(hive.column("target").to_pylist()) >= {'{"compiler":"gcc 12","kind":"cpu","name":"alpha"}'}
+
+
+def test_compact_dedup_forget_invalidate(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    for i in range(5):
+        db.commit(recs(4, base=1e-3 * (i + 1)))  # same configs, other costs
+    dup = Record(T1, W, {"tile": 0}, [1e-3, 1.1e-3])
+    db.commit([dup, Record(T1, W, {"tile": 0}, [1e-3, 1.1e-3])])  # an identical repeat
+    files_before = db.stats()["files"]
+    st = db.compact()
+    assert st["files_before"] == files_before and st["files_after"] == 1
+    assert len(db) == 22 and db.stats()["files"] == 1
+    st = db.dedup()
+    assert st["removed"] == 2  # the two repeats of (tile 0, [1e-3, 1.1e-3]) beyond the first
+    assert len(db) == 20
+    st = db.forget(keep_top=2)
+    assert len(db) == 2 and [r.config["tile"] for r in db.best(T1, W, k=5)] == [0, 1]
+    db.commit(Record(T1, W, {"tile": 7}, [], status="compile_error"))
+    db.forget(keep_top=0)
+    assert len(db) == 1  # failed configs survive top-k retention (they stop retries)
+    key = db.invalidate(T1)
+    assert key == dup.target_key
+    assert db.lookup(T1, W, {"tile": 7}) is None and db.best(T1, W) == []
+    db.commit(Record(T1, W, {"tile": 7}, [0.5]))
+    assert TuningDB.open(tmp_path / "db").lookup(T1, W, {"tile": 7}).cost == 0.5
+    assert TuningDB.open(tmp_path / "db").stats()["stale_targets"] == [key]
+    db.forget(target=T1)
+    assert len(TuningDB.open(tmp_path / "db")) == 0
+
+
+def test_forget_older_than(tmp_path):
+    import datetime as dt
+
+    db = TuningDB.open(tmp_path / "db")
+    old = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)
+    db.commit([Record(T1, W, {"tile": 1}, [1.0], timestamp=old), Record(T1, W, {"tile": 2}, [1.0])])
+    assert db.forget(older_than_days=7)["removed"] == 1
+    assert db.lookup(T1, W, {"tile": 1}) is None and db.lookup(T1, W, {"tile": 2}) is not None
+
+
+def test_automatic_compaction_past_threshold(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    db.AUTO_COMPACT_FILES = 8
+    for r in recs(40):
+        db.commit(r)
+    db.refresh()
+    assert db.stats()["files"] < 40 and len(db) == 40
+
+
+def test_crash_mid_compaction_never_double_counts(tmp_path):
+    """Simulate the crash window: the compacted file is in place, the sources are not yet deleted."""
+    import shutil
+
+    db = TuningDB.open(tmp_path / "db")
+    for r in recs(6):
+        db.commit(r)
+    part = next((tmp_path / "db" / "records").iterdir())
+    saved = tmp_path / "saved"
+    shutil.copytree(part, saved)
+    db.compact()
+    for f in saved.iterdir():  # put the superseded sources back, as after a crash before unlink
+        shutil.copy(f, part / f.name)
+    db2 = TuningDB.open(tmp_path / "db")
+    assert len(db2) == 6 and db2.records().num_rows == 6
+    assert len(list(part.glob("part-*.parquet"))) == 0  # cleaned up on open
+
+
+def test_unreadable_or_foreign_directory(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "file.txt").write_text("hello")
+    with pytest.raises(ValueError):
+        TuningDB.open(tmp_path / "x")
+    with pytest.raises(FileNotFoundError):
+        TuningDB.open(tmp_path / "missing", create=False)
+
+
+@pytest.mark.slow
+def test_sigkill_never_loses_acknowledged_commits(tmp_path):
+    path = tmp_path / "db"
+    TuningDB.open(path)
+    acked: set[str] = set()
+    rng = random.Random(1234)
+    for run in range(20):
+        p = subprocess.Popen([sys.executable, str(HERE / "store_workers.py"), "commit-loop", str(path), str(run),
+                              "100000", str(rng.choice([1, 5, 50]))], stdout=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.6, 1.4))
+        os.kill(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        lines = out.splitlines()
+        if lines and len(lines[-1]) != 32:
+            lines = lines[:-1]  # a torn last line: not acknowledged
+        acked.update(lines)
+    assert len(acked) > 100
+    db = TuningDB.open(path)
+    ids = set(db.records().column("record_id").to_pylist())
+    assert acked <= ids
+    assert len(db) == len(ids)
+    assert not list(path.rglob("_tmp-*")), "leftover temporary files are cleaned up on open"
+
+
+@pytest.mark.slow
+def test_four_writers_and_a_compacting_reader(tmp_path):
+    path = tmp_path / "db"
+    TuningDB.open(path)
+    writers = [subprocess.Popen([sys.executable, str(HERE / "store_workers.py"), "writer", str(path), f"w{i}",
+                                 "2000"], stdout=subprocess.PIPE, text=True) for i in range(4)]
+    reader = subprocess.Popen([sys.executable, str(HERE / "store_workers.py"), "reader", str(path), "20"],
+                              stdout=subprocess.PIPE, text=True)
+    for w in writers:
+        out, _ = w.communicate(timeout=600)
+        assert w.returncode == 0 and "done" in out
+    out, _ = reader.communicate(timeout=600)
+    assert reader.returncode == 0, out
+    db = TuningDB.open(path)
+    t = db.records()
+    assert t.num_rows == 8000 and len(db) == 8000
+    ids = t.column("record_id").to_pylist()
+    assert len(set(ids)) == 8000
+    pairs = {(c) for c in t.column("config").to_pylist()}
+    assert len(pairs) == 8000
