@@ -52,9 +52,15 @@ def normalise(value: Any, path: str = "$") -> Any:
     raise ValueError(f"{path}: {type(value).__name__} is not plain JSON data")
 
 
+_PLAIN = (str, int, bool, type(None))
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def canonical_json(value: Any) -> str:
     """Canonical JSON text of ``value`` (see module docstring)."""
-    return json.dumps(normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if type(value) is dict and all(type(k) is str and type(v) in _PLAIN for k, v in value.items()):
+        return _dumps(value)  # fast path: a flat object of strings, ints, bools and nulls
+    return _dumps(normalise(value))
 
 
 def key_of_text(text: str) -> str:

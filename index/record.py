@@ -207,7 +207,8 @@ class Record:
 
     @classmethod
     def _trusted(cls, *, target: dict, workload: dict, config: dict, target_key: str, workload_key: str,
-                 config_key: str, **fields: Any) -> "Record":
+                 config_key: str, target_json: str, workload_json: str, config_json: str,
+                 **fields: Any) -> "Record":
         """Build a Record from the store's own files without re-canonicalising (fast path)."""
         r = object.__new__(cls)
         s = object.__setattr__
@@ -219,9 +220,9 @@ class Record:
         s(r, "target_key", target_key)
         s(r, "workload_key", workload_key)
         s(r, "config_key", config_key)
-        s(r, "target_json", canonical_json(target))
-        s(r, "workload_json", canonical_json(workload))
-        s(r, "config_json", canonical_json(config))
+        s(r, "target_json", target_json)
+        s(r, "workload_json", workload_json)
+        s(r, "config_json", config_json)
         return r
 
     @classmethod

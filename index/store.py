@@ -116,6 +116,8 @@ class TuningDB:
         self._overlay_entries: dict[int, list[Record]] = {}
         self._overlay_rids: set[int] = set()
         self._commits_since_scan: dict[str, int] = {}
+        self._key_cache: dict[int, tuple] = {}
+        self._rid_sorted = np.zeros(0, np.int64)
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, create: bool = True) -> "TuningDB":
@@ -299,6 +301,7 @@ class TuningDB:
         self._by_entry = okrows[order]
         self._entry_sorted = a["entry_key"][self._by_entry]
         self._file_list = files
+        self._rid_sorted = np.sort(a["rid_hash"])
 
     def _try_remove_superseded(self) -> None:
         lock = self.path / "_lock"
@@ -327,9 +330,10 @@ class TuningDB:
         if not recs:
             return 0
         with self._lock:
-            known = self._a["rid_hash"]
+            known = self._rid_sorted
             rh = np.fromiter((_rid_hash(r.record_id) for r in recs), np.int64, len(recs))
-            fresh = ~np.isin(rh, known)
+            pos = np.minimum(np.searchsorted(known, rh), max(len(known) - 1, 0))
+            fresh = (known[pos] != rh) if len(known) else np.ones(len(rh), bool)
             seen: set[int] = set(self._overlay_rids)
             keep = []
             for r, h, f in zip(recs, rh.tolist(), fresh.tolist()):
@@ -584,7 +588,25 @@ class TuningDB:
         return tkey
 
     # --------------------------------------------------------------- queries
+    def _cached_key(self, obj: Any) -> str | None:
+        """Key of a dict seen before (same object, still equal): skips re-canonicalising."""
+        hit = self._key_cache.get(id(obj))
+        if hit is not None and hit[0] is obj and hit[1] == obj:
+            return hit[2]
+        return None
+
+    def _remember_key(self, obj: Any, key: str) -> str:
+        import copy
+
+        if len(self._key_cache) > 4096:
+            self._key_cache.clear()
+        self._key_cache[id(obj)] = (obj, copy.deepcopy(obj), key)
+        return key
+
     def _target_key(self, target: Any) -> str:
+        if type(target) is dict:
+            k = self._cached_key(target)
+            return k if k is not None else self._remember_key(target, key_of_text(canonical_json(target)))
         if isinstance(target, Record):
             return target.target_key
         if isinstance(target, str):
@@ -600,8 +622,10 @@ class TuningDB:
             return key_of_text(canonical_json(target))
         raise TypeError(f"target must be a dict, a Record, a target_key or a target_name, not {type(target).__name__}")
 
-    @staticmethod
-    def _workload_key(workload: Any) -> str:
+    def _workload_key(self, workload: Any) -> str:
+        if type(workload) is dict:
+            k = self._cached_key(workload)
+            return k if k is not None else self._remember_key(workload, key_of_text(canonical_json(workload)))
         if isinstance(workload, Record):
             return workload.workload_key
         if isinstance(workload, str) and re.fullmatch(r"[0-9a-f]{32}", workload):
@@ -612,24 +636,31 @@ class TuningDB:
             return key_of_text(canonical_json(workload))
         raise TypeError(f"workload must be a dict or a workload_key, not {type(workload).__name__}")
 
-    def _file_table(self, fidx: int) -> pa.Table:
+    _ROW_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key", "workload",
+                    "config_key", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
+                    "source", "session", "meta")
+
+    def _file_table(self, fidx: int) -> dict:
+        """Columns (contiguous Arrow arrays) of one live file, cached LRU by rows."""
         path = self._file_list[fidx]
         t = self._tables.get(path)
         if t is not None:
             self._tables.move_to_end(path)
             return t
-        t = pq.read_table(path, memory_map=True)
+        tab = pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
+        t = {c: tab.column(c).combine_chunks() for c in self._ROW_COLUMNS}
+        t["_n"] = tab.num_rows
         self._tables[path] = t
-        self._table_rows += t.num_rows
+        self._table_rows += tab.num_rows
         while self._table_rows > self.TABLE_CACHE_ROWS and len(self._tables) > 1:
             _, old = self._tables.popitem(last=False)
-            self._table_rows -= old.num_rows
+            self._table_rows -= old["_n"]
         return t
 
     def _drop_table(self, path: str) -> None:
         t = self._tables.pop(path, None)
         if t is not None:
-            self._table_rows -= t.num_rows
+            self._table_rows -= t["_n"]
 
     def _json(self, text: str) -> dict:
         d = self._json_cache.get(text)
@@ -651,16 +682,16 @@ class TuningDB:
                 if attempt == 2:
                     raise
                 self.refresh()
-        col = t.column
-        def g(name: str) -> Any:
-            return col(name)[row].as_py()
-        return Record._trusted(
-            record_id=g("record_id"), target=self._json(g("target")), workload=self._json(g("workload")),
-            config=json.loads(g("config")), costs=tuple(g("costs") or ()), status=g("status"),
-            error=g("error") or "", compile_s=g("compile_s"), wall_s=g("wall_s"), timestamp=g("timestamp"),
-            source=g("source"), session=g("session") or "", meta=json.loads(g("meta") or "{}"),
-            target_name=g("target_name"), target_key=g("target_key"), workload_key=g("workload_key"),
-            config_key=g("config_key"))
+        v = {c: t[c][row].as_py() for c in self._ROW_COLUMNS}
+        cfg = v.pop("config")
+        tj, wj = v.pop("target"), v.pop("workload")
+        meta = v.pop("meta")
+        v["costs"] = tuple(v["costs"] or ())
+        v["error"] = v["error"] or ""
+        v["session"] = v["session"] or ""
+        return Record._trusted(target=self._json(tj), workload=self._json(wj), config=json.loads(cfg),
+                               target_json=tj, workload_json=wj, config_json=cfg,
+                               meta=json.loads(meta) if meta and meta != "{}" else {}, **v)
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None.
