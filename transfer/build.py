@@ -29,10 +29,11 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 

@@ -136,3 +136,32 @@ def table_text(headers: list[str], rows: list[list]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only on a TTY and never with --json."""
+
+    def __init__(self, total: int, label: str = "", enabled: bool | None = None):
+        self.total = max(int(total), 1)
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._last = 0.0
+
+    def update(self, done: int, info: str = "", force: bool = False) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        now = time.monotonic()
+        if not force and now - self._last < 0.1 and done < self.total:
+            return
+        self._last = now
+        width = 28
+        filled = int(width * min(done, self.total) / self.total)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {info}\x1b[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -55,10 +55,14 @@ class Constraint:
 class Space:
     knobs: tuple
     constraints: tuple = ()
+    #: every valid config, when the space is a known finite list (e.g. a replayed data set)
+    finite: tuple | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "knobs", tuple(self.knobs))
         object.__setattr__(self, "constraints", tuple(self.constraints))
+        if self.finite is not None:
+            object.__setattr__(self, "finite", tuple(dict(c) for c in self.finite))
 
     @property
     def names(self) -> list[str]:
@@ -106,6 +110,9 @@ class Space:
 
     def __iter__(self) -> Iterator[dict]:
         """All valid configs (in knob-value order)."""
+        if self.finite is not None:
+            yield from (dict(c) for c in self.finite)
+            return
         for combo in itertools.product(*(k.values for k in self.knobs)):
             cfg = dict(zip(self.names, combo))
             if all(c.check(cfg) for c in self.constraints):
@@ -113,6 +120,8 @@ class Space:
 
     def size(self, limit: int = 2_000_000) -> int:
         """Number of valid configs (exact when raw_size <= limit, else a sampled estimate)."""
+        if self.finite is not None:
+            return len(self.finite)
         if self.raw_size <= limit:
             return sum(1 for _ in self)
         rng = random.Random(0)
@@ -128,6 +137,8 @@ class Space:
 
     def sample(self, rng: random.Random, tries: int = 10000) -> dict:
         """A uniformly drawn valid config (rejection sampling)."""
+        if self.finite is not None:
+            return dict(rng.choice(self.finite))
         for _ in range(tries):
             cfg = self._raw_sample(rng)
             if self._raw_ok(cfg):

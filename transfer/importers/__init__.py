@@ -27,11 +27,12 @@ import importlib
 import json
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
-from index.keys import canonical_json, key_of, key_of_text, normalise
+from index.keys import key_of, key_of_text, normalise
 from index.record import Record, target_display_name
 
 MAX_REPORTED_ERRORS = 10
@@ -39,6 +40,10 @@ MAX_REPORTED_ERRORS = 10
 
 class ImportFormatError(ValueError):
     """A whole input file cannot be imported (unreadable, or not in the announced format)."""
+
+
+class ExportFormatError(ValueError):
+    """The records cannot be written the way the output path asks (one line, for the CLI)."""
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,14 @@ class Format:
 
     def parse(self, path: str | Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
         """Yield Records and ImportIssues of one path (raises ImportFormatError for a bad file)."""
+        if self.module == "tabular":
+            return self._mod().parse(Path(path), device=device, fmt=self.name)
         return self._mod().parse(Path(path), device=device)
 
     def export(self, records: Iterable[Record], out: str | Path) -> ExportReport:
         """Write ``records`` to ``out`` in this format; see the module of the format for layout."""
+        if self.module == "tabular":
+            return self._mod().export(records, Path(out), fmt=self.name)
         return self._mod().export(records, Path(out))
 
 
@@ -128,13 +137,7 @@ def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None) ->
     report = ImportReport()
     for p in paths:
         report.files += 1
-        if f.module == "tabular":
-            from . import tabular
-
-            it = tabular.parse(Path(p), device=device, fmt=fmt)
-        else:
-            it = f.parse(p, device=device)
-        for item in it:
+        for item in f.parse(p, device=device):
             if isinstance(item, ImportIssue):
                 report.add(item)
             else:
@@ -209,6 +212,9 @@ def fast_normalise(value: Any, what: str = "$") -> Any:
     Falls back to ``normalise`` (and its exact error message) for anything that is not plain
     JSON data; NaN/inf raise ValueError.
     """
+    flat = _flat_normalise(value)
+    if flat is not None:
+        return flat
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -216,6 +222,47 @@ def fast_normalise(value: Any, what: str = "$") -> Any:
     if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
         return normalise(value, what)
     return json.loads(text, parse_float=_parse_float)
+
+
+def canon(value: Any) -> str:
+    """Canonical JSON text of already normalised data (same text as ``index.keys.canonical_json``)."""
+    return _canon(value)
+
+
+_INT_LIMIT = 2**53
+
+
+def _scalar_ok(v: Any) -> Any:
+    t = type(v)
+    if t is float:
+        if v != v or v in (math.inf, -math.inf):
+            raise _NotFlat
+        return int(v) if v.is_integer() and -_INT_LIMIT < v < _INT_LIMIT else v
+    if t is int or t is str or t is bool or v is None:
+        return v
+    raise _NotFlat
+
+
+class _NotFlat(Exception):
+    pass
+
+
+def _flat_normalise(value: Any) -> Any:
+    """Fast path of :func:`fast_normalise` for a dict of scalars and lists of scalars (None if not)."""
+    if type(value) is not dict:
+        return None
+    out = {}
+    try:
+        for k, v in value.items():
+            if type(k) is not str:
+                return None
+            if type(v) is list:
+                out[k] = [_scalar_ok(x) for x in v]
+            else:
+                out[k] = _scalar_ok(v)
+    except _NotFlat:
+        return None
+    return out
 
 
 def _canon(value: Any) -> str:
@@ -253,17 +300,22 @@ FAST_PATH = _RECORD_FIELDS == _FAST_FIELDS  # fall back to the constructor if Re
 def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any], *, costs: Iterable[float] = (),
                 status: str = "ok", error: str = "", compile_s: float | None = None,
                 wall_s: float | None = None, timestamp: _dt.datetime | None = None, source: str,
-                meta: Mapping[str, Any] | None = None, record_id: str, session: str = "") -> Record:
+                meta: Mapping[str, Any] | None = None, record_id: str, session: str = "",
+                target_name: str = "", meta_normalised: bool = False) -> Record:
     """Build a Record equal to ``Record(...)`` with the same arguments, without re-normalising the
-    shared target/workload for every record (import hot path).  ``record_id`` is required.
+    shared target/workload for every record (import hot path).  ``record_id`` is required;
+    ``meta_normalised`` says ``meta`` already went through :func:`fast_normalise`.
 
-    Raises ValueError for data that ``Record`` would reject (non-JSON config/meta, bad costs).
+    The record is validated (``Record.validate``): raises ValueError for data that ``Record`` or
+    a commit would reject (non-JSON config/meta, bad costs, unknown status, ``ok`` without costs).
     """
     meta = dict(meta or {})
     if not FAST_PATH:  # pragma: no cover - only when Record gains/loses fields
-        return Record(target.value, workload.value, dict(config), costs=tuple(costs), status=status, error=error,
-                      compile_s=compile_s, wall_s=wall_s, timestamp=timestamp, source=source, meta=meta,
-                      record_id=record_id, session=session)
+        rec = Record(target.value, workload.value, dict(config), costs=tuple(costs), status=status, error=error,
+                     compile_s=compile_s, wall_s=wall_s, timestamp=timestamp, source=source, meta=meta,
+                     record_id=record_id, session=session, target_name=target_name)
+        rec.validate()
+        return rec
     if not isinstance(config, Mapping):
         raise ValueError(f"record {record_id}: field 'config' must be a JSON object")
     try:
@@ -282,20 +334,23 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
     d = r.__dict__
     d.update(target=target.value, workload=workload.value, config=cfg, costs=c, status=status, error=error,
              compile_s=compile_s, wall_s=wall_s, timestamp=ts, source=source, session=session,
-             meta=fast_normalise(meta, "meta"), record_id=record_id, target_name=target.name,
+             meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id, target_name=target_name or target.name,
              target_key=target.key, workload_key=workload.key, config_key=key_of_text(cj),
              target_json=target.text, workload_json=workload.text, config_json=cj)
+    r.validate()
     return r
 
 
-def stable_record_id(fmt: str, target_key: str, original: Any, seen: Counter) -> str:
+def stable_record_id(fmt: str, target_key: str, original: Any, seen: Counter, *, text: str | None = None) -> str:
     """Deterministic record_id (32 lowercase hex) of an imported line/entry.
 
-    ``original`` is the line's JSON value (or the entry and its cache key); ``seen`` counts
+    ``original`` is the line's JSON value (or the entry and its cache key), or ``text`` its
+    canonical JSON when already computed; ``seen`` counts
     identical originals already met in the same file, so a line repeated in a file stays two
     records while re-importing the file reproduces the same ids.
     """
-    text = canonical_json(original) if not isinstance(original, str) else original
+    if text is None:
+        text = _canon(fast_normalise(original))
     basis = key_of_text(text)
     n = seen[basis]
     seen[basis] += 1
@@ -363,5 +418,5 @@ def _call_with_kind(fn: Callable, name: str, kind: str) -> Any:
         return fn(name)
 
 
-__all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "collect",
+__all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "ExportFormatError", "collect",
            "get_format", "make_record", "stable_record_id", "Prepared"]

@@ -26,8 +26,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from index.record import Record
 
@@ -159,7 +160,7 @@ def family_of_task(task: str) -> tuple[str, str | None]:
 
 
 def _is_tensor(a: Any) -> bool:
-    return isinstance(a, list) and len(a) == 3 and a[0] == "TENSOR"
+    return isinstance(a, list) and len(a) in (3, 4) and a[0] == "TENSOR"
 
 
 def workload_of(task: str, args: list, kwargs: Any) -> dict:
@@ -169,9 +170,11 @@ def workload_of(task: str, args: list, kwargs: Any) -> dict:
     if not isinstance(args, list):
         raise ValueError("task args must be a list")
     family, layout = family_of_task(task)
-    shapes, dtypes, other = [], [], []
+    shapes, dtypes, other, extras = [], [], [], []
     for a in args:
         if _is_tensor(a):
+            if len(a) == 4:  # a few TopHub lines carry a 4th item (e.g. output padding)
+                extras.append([len(shapes), a[3]])
             shape, dtype = a[1], a[2]
             if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in shape):
                 raise ValueError(f"TENSOR shape {shape!r} is not a list of integers")
@@ -184,6 +187,8 @@ def workload_of(task: str, args: list, kwargs: Any) -> dict:
         else:
             other.append(a)
     w: dict[str, Any] = {"family": family, "task": task, "shapes": shapes, "dtypes": dtypes, "args": other}
+    if extras:
+        w["tensor_extras"] = extras
     if dtypes:
         w["dtype"] = dtypes[0]
     if layout:
@@ -346,7 +351,10 @@ def line_of(rec: Record) -> dict | None:
     w = rec.workload
     if not isinstance(w.get("task"), str):
         return None
-    args = [["TENSOR", s, d] for s, d in zip(w.get("shapes", []), w.get("dtypes", []))] + list(w.get("args", []))
+    args = [["TENSOR", s, d] for s, d in zip(w.get("shapes", []), w.get("dtypes", []))]
+    for i, extra in w.get("tensor_extras", []):
+        args[i].append(extra)
+    args += list(w.get("args", []))
     inv = {v[1]: k for k, v in ERROR_NO.items()}
     error_no = 0 if rec.status == "ok" else inv.get(rec.status, 4)
     costs = list(rec.costs) if rec.status == "ok" else [1e9]

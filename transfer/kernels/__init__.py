@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -8,7 +8,8 @@ loop), 3 wrong result (out = 3 * x), 4 abort().
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

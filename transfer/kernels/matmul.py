@@ -12,7 +12,8 @@ are shared out by OpenMP.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -128,7 +129,7 @@ static void block(const float *A, const float *B, float *C, int N, int K,
     }
 }
 
-/* C = A @ B; returns 0, or 1 when scratch memory could not be allocated */
+/* C = A * B (matrix product); returns 0, or 1 when scratch memory could not be allocated */
 int kernel(const float *A, const float *B, float *C, int M, int N, int K) {
     memset(C, 0, sizeof(float) * (size_t)M * N);
     float *Ap = NULL, *Bp = NULL;

@@ -9,7 +9,8 @@ count (``OPENBLAS_NUM_THREADS`` set by the runner).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

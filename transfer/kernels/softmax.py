@@ -10,7 +10,8 @@ in floats and ``accs`` the number of independent accumulator vectors (instructio
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -33,16 +34,27 @@ typedef int32_t vi __attribute__((vector_size(VEC * 4)));
 static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
 static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
 static inline vf vsplat(float a) { return (vf){0} + a; }
-static inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+/* lane-wise select: m lanes are all-ones (take a) or zero (take b) */
+static inline vf vsel(vi m, vf a, vf b) {
+    vi ai, bi;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    vi r = (ai & m) | (bi & ~m);
+    vf out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+static inline vf vmax(vf a, vf b) { return vsel(a > b, a, b); }
+static inline vf vmin(vf a, vf b) { return vsel(a < b, a, b); }
 
 static inline vf vexp(vf x) {
 #if FAST
     /* exp(x) = 2^n * exp(r), r = x - n ln2 in [-ln2/2, ln2/2]; degree-6 Taylor/Horner for exp(r) */
     x = vmax(x, vsplat(-87.0f));
-    x = x < vsplat(88.0f) ? x : vsplat(88.0f);
-    vf n = x * vsplat(1.44269504088896341f);
-    vi ni = __builtin_convertvector(n + (n >= 0 ? vsplat(0.5f) : vsplat(-0.5f)), vi);
-    vf nf = __builtin_convertvector(ni, vf);
+    x = vmin(x, vsplat(88.0f));
+    /* round-to-nearest through the 1.5 * 2^23 trick (|n| <= 127) */
+    vf nf = (x * vsplat(1.44269504088896341f) + vsplat(12582912.0f)) - vsplat(12582912.0f);
+    vi ni = __builtin_convertvector(nf, vi);
     vf r = x - nf * vsplat(0.693359375f) + nf * vsplat(2.12194440e-4f);
     vf p = vsplat(1.0f / 720);
     p = p * r + vsplat(1.0f / 120);

@@ -1,0 +1,372 @@
+"""Retrieval-seeded local search ("look up first, search next, store at the end").
+
+Order of candidates
+  1. with ``use_exact``: the exact entry's best configs (answered from the DB, never re-run);
+  2. (warm) the best configs of the k nearest (target, workload) entries, adapted to this
+     space and ordered by a similarity-weighted rank score;
+  3. local moves: neighbours of the best configs so far, batched per round, ranked by the
+     cost model, with an epsilon share of random exploration.
+
+Every evaluation asks the DB first; what is not there is measured by the backend and
+committed at once, so Ctrl-C loses nothing and a rerun resumes (its repeats are cache hits).
+``budget`` counts evaluations in this run (new measurements plus cache hits), so a resumed
+run does the remaining work only.  Cold mode: no retrieval and no prior model (random start;
+a model fitted on this run's own measurements only).  Costs are seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from index.keys import canonical_json
+
+from .adapt import AdaptReport, adapt_many
+from .costmodel import default_model, training_data
+from .measure import MeasureBackend
+from .space import Space
+
+
+@dataclass
+class TuneOptions:
+    budget: int = 20              # evaluations (new measurements + cache hits) in this run
+    wall_s: float | None = None   # stop after this many seconds
+    patience: int = 8             # stop after this many rounds without improvement
+    batch: int = 4                # candidates per local-search round
+    epsilon: float = 0.15         # share of each batch drawn at random
+    k_neighbors: int = 8          # nearest entries consulted for seeds
+    top_per_neighbor: int = 8     # best configs taken from each neighbour
+    n_seeds: int = 6              # seeds evaluated before the local search starts
+    min_similarity: float | None = None
+    seed: int = 0
+    cold: bool = False
+    use_exact: bool = False
+    use_model: bool = True
+    retrain_every: int = 8        # refit the model after this many new evaluations of this entry
+    refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
+
+
+@dataclass
+class TuneResult:
+    target: dict
+    workload: dict
+    best_config: dict | None
+    best_cost: float | None
+    measurements: int
+    cache_hits: int
+    seeds: list
+    history: list
+    evaluations: int = 0
+    interrupted: bool = False
+    stopped_by: str = ""
+    adapt: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target.get("name", ""), "target_json": self.target, "workload": self.workload,
+            "best": None if self.best_config is None else {"config": self.best_config, "cost": self.best_cost},
+            "measurements": self.measurements, "cache_hits": self.cache_hits, "evaluations": self.evaluations,
+            "seeds": self.seeds, "history": self.history, "interrupted": self.interrupted,
+            "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
+        }
+
+    def evaluations_to_reach(self, cost: float) -> int | None:
+        """First evaluation index whose best-so-far is <= ``cost`` (None if never)."""
+        for i, b in self.history:
+            if b is not None and b <= cost:
+                return i
+        return None
+
+
+def _sig(cfg: Mapping[str, Any]) -> str:
+    return canonical_json(dict(cfg))
+
+
+class Tuner:
+    """One tuning run of (target, workload) over ``space`` with ``backend``."""
+
+    def __init__(self, db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space,
+                 backend: MeasureBackend, options: TuneOptions | None = None, *,
+                 defaults: Mapping[str, Any] | None = None,
+                 progress: Callable[[dict], None] | None = None, model: Any = None):
+        self.db = db
+        self.target = dict(target)
+        self.workload = dict(workload)
+        self.space = space
+        self.backend = backend
+        self.opt = options or TuneOptions()
+        self.defaults = dict(defaults or {})
+        self.progress = progress
+        self.rng = random.Random(self.opt.seed)
+        self.evaluated: dict[str, float] = {}   # signature -> cost (inf when failed)
+        self.configs: dict[str, dict] = {}
+        self.tried: set[str] = set()
+        self.measurements = 0
+        self.cache_hits = 0
+        self.history: list[list] = []
+        self.best: tuple[float, dict] | None = None
+        self.adapt_report = AdaptReport()
+        self.seeds_info: list[dict] = []
+        self.model = model
+        self.model_info: dict = {}
+        self._model_seen = 0
+        self._entry_evals_at_fit = 0
+        self._t0 = time.monotonic()
+        self._finite_matrix: np.ndarray | None = None
+
+    # --------------------------------------------------------------- evaluate
+    def _remaining(self) -> int:
+        return self.opt.budget - len(self.evaluated)
+
+    def _out_of_time(self) -> bool:
+        return self.opt.wall_s is not None and time.monotonic() - self._t0 > self.opt.wall_s
+
+    def evaluate(self, configs: list[dict]) -> None:
+        """DB first, then the backend for the rest (each committed as soon as measured)."""
+        todo: list[dict] = []
+        for c in configs:
+            if self._remaining() - len(todo) <= 0:
+                break
+            s = _sig(c)
+            if s in self.evaluated or s in {_sig(t) for t in todo}:
+                continue
+            self.tried.add(s)
+            hit = self.db.lookup(self.target, self.workload, c) if self.db is not None else None
+            if hit is not None:
+                self.cache_hits += 1
+                self._record(c, hit, cached=True)
+            else:
+                todo.append(c)
+        if not todo:
+            return
+
+        def on_record(rec) -> None:
+            if self.db is not None:
+                self.db.commit(rec)
+            self.measurements += 1
+            self._record(rec.config, rec, cached=False)
+
+        self.backend.measure_many(self.target, self.workload, todo, on_record=on_record)
+
+    def _record(self, cfg: Mapping[str, Any], rec: Any, cached: bool) -> None:
+        s = _sig(cfg)
+        if s in self.evaluated:
+            return
+        cost = rec.cost if rec.status == "ok" and rec.cost is not None else math.inf
+        self.evaluated[s] = cost
+        self.configs[s] = dict(cfg)
+        if cost < math.inf and (self.best is None or cost < self.best[0]):
+            self.best = (cost, dict(cfg))
+        self.history.append([len(self.evaluated), None if self.best is None else self.best[0]])
+        if self.progress:
+            self.progress({"evaluations": len(self.evaluated), "budget": self.opt.budget,
+                           "measurements": self.measurements, "cache_hits": self.cache_hits,
+                           "best": None if self.best is None else self.best[0], "status": rec.status,
+                           "cached": cached})
+
+    # ------------------------------------------------------------------ seeds
+    def exact_configs(self) -> list[dict]:
+        if self.db is None:
+            return []
+        return [r.config for r in self.db.best(self.target, self.workload, k=3)]
+
+    def seed_configs(self) -> list[dict]:
+        """Adapted best configs of the nearest entries, best first."""
+        if self.db is None or self.opt.cold:
+            return []
+        try:
+            matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
+                                      same_family=True, min_similarity=self.opt.min_similarity,
+                                      n_best=self.opt.top_per_neighbor)
+        except TypeError:
+            matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
+                                      same_family=True, min_similarity=self.opt.min_similarity)
+        from index.keys import key_of
+
+        tkey, wkey = key_of(self.target), key_of(self.workload)
+        scores: dict[str, float] = {}
+        cfg_of: dict[str, dict] = {}
+        used = 0
+        for m in matches:
+            if m.target_key == tkey and m.workload_key == wkey:
+                continue  # our own entry (a resumed run): its configs come back as cache hits anyway
+            if used >= self.opt.k_neighbors:
+                break
+            used += 1
+            self.seeds_info.append({"from_target": m.target_name, "from_workload": m.workload,
+                                    "similarity": round(float(m.similarity), 6)})
+            w = max(float(m.similarity), 0.0) ** 8
+            best = [r.config for r in m.best[: self.opt.top_per_neighbor]]
+            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report)
+            n = max(len(adapted), 1)
+            for rank, c in enumerate(adapted):
+                s = _sig(c)
+                cfg_of[s] = c
+                scores[s] = scores.get(s, 0.0) + w * (1.0 - rank / (n + 1))
+        order = sorted(scores, key=lambda s: (-scores[s], s))
+        return [cfg_of[s] for s in order]
+
+    # ------------------------------------------------------------------ model
+    def _fit_model(self, force: bool = False) -> None:
+        if not self.opt.use_model:
+            return
+        own = [(self.configs[s], c) for s, c in self.evaluated.items() if c < math.inf and c > 0]
+        if self.opt.cold:
+            if len(own) < 8 or (not force and len(own) - self._entry_evals_at_fit < self.opt.retrain_every):
+                return
+            cfgs, costs = [c for c, _ in own], [v for _, v in own]
+            wls, tgs = [self.workload] * len(cfgs), [self.target] * len(cfgs)
+            weights = None
+        else:
+            if self.db is None:
+                return
+            if not force and self.model is not None and len(own) - self._entry_evals_at_fit < self.opt.retrain_every:
+                return
+            fam = self.workload.get("family")
+            cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
+            if len(cfgs) < 20:
+                return
+            weights = [1.0] * len(cfgs)
+            # this entry's own measurements count as at least a fifth of the data
+            own_keys = {_sig(c) for c, _ in own}
+            boost = max(1.0, 0.2 * len(cfgs) / max(len(own), 1))
+            tgt_name = self.target.get("name")
+            for i, (c, t) in enumerate(zip(cfgs, tgs)):
+                if t.get("name") == tgt_name and _sig(c) in own_keys:
+                    weights[i] = boost
+        model = default_model(seed=self.opt.seed)
+        try:
+            model.fit(cfgs, wls, tgs, costs, sample_weight=weights, seed=self.opt.seed)
+        except Exception as e:  # a model failure must never stop tuning
+            self.model_info = {"error": f"{type(e).__name__}: {e}"}
+            return
+        self.model = model
+        self._entry_evals_at_fit = len(own)
+        self.model_info = {"kind": type(model).__name__, "records": model.n_records_,
+                           "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_}
+
+    def _predict(self, cands: list[dict]) -> np.ndarray | None:
+        if self.model is None or not cands:
+            return None
+        try:
+            return self.model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
+        except Exception:
+            return None
+
+    # ------------------------------------------------------------ neighbours
+    def _neighbours(self, cfg: dict) -> list[dict]:
+        if self.space.finite is None:
+            return self.space.neighbours(cfg)
+        if self._finite_matrix is None:
+            names = self.space.names
+            vals = [{repr(v): i for i, v in enumerate(k.values)} for k in self.space.knobs]
+            self._finite_list = list(self.space.finite)
+            self._finite_matrix = np.array([[vals[j].get(repr(c[n]), -1) for j, n in enumerate(names)]
+                                            for c in self._finite_list], np.int32)
+            self._value_index = vals
+        v = np.array([self._value_index[j].get(repr(cfg[n]), -1) for j, n in enumerate(self.space.names)],
+                     np.int32)
+        d = (self._finite_matrix != v).sum(1)
+        idx = np.flatnonzero(d == 1)
+        if len(idx) < 6:
+            idx = np.flatnonzero((d >= 1) & (d <= 2))
+        return [self._finite_list[i] for i in idx]
+
+    # ------------------------------------------------------------------- run
+    def run(self) -> TuneResult:
+        stopped_by = "budget"
+        interrupted = False
+        try:
+            if self.opt.use_exact:
+                self.evaluate(self.exact_configs())
+            seeds = [] if self.opt.cold else self.seed_configs()
+            if not self.opt.cold:
+                self._fit_model(force=True)
+            first = seeds[: self.opt.n_seeds]
+            if not first:
+                default = None
+                if self.defaults and self.space.is_valid(self.defaults):
+                    default = dict(self.defaults)
+                first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(2)]
+            self.evaluate(first)
+            pending = seeds[self.opt.n_seeds:]
+            stale_rounds = 0
+            while self._remaining() > 0:
+                if self._out_of_time():
+                    stopped_by = "wall_time"
+                    break
+                if stale_rounds >= self.opt.patience:
+                    stopped_by = "patience"
+                    break
+                before = self.best[0] if self.best else math.inf
+                self._fit_model()
+                batch = self._next_batch(pending)
+                if not batch:
+                    stopped_by = "exhausted"
+                    break
+                pending = [c for c in pending if _sig(c) not in self.tried]
+                self.evaluate(batch)
+                after = self.best[0] if self.best else math.inf
+                stale_rounds = stale_rounds + 1 if after >= before else 0
+        except KeyboardInterrupt:
+            interrupted = True
+            stopped_by = "interrupted"
+        return TuneResult(
+            target=self.target, workload=self.workload,
+            best_config=None if self.best is None else self.best[1],
+            best_cost=None if self.best is None else self.best[0],
+            measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
+            history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
+            adapt=self.adapt_report.to_json(), model=self.model_info)
+
+    def _next_batch(self, pending: list[dict]) -> list[dict]:
+        b = min(self.opt.batch, self._remaining())
+        ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
+        pool: dict[str, dict] = {}
+        for _, s in ranked[:3]:
+            if ranked and ranked[0][0] == math.inf:
+                break
+            for n in self._neighbours(self.configs[s]):
+                ns = _sig(n)
+                if ns not in self.tried:
+                    pool.setdefault(ns, n)
+        for c in pending:
+            s = _sig(c)
+            if s not in self.tried:
+                pool.setdefault(s, c)
+        cands = list(pool.values())
+        n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon) if cands else b
+        chosen: list[dict] = []
+        pred = self._predict(cands)
+        if pred is not None:
+            order = np.argsort(pred, kind="stable")
+            chosen = [cands[i] for i in order[: b - n_rand]]
+        else:
+            self.rng.shuffle(cands)
+            chosen = cands[: b - n_rand]
+        sigs = {_sig(c) for c in chosen}
+        tries = 0
+        while len(chosen) < b and tries < 50 * b:
+            tries += 1
+            try:
+                c = self.space.sample(self.rng)
+            except RuntimeError:
+                break
+            s = _sig(c)
+            if s not in self.tried and s not in sigs:
+                chosen.append(c)
+                sigs.add(s)
+        return chosen
+
+
+def tune(db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space, backend: MeasureBackend,
+         options: TuneOptions | None = None, **kw: Any) -> TuneResult:
+    """Run one tuning session (see module docstring)."""
+    return Tuner(db, target, workload, space, backend, options, **kw).run()

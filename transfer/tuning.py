@@ -1,0 +1,44 @@
+"""Glue between the CLI and the search: which space, backend and defaults serve a tuning job."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .measure import MeasureBackend
+from .space import Space
+
+
+@dataclass
+class Job:
+    """Everything a Tuner needs besides the DB and options."""
+
+    target: dict
+    workload: dict
+    space: Space
+    backend: MeasureBackend
+    defaults: dict
+
+
+def local_job(target: Mapping[str, Any], workload: Mapping[str, Any], backend: MeasureBackend | None = None) -> Job:
+    """A job measured on this machine: ``target`` must be a local preset, ``workload`` a kernel family's.
+    Raises ValueError with one clear line otherwise."""
+    from .kernels import family_of
+    from .measure import LocalBackend, check_local_target
+
+    t = check_local_target(target)
+    fam = family_of(workload)
+    w = fam.validate_workload(workload)
+    return Job(t, w, fam.space(w), backend or LocalBackend(), dict(fam.default_config(w)))
+
+
+def replay_job(path: str, target: Mapping[str, Any] | None = None, workload: Mapping[str, Any] | None = None,
+               device: str | None = None) -> Job:
+    """A job answered from a Kernel Tuner cache file (see transfer.replay)."""
+    from .replay import KernelTunerReplayBackend, ReplayData
+
+    data = ReplayData(path, device=device)
+    t = dict(target) if target else data.target
+    w = dict(workload) if workload else data.workload
+    return Job(t, w, data.space, KernelTunerReplayBackend(data), {})
