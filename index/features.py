@@ -11,9 +11,9 @@ slots  meaning
 0-2    kind one-hot: ``HW_KINDS`` (cpu, gpu, other)
 3-15   vendor one-hot: ``HW_VENDORS`` (x 0.7)
 16-42  architecture-family one-hot: ``HW_FAMILIES`` (kepler ... arm-neoverse, other)
-43-58  log-scaled magnitudes ``HW_NUMERIC``: ``log2(1 + x) / log2(1 + ref)`` with the fixed
-       reference ``ref`` beside each name (so typical values lie in [0, 1]); a missing
-       value is 0.  Units: MHz, bits, KiB, GB/s, GB, GFLOP/s, W; ``flops_per_byte`` =
+43-58  log-scaled, centred magnitudes ``HW_NUMERIC``: ``2 log2(1 + x) / log2(1 + ref) - 1``
+       with the fixed reference ``ref`` beside each name (typical values lie in [-1, 1];
+       centring spreads cosines between unlike devices); a missing value is 0.  Units: MHz, bits, KiB, GB/s, GB, GFLOP/s, W; ``flops_per_byte`` =
        fp32 GFLOP/s / (GB/s).  ``vector_bits`` is the *effective* SIMD width (what the
        target's -march level allows for local presets; warp size x 32 for GPUs).
        ``threads`` is the parallelism the target uses (a ``-t1`` preset has 1) and
@@ -33,17 +33,18 @@ Workload vector (``workload_vector(workload)``, ``WL_DIM`` = 20 + 16 + 8 + 12 + 
 ------------------------------------------------------------------------------------
 ====== ===================================================================================
 0-19   family one-hot over ``WL_FAMILIES`` (canonicalised: ``conv2d_nchw.cuda`` ->
-       conv2d, ``conv2d_nchw_winograd.cuda`` -> conv2d_winograd, ...) (x 2)
+       conv2d, ``conv2d_nchw_winograd.cuda`` -> conv2d_winograd, ...)
 20-35  hashed family bucket for families not in ``WL_FAMILIES`` (BLAKE2b of the name mod 16,
-       stable across processes) (x 2)
+       stable across processes)
 36-43  hashed bucket of the kernel/task name when the workload names one (x 0.5)
-44-55  shape parameters, ``sign(v) log2(1 + |v|) / 16``, in the family's canonical slot
-       order (``SHAPE_SLOTS``), then the remaining numeric leaves sorted by key path
-56     FLOPs ``log2(1 + flops) / 50`` (given ``flops`` key, else the family's formula,
-       else the product of the shape parameters as a proxy)
-57     bytes moved ``log2(1 + bytes) / 40`` (inputs + outputs at ``dtype`` size)
-58     arithmetic intensity ``log2(1 + flops / bytes) / 12``
-59     dtype size in bytes / 8
+44-55  shape parameters, ``(sign(v) log2(1 + |v|) - 8) / 8`` (0 when absent or 0), in the
+       family's canonical slot order (``SHAPE_SLOTS``), then the remaining numeric leaves
+       sorted by key path
+56     FLOPs ``(log2(1 + flops) - 30) / 20`` (given ``flops`` key, else the family's
+       formula, else the product of the shape parameters as a proxy)
+57     bytes moved ``(log2(1 + bytes) - 22) / 16`` (inputs + outputs at ``dtype`` size)
+58     arithmetic intensity ``(log2(1 + flops / bytes) - 4) / 6``
+59     dtype size ``(bytes - 4) / 4``
 ====== ===================================================================================
 """
 
@@ -87,7 +88,7 @@ WL_FAMILIES = ("matmul", "batch_matmul", "dense", "gemv", "conv1d", "conv2d", "c
 WL_FAMILY_BUCKETS = 16
 WL_KERNEL_BUCKETS = 8
 WL_SHAPE_SLOTS = 12
-WL_FAMILY_WEIGHT = 2.0
+WL_FAMILY_WEIGHT = 1.0
 WL_KERNEL_WEIGHT = 0.5
 WL_DIM = len(WL_FAMILIES) + WL_FAMILY_BUCKETS + WL_KERNEL_BUCKETS + WL_SHAPE_SLOTS + 4
 DIM = HW_DIM + WL_DIM
@@ -298,7 +299,8 @@ def _hardware_vector_cached(target_json: str) -> np.ndarray:
     v[o + HW_FAMILIES.index(prof["family"])] = 1.0
     o += len(HW_FAMILIES)
     for j, (name, ref) in enumerate(HW_NUMERIC):
-        v[o + j] = _log_scaled(prof["values"].get(name), ref)
+        x = prof["values"].get(name)
+        v[o + j] = 0.0 if x is None or not x > 0 else 2.0 * _log_scaled(x, ref) - 1.0
     v.setflags(write=False)
     return v
 
@@ -485,12 +487,12 @@ def _workload_vector_cached(workload_json: str) -> np.ndarray:
         v[o + _stable_bucket(f["kernel"].lower(), WL_KERNEL_BUCKETS)] = WL_KERNEL_WEIGHT
     o += WL_KERNEL_BUCKETS
     for j, x in enumerate(f["shape"]):
-        v[o + j] = math.copysign(math.log2(1.0 + abs(x)), x) / 16.0
+        v[o + j] = (math.copysign(math.log2(1.0 + abs(x)), x) - 8.0) / 8.0 if x else 0.0
     o += WL_SHAPE_SLOTS
-    v[o] = math.log2(1.0 + f["flops"]) / 50.0
-    v[o + 1] = math.log2(1.0 + f["bytes"]) / 40.0
-    v[o + 2] = math.log2(1.0 + f["intensity"]) / 12.0
-    v[o + 3] = f["dtype_bytes"] / 8.0
+    v[o] = (math.log2(1.0 + f["flops"]) - 30.0) / 20.0
+    v[o + 1] = (math.log2(1.0 + f["bytes"]) - 22.0) / 16.0
+    v[o + 2] = (math.log2(1.0 + f["intensity"]) - 4.0) / 6.0
+    v[o + 3] = (f["dtype_bytes"] - 4.0) / 4.0
     v.setflags(write=False)
     return v
 

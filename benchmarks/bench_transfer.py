@@ -1,0 +1,238 @@
+"""Transfer benchmark: does history make tuning a new device cheaper?
+
+Replay mode (default): leave-one-device-out over the shared Kernel Tuner data
+(convolution_milo, dedispersion_milo; 6 GPUs each).  For each held-out device a fresh DB holds
+the other five devices' records; the held-out device is replayed.  For budgets 5, 10, 20, 50
+it reports the fraction of the held-out device's true optimum reached (optimum / best found) by
+
+  warm          tunedb: nearest entries' best configs seed a cost-model-ranked local search
+  cold          tunedb's local search from a random start, no retrieval, no prior model
+  random        random search without replacement (mean over --random-seeds seeds)
+  nearest_only  the best config of the most similar device, measured once
+
+and the evaluations needed to reach 95% of the optimum (random: the exact expectation
+(N+1)/(m+1) for m good configs among N, which is what infinitely many seeds average to).
+
+Local mode (--local): real C kernels on this CPU.  The DB holds workloads of two families
+tuned on one preset (cpu-x86-64-t1, SSE2 only); new shapes are tuned on cpu-native-t1 warm and
+cold with equal budgets; the reference is the best a cold search finds with 4x the budget.
+
+    python benchmarks/bench_transfer.py --json
+    python benchmarks/bench_transfer.py --local --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from index import TuningDB  # noqa: E402
+from transfer.replay import KernelTunerReplayBackend, ReplayData  # noqa: E402
+from transfer.search import TuneOptions, Tuner  # noqa: E402
+
+BUDGETS = (5, 10, 20, 50)
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
+
+
+def _log(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def best_within(history: list, budget: int) -> float | None:
+    best = None
+    for i, b in history:
+        if i > budget:
+            break
+        best = b
+    return best
+
+
+def frac(opt: float, found: float | None) -> float:
+    return 0.0 if found is None or not math.isfinite(found) else opt / found
+
+
+def random_curve(costs: list[float], n_total: int, budgets, seeds: int, opt: float) -> dict:
+    """Mean fraction of optimum at each budget over ``seeds`` random orders (failed configs count)."""
+    out = {}
+    pool = costs + [math.inf] * (n_total - len(costs))
+    for b in budgets:
+        fr = []
+        for s in range(seeds):
+            rng = random.Random(s)
+            sample = rng.sample(pool, min(b, len(pool)))
+            fr.append(frac(opt, min(sample)))
+        out[b] = statistics.fmean(fr)
+    return out
+
+
+def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quiet: bool) -> dict:
+    rows = []
+    for kernel in kernels:
+        files = sorted((data_dir / kernel).glob("*.json.gz"))
+        files = [f for f in files if "_T4" not in f.name]
+        datas = {f.name.split(".")[0]: ReplayData(f) for f in files}
+        for held, hd in datas.items():
+            t0 = time.perf_counter()
+            opt_cfg, opt = hd.optimum()
+            work = Path(tempfile.mkdtemp(prefix="bench_transfer_"))
+            try:
+                db = TuningDB.open(work / "warm")
+                for dev, d in datas.items():
+                    if dev != held:
+                        db.commit(list(d.results.values()))
+                backend = KernelTunerReplayBackend(hd)
+                warm = Tuner(db, hd.target, hd.workload, hd.space, backend,
+                             TuneOptions(budget=max(BUDGETS), seed=0, patience=10_000)).run()
+                cold = Tuner(TuningDB.open(work / "cold"), hd.target, hd.workload, hd.space, backend,
+                             TuneOptions(budget=max(BUDGETS), seed=0, cold=True, patience=10_000)).run()
+                matches = [m for m in db.nearest(hd.target, hd.workload, k=1) if m.best]
+                nearest_cost = None
+                nearest_dev = None
+                if matches:
+                    nearest_dev = matches[0].target_name
+                    r = backend.measure(hd.target, hd.workload, matches[0].best[0].config)
+                    nearest_cost = r.cost if r.status == "ok" else None
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            ok_costs = hd.costs_ok()
+            n_total = hd.space.size()
+            rnd = random_curve(ok_costs, n_total, BUDGETS, random_seeds, opt)
+            good = sum(1 for c in ok_costs if opt / c >= 0.95)
+            rnd95 = (n_total + 1) / (good + 1)
+            w95 = warm.evaluations_to_reach(opt / 0.95)
+            for b in BUDGETS:
+                rows.append({"kernel": kernel, "device": held, "budget": b,
+                             "warm": frac(opt, best_within(warm.history, b)),
+                             "cold": frac(opt, best_within(cold.history, b)),
+                             "random": rnd[b], "nearest_only": frac(opt, nearest_cost),
+                             "nearest_device": nearest_dev,
+                             "warm_measurements_to_95": w95,
+                             "random_measurements_to_95": rnd95})
+            _log(f"{kernel:>18} {held:>7}: warm@20 {frac(opt, best_within(warm.history, 20)):.3f} "
+                 f"cold@20 {frac(opt, best_within(cold.history, 20)):.3f} random@20 {rnd[20]:.3f} "
+                 f"nearest {frac(opt, nearest_cost):.3f} ({nearest_dev}) warm->95% {w95} "
+                 f"random->95% {rnd95:.0f}  [{time.perf_counter() - t0:.1f}s]", quiet)
+    at20 = [r for r in rows if r["budget"] == 20]
+    w20 = [r["warm"] for r in at20]
+    ratios = [r["random_measurements_to_95"] / r["warm_measurements_to_95"] if r["warm_measurements_to_95"]
+              else r["random_measurements_to_95"] / (max(BUDGETS) + 1) for r in at20]
+    summary = {
+        "median_at_20": statistics.median(w20), "worst_at_20": min(w20),
+        "cold_median_at_20": statistics.median(r["cold"] for r in at20),
+        "random_median_at_20": statistics.median(r["random"] for r in at20),
+        "nearest_only_median": statistics.median(r["nearest_only"] for r in at20),
+        "median_random_over_warm_measurements_to_95": statistics.median(ratios),
+        "worst_random_over_warm_measurements_to_95": min(ratios),
+        "warm_never_reached_95": sum(1 for r in at20 if r["warm_measurements_to_95"] is None),
+    }
+    return {"devices": rows, "summary": summary}
+
+
+# --------------------------------------------------------------------------------- local
+SOURCE_WORKLOADS = [
+    {"family": "matmul", "M": 128, "N": 128, "K": 128},
+    {"family": "matmul", "M": 192, "N": 192, "K": 192},
+    {"family": "matmul", "M": 256, "N": 128, "K": 256},
+]
+NEW_WORKLOADS = [
+    {"family": "matmul", "M": 160, "N": 160, "K": 160},
+    {"family": "matmul", "M": 224, "N": 192, "K": 128},
+    {"family": "matmul", "M": 256, "N": 256, "K": 256},
+]
+
+
+def _second_family_workloads() -> tuple[list, list]:
+    from transfer.kernels import families
+
+    fams = families()
+    fam = "softmax" if "softmax" in fams else next(f for f in fams if f not in ("matmul",))
+    if fam == "softmax":
+        src = [{"family": "softmax", "rows": 256, "cols": 512}, {"family": "softmax", "rows": 512, "cols": 1024}]
+        new = [{"family": "softmax", "rows": 384, "cols": 768}, {"family": "softmax", "rows": 1024, "cols": 512}]
+    else:  # pragma: no cover
+        raise SystemExit(f"no second family to benchmark among {fams}")
+    return src, new
+
+
+def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: str) -> dict:
+    from index.localcpu import preset
+    from transfer.tuning import local_job
+
+    src2, new2 = _second_family_workloads()
+    work = Path(tempfile.mkdtemp(prefix="bench_transfer_local_"))
+    rows = []
+    try:
+        db = TuningDB.open(work / "db")
+        src_t = preset(source_preset)
+        for w in SOURCE_WORKLOADS + src2:
+            job = local_job(src_t, w)
+            t0 = time.perf_counter()
+            r = Tuner(db, job.target, job.workload, job.space, job.backend,
+                      TuneOptions(budget=4 * budget, seed=0, cold=True, patience=10_000), defaults=job.defaults).run()
+            _log(f"source {source_preset} {w}: best {r.best_cost:.3g}s [{time.perf_counter() - t0:.0f}s]", quiet)
+        new_t = preset(new_preset)
+        for w in NEW_WORKLOADS + new2:
+            job = local_job(new_t, w)
+            t0 = time.perf_counter()
+            ref = Tuner(TuningDB.open(work / f"cold-{len(rows)}"), job.target, job.workload, job.space, job.backend,
+                        TuneOptions(budget=4 * budget, seed=1, cold=True, patience=10_000),
+                        defaults=job.defaults).run()
+            warm = Tuner(db, job.target, job.workload, job.space, job.backend,
+                         TuneOptions(budget=budget, seed=1, patience=10_000), defaults=job.defaults).run()
+            target_cost = ref.best_cost / 0.95
+            # the reference's first `budget` evaluations are exactly a cold run at that budget (same seed)
+            cold_hist = [h for h in ref.history if h[0] <= budget]
+            c95 = next((i for i, b in cold_hist if b is not None and b <= target_cost), None)
+            w95 = warm.evaluations_to_reach(target_cost)
+            rows.append({"workload": job.workload, "warm_measurements_to_95": w95, "cold_measurements_to_95": c95,
+                         "warm_best": warm.best_cost, "cold_best": best_within(ref.history, budget),
+                         "reference_best_4x": ref.best_cost, "budget": budget})
+            _log(f"new {new_preset} {w}: warm->95% {w95} cold->95% {c95} warm {warm.best_cost:.3g}s "
+                 f"cold {best_within(ref.history, budget):.3g}s ref {ref.best_cost:.3g}s "
+                 f"[{time.perf_counter() - t0:.0f}s]", quiet)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def ratio(r: dict) -> float:
+        w = r["warm_measurements_to_95"] or (budget + 1)
+        c = r["cold_measurements_to_95"] or (budget + 1)
+        return w / c
+    return {"workloads": rows, "median_warm_over_cold": statistics.median(ratio(r) for r in rows),
+            "note": "a search that never reached 95% within the budget counts as budget+1"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with the Kernel Tuner data sets")
+    ap.add_argument("--kernels", default="convolution_milo,dedispersion_milo")
+    ap.add_argument("--random-seeds", type=int, default=50)
+    ap.add_argument("--local", action="store_true", help="real C kernels on this CPU instead of replay")
+    ap.add_argument("--budget", type=int, default=16, help="(--local) equal budget of warm and cold")
+    ap.add_argument("--source-preset", default="cpu-x86-64-t1")
+    ap.add_argument("--new-preset", default="cpu-native-t1")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    if a.local:
+        res = local_benchmark(a.budget, a.json, a.source_preset, a.new_preset)
+    else:
+        res = replay_benchmark(Path(a.data), a.kernels.split(","), a.random_seeds, a.json)
+    res["seconds"] = time.perf_counter() - t0
+    print(json.dumps(res, sort_keys=True) if a.json else json.dumps(res, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
