@@ -228,7 +228,9 @@ def _infer(text: str, opts: dict | None) -> tuple[str, str, str, dict]:
     """(kind, vendor, family, hints) from the tokens of a device string."""
     low = text.lower()
     compact_words = [re.sub(r"[^a-z0-9]", "", w) for w in re.split(r"[\s=,;:/]+", low) if w]
-    words = set(compact_words) | set(_tokens(text))
+    toks = _tokens(text)
+    words = set(compact_words) | set(toks) | {x + y for x, y in zip(toks, toks[1:])}
+    compact_words += [x + y for x, y in zip(toks, toks[1:])]
     kind = vendor = family = ""
     hints: dict = {}
     if opts:

@@ -29,6 +29,8 @@ in-memory index still answers.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import threading
@@ -45,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import features
+from . import catalog, features
 from .catalog import catalog_hash
 from .fsutil import atomic_write_bytes, file_lock
 
@@ -352,9 +354,22 @@ def _write_file(path: Path, writer) -> dict:
     return {"file": path.name, "crc": crc, "bytes": size}
 
 
+@functools.lru_cache(maxsize=1)
+def _code_hash() -> str:
+    """Hash of the feature code (features.py, catalog.py): an edited formula without a
+    FEATURE_VERSION bump still invalidates stored vectors."""
+    h = hashlib.blake2b(digest_size=8)
+    for mod in (features, catalog):
+        try:
+            h.update(Path(mod.__file__).read_bytes())
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
 def _expected_meta(dim: int) -> dict:
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "feature_version": features.FEATURE_VERSION,
-            "catalog": catalog_hash(), "dim": dim}
+            "catalog": catalog_hash(), "features_code": _code_hash(), "dim": dim}
 
 
 MAX_PARTS = 16  # embedding part files before they are rewritten as one

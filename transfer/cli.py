@@ -18,7 +18,8 @@ COMMAND_MODULES = (
     "kernels",    # measure space
     "tune",       # tune warm-start predict
     "migrate",    # migrate
-    "demo",       # demo report
+    "demo",       # demo
+    "report",     # report
 )
 
 DEFAULT_DB = "./tunedb-data"

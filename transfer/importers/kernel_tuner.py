@@ -13,7 +13,8 @@ Mapping (one entry -> one Record on the file's device, source ``imported:kernel-
   (``MI250X.json.gz`` -> ``MI250X``); target = ``{"kind": "gpu", "name": device}`` plus catalog fields;
 * workload = ``{family: kernel_name, kernel: kernel_name, problem_size, params: tune_params_keys}``
   (kernel_name missing, as in T4 files -> the name of the file's folder);
-* config = the entry's parameter values (from the entry, else decoded from the cache key);
+* config = the entry's parameter values (from the entry, else decoded from the cache key; when
+  the file names no parameters at all they are called ``param_0``, ``param_1``, ...);
 * error strings: InvalidConfig -> invalid, CompilationFailedConfig -> compile_error,
   RuntimeFailedConfig -> runtime_error (any other string -> runtime_error);
 * costs = ``times`` (ms -> s) when present, else ``time``; compile_s = compile_time / 1000;
@@ -58,6 +59,8 @@ ERROR_STATUS = {
     "RuntimeFailedConfig": "runtime_error",
 }
 STATUS_ERROR = {"invalid": "InvalidConfig", "compile_error": "CompilationFailedConfig"}
+_RESULT_KEYS = {"time", "times", "compile_time", "verification_time", "benchmark_time", "strategy_time",
+                "framework_time", "timestamp", "GFLOP/s", "GB/s"}
 FAILED_TIME_MS = 1e20  # some Kernel Tuner versions wrote huge numbers for failures
 T4_INVALIDITY = {"correct": "ok", "compile": "compile_error", "runtime": "runtime_error",
                  "constraints": "invalid", "invalid": "invalid", "correctness": "wrong_result"}
@@ -118,14 +121,17 @@ def _param_keys(doc: Mapping[str, Any]) -> list[str] | None:
     if isinstance(tp, dict) and tp:
         return list(tp)
     cache = doc.get("cache")
-    if isinstance(cache, dict):
+    if isinstance(cache, dict) and cache:
+        # Kernel Tuner writes an entry's parameters first, in tune_params_keys order
         for key, e in cache.items():
             if isinstance(e, dict) and isinstance(key, str):
                 n = len(key.split(","))
                 ks = list(e)[:n]
-                if len(ks) == n and all(k not in ("time", "times") for k in ks):
+                if len(ks) == n and all(k not in _RESULT_KEYS for k in ks):
                     return ks
-                break
+        first = next(iter(cache))
+        if isinstance(first, str):  # nothing names them: positional names
+            return [f"param_{i}" for i in range(len(first.split(",")))]
     return None
 
 
@@ -238,10 +244,8 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
                 raise ValueError("parameter names unknown (no tune_params_keys/tune_params)")
             if isinstance(entry, dict) and all(k in entry for k in keys):
                 config = {k: entry[k] for k in keys}
-                rest = {k: v for k, v in entry.items() if k not in key_set}
             else:
                 config = _decode_key(key, keys, tune_params)
-                rest = {k: v for k, v in entry.items() if k not in key_set} if isinstance(entry, dict) else entry
             costs, status, error = entry_result(entry)
             compile_s = None
             ts = None
@@ -250,8 +254,10 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
                 if _is_num(ct) and math.isfinite(ct) and ct >= 0:
                     compile_s = ct * 1e-3
                 ts = to_utc(entry.get("timestamp"))
-            meta = {"kernel_tuner": {"key": key, "entry": fast_normalise(rest, "meta")}}
-            basis = wp.key + "\0" + key + "\0" + json.dumps(entry, sort_keys=True)
+            norm = fast_normalise(entry, "meta") if isinstance(entry, dict) else entry
+            rest = {k: v for k, v in norm.items() if k not in key_set} if isinstance(norm, dict) else norm
+            meta = {"kernel_tuner": {"key": key, "entry": rest}}
+            basis = wp.key + "\0" + key + "\0" + json.dumps(norm, sort_keys=True)
             rid = stable_record_id(FORMAT, tp.key, None, seen, text=basis)
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,
                               timestamp=ts, source=SOURCE, record_id=rid, meta=meta, meta_normalised=True)
