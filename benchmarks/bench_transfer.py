@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import shutil
 import statistics
 import sys
@@ -38,10 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from index import TuningDB  # noqa: E402
-from transfer.replay import KernelTunerReplayBackend, ReplayData  # noqa: E402
+from transfer.evaluation import BUDGETS, best_within, frac, leave_one_out, load_devices, random_curve  # noqa: E402,F401
 from transfer.search import TuneOptions, Tuner  # noqa: E402
 
-BUDGETS = (5, 10, 20, 50)
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
 
 
@@ -50,80 +47,24 @@ def _log(msg: str, quiet: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def best_within(history: list, budget: int) -> float | None:
-    best = None
-    for i, b in history:
-        if i > budget:
-            break
-        best = b
-    return best
-
-
-def frac(opt: float, found: float | None) -> float:
-    return 0.0 if found is None or not math.isfinite(found) else opt / found
-
-
-def random_curve(costs: list[float], n_total: int, budgets, seeds: int, opt: float) -> dict:
-    """Mean fraction of optimum at each budget over ``seeds`` random orders (failed configs count)."""
-    out = {}
-    pool = costs + [math.inf] * (n_total - len(costs))
-    for b in budgets:
-        fr = []
-        for s in range(seeds):
-            rng = random.Random(s)
-            sample = rng.sample(pool, min(b, len(pool)))
-            fr.append(frac(opt, min(sample)))
-        out[b] = statistics.fmean(fr)
-    return out
-
-
 def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quiet: bool) -> dict:
     rows = []
     for kernel in kernels:
-        files = sorted((data_dir / kernel).glob("*.json.gz"))
-        files = [f for f in files if "_T4" not in f.name]
-        datas = {f.name.split(".")[0]: ReplayData(f) for f in files}
-        for held, hd in datas.items():
+        datas = load_devices(data_dir / kernel)
+        for held in datas:
             t0 = time.perf_counter()
-            opt_cfg, opt = hd.optimum()
-            work = Path(tempfile.mkdtemp(prefix="bench_transfer_"))
-            try:
-                db = TuningDB.open(work / "warm")
-                for dev, d in datas.items():
-                    if dev != held:
-                        db.commit(list(d.results.values()))
-                backend = KernelTunerReplayBackend(hd)
-                warm = Tuner(db, hd.target, hd.workload, hd.space, backend,
-                             TuneOptions(budget=max(BUDGETS), seed=0, patience=10_000)).run()
-                cold = Tuner(TuningDB.open(work / "cold"), hd.target, hd.workload, hd.space, backend,
-                             TuneOptions(budget=max(BUDGETS), seed=0, cold=True, patience=10_000)).run()
-                matches = [m for m in db.nearest(hd.target, hd.workload, k=1) if m.best]
-                nearest_cost = None
-                nearest_dev = None
-                if matches:
-                    nearest_dev = matches[0].target_name
-                    r = backend.measure(hd.target, hd.workload, matches[0].best[0].config)
-                    nearest_cost = r.cost if r.status == "ok" else None
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-            ok_costs = hd.costs_ok()
-            n_total = hd.space.size()
-            rnd = random_curve(ok_costs, n_total, BUDGETS, random_seeds, opt)
-            good = sum(1 for c in ok_costs if opt / c >= 0.95)
-            rnd95 = (n_total + 1) / (good + 1)
-            w95 = warm.evaluations_to_reach(opt / 0.95)
+            h = leave_one_out(datas, held, BUDGETS, random_seeds)
             for b in BUDGETS:
                 rows.append({"kernel": kernel, "device": held, "budget": b,
-                             "warm": frac(opt, best_within(warm.history, b)),
-                             "cold": frac(opt, best_within(cold.history, b)),
-                             "random": rnd[b], "nearest_only": frac(opt, nearest_cost),
-                             "nearest_device": nearest_dev,
-                             "warm_measurements_to_95": w95,
-                             "random_measurements_to_95": rnd95})
-            _log(f"{kernel:>18} {held:>7}: warm@20 {frac(opt, best_within(warm.history, 20)):.3f} "
-                 f"cold@20 {frac(opt, best_within(cold.history, 20)):.3f} random@20 {rnd[20]:.3f} "
-                 f"nearest {frac(opt, nearest_cost):.3f} ({nearest_dev}) warm->95% {w95} "
-                 f"random->95% {rnd95:.0f}  [{time.perf_counter() - t0:.1f}s]", quiet)
+                             "warm": h.fraction("warm", b), "cold": h.fraction("cold", b),
+                             "random": h.random[b], "nearest_only": h.fraction("nearest_only", b),
+                             "nearest_device": h.nearest_device,
+                             "warm_measurements_to_95": h.warm_to_95,
+                             "random_measurements_to_95": h.random_to_95})
+            _log(f"{kernel:>18} {held:>7}: warm@20 {h.fraction('warm', 20):.3f} "
+                 f"cold@20 {h.fraction('cold', 20):.3f} random@20 {h.random[20]:.3f} "
+                 f"nearest {h.fraction('nearest_only', 20):.3f} ({h.nearest_device}) warm->95% {h.warm_to_95} "
+                 f"random->95% {h.random_to_95:.0f}  [{time.perf_counter() - t0:.1f}s]", quiet)
     at20 = [r for r in rows if r["budget"] == 20]
     w20 = [r["warm"] for r in at20]
     ratios = [r["random_measurements_to_95"] / r["warm_measurements_to_95"] if r["warm_measurements_to_95"]
@@ -159,8 +100,8 @@ def _second_family_workloads() -> tuple[list, list]:
     fams = families()
     fam = "softmax" if "softmax" in fams else next(f for f in fams if f not in ("matmul",))
     if fam == "softmax":
-        src = [{"family": "softmax", "rows": 256, "cols": 512}, {"family": "softmax", "rows": 512, "cols": 1024}]
-        new = [{"family": "softmax", "rows": 384, "cols": 768}, {"family": "softmax", "rows": 1024, "cols": 512}]
+        src = [{"family": "softmax", "M": 256, "N": 512}, {"family": "softmax", "M": 512, "N": 1024}]
+        new = [{"family": "softmax", "M": 384, "N": 768}, {"family": "softmax", "M": 1024, "N": 512}]
     else:  # pragma: no cover
         raise SystemExit(f"no second family to benchmark among {fams}")
     return src, new

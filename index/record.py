@@ -72,6 +72,7 @@ class Record:
     target_json: str = field(default="", repr=False, compare=False)
     workload_json: str = field(default="", repr=False, compare=False)
     config_json: str = field(default="", repr=False, compare=False)
+    meta_json: str = field(default="", repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rid = self.record_id or uuid.uuid4().hex
@@ -107,6 +108,7 @@ class Record:
         if not isinstance(self.meta, Mapping):
             raise ValueError(f"record {rid}: field 'meta' must be a JSON object")
         s(self, "meta", normalise(dict(self.meta), "meta"))
+        s(self, "meta_json", canonical_json(self.meta) if self.meta else "{}")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -176,7 +178,7 @@ class Record:
             "timestamp": self.timestamp,
             "source": self.source,
             "session": self.session,
-            "meta": canonical_json(self.meta),
+            "meta": self.meta_json,
             "lookup_key": self.lookup_key,
             "entry_key": self.entry_key,
             "tunedb_version": TUNEDB_VERSION,
@@ -208,7 +210,7 @@ class Record:
     @classmethod
     def _trusted(cls, *, target: dict, workload: dict, config: dict, target_key: str, workload_key: str,
                  config_key: str, target_json: str, workload_json: str, config_json: str,
-                 **fields: Any) -> "Record":
+                 meta_json: str | None = None, **fields: Any) -> "Record":
         """Build a Record from the store's own files without re-canonicalising (fast path)."""
         r = object.__new__(cls)
         s = object.__setattr__
@@ -223,6 +225,7 @@ class Record:
         s(r, "target_json", target_json)
         s(r, "workload_json", workload_json)
         s(r, "config_json", config_json)
+        s(r, "meta_json", meta_json if meta_json is not None else (canonical_json(r.meta) if r.meta else "{}"))
         return r
 
     @classmethod

@@ -378,7 +378,7 @@ class TuningDB:
             .cast(pa.timestamp("us", tz="UTC")),
             "source": [r.source for r in recs],
             "session": [r.session or self.session for r in recs],
-            "meta": [canonical_json(r.meta) if r.meta else "{}" for r in recs],
+            "meta": [r.meta_json or "{}" for r in recs],
             "lookup_key": [hash64(r.target_key, r.workload_key, r.config_key) for r in recs],
             "entry_key": [hash64(r.target_key, r.workload_key) for r in recs],
             "tunedb_version": pa.array([TUNEDB_VERSION] * n),
@@ -691,7 +691,7 @@ class TuningDB:
         v["session"] = v["session"] or ""
         return Record._trusted(target=self._json(tj), workload=self._json(wj), config=json.loads(cfg),
                                target_json=tj, workload_json=wj, config_json=cfg,
-                               meta=json.loads(meta) if meta and meta != "{}" else {}, **v)
+                               meta=json.loads(meta) if meta and meta != "{}" else {}, meta_json=meta or "{}", **v)
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None.

@@ -58,7 +58,7 @@ FLAT_MAX = 50_000          # auto: exact flat index up to this many entries, HNS
 HNSW_M = 32                # HNSW graph degree
 EF_CONSTRUCTION = 80       # HNSW build beam
 EF_SEARCH = 64             # HNSW search beam (raised to k when k is larger)
-EXACT_SUBSET = 20_000      # filtered queries whose candidate subset is this small are answered exactly
+EXACT_SUBSET = 4_096       # filtered queries whose candidate subset is this small are answered exactly
 DELTA_MIN = 10_000         # delta rows searched exactly before they are merged into the main index
 DELTA_FRACTION = 0.05
 SUBDIR = "vectors"
@@ -125,6 +125,7 @@ class VectorIndex:
         self.tk_codes = np.zeros(0, dtype=np.int32)
         self.pos: dict[tuple[str, str], int] = {}
         self._fam_rows: dict[int, np.ndarray] = {}
+        self._fam_masks: dict[int, np.ndarray] = {}
         self._main_view: np.ndarray | None = None
         self._lock = threading.RLock()
 
@@ -162,6 +163,7 @@ class VectorIndex:
         for i, key in enumerate(zip(tks, wks)):
             self.pos[key] = base + i
         self._fam_rows.clear()
+        self._fam_masks.clear()
 
     @property
     def ntotal(self) -> int:
@@ -171,6 +173,8 @@ class VectorIndex:
         """Append rows (searchable at once, exactly, as delta rows).  Returns True when the delta
         was merged into the main FAISS index (the index file then needs rewriting)."""
         x = _as_matrix(vectors, self.dim)
+        if not (len(x) == len(target_keys) == len(workload_keys) == len(families)):
+            raise ValueError(f"{len(x)} vectors but {len(target_keys)}/{len(workload_keys)}/{len(families)} keys")
         with self._lock:
             self._delta = np.concatenate([self._delta, x]) if len(self._delta) else x.copy()
             self._append_meta(target_keys, workload_keys, families)
@@ -264,8 +268,10 @@ class VectorIndex:
         """Rows and inner products of the ``k`` best rows for query ``q`` (descending).
 
         ``family``: only rows of that workload family; ``exclude_target``: no rows of that
-        target_key; ``skip_rows``: row numbers never returned.  Exact for a flat index and for
-        filtered queries whose candidate subset has at most ``EXACT_SUBSET`` rows."""
+        target_key; ``skip_rows``: row numbers never returned.  Filters run inside FAISS (an
+        ``IDSelectorBitmap``); exact for a flat index and for a family of at most
+        ``EXACT_SUBSET`` rows (numpy over those rows); an HNSW walk that finds fewer than ``k``
+        allowed rows falls back to exact search."""
         q = _as_matrix(q, self.dim)
         n = self.ntotal
         if k <= 0 or n == 0:
@@ -293,32 +299,60 @@ class VectorIndex:
             subset = self._family_rows(fam_code) if fam_code is not None else None
             if subset is not None and len(subset) <= EXACT_SUBSET:
                 return self._exact(q, k, subset, ok)
-            if self.kind == "flat" and filtered:
-                return self._exact(q, k, subset, ok)
-            return self._approx(q, k, ok, filtered, subset)
+            if not filtered:
+                rows, s = self._faiss(q, k)
+            else:
+                rows, s = self._faiss_filtered(q, k, fam_code, ex_code, skip, subset)
+                if len(rows) < k and self.kind == "hnsw":
+                    # the graph walk found too few rows passing the filters: answer exactly
+                    main_rows = subset[subset < self.n_main] if subset is not None else np.arange(self.n_main)
+                    rows, s = self._exact(q, k, main_rows, ok)
+            if len(self._delta):
+                r2, s2 = self._exact(q, k, np.arange(self.n_main, self.ntotal), ok)
+                rows, s = np.concatenate([rows, r2]), np.concatenate([s, s2])
+            order = np.argsort(-s, kind="stable")[:k]
+            return rows[order], s[order]
 
-    def _approx(self, q: np.ndarray, k: int, ok, filtered: bool, subset) -> tuple[np.ndarray, np.ndarray]:
-        """FAISS search of the main index (over-fetching while filters reject rows) + exact delta."""
-        kk = k if not filtered else max(4 * k, 32)
-        while True:
-            rows, s = self._faiss(q, kk)
-            if filtered:
-                m = ok(rows)
-                rows, s = rows[m], s[m]
-            if len(rows) >= k or kk >= self.n_main:
-                break
-            if kk >= 4096:
-                # the filters reject nearly everything the graph returns: answer exactly
-                main_rows = subset[subset < self.n_main] if subset is not None else np.arange(self.n_main)
-                rows, s = self._exact(q, k, main_rows, ok)
-                break
-            kk = min(self.n_main, kk * 4)
-        if len(self._delta):
-            drows = np.arange(self.n_main, self.ntotal)
-            r2, s2 = self._exact(q, k, drows, ok)
-            rows, s = np.concatenate([rows, r2]), np.concatenate([s, s2])
-        order = np.argsort(-s, kind="stable")[:k]
-        return rows[order], s[order]
+    def _allowed_main(self, fam_code: int | None, ex_code: int | None, skip: np.ndarray | None) -> np.ndarray:
+        """Boolean mask over the main rows of the rows the filters allow."""
+        n = self.n_main
+        if fam_code is not None:
+            m = self._fam_masks.get(fam_code)
+            if m is None or len(m) != n:
+                m = self._fam_masks[fam_code] = self.fam_codes[:n] == fam_code
+            m = m.copy()
+        else:
+            m = np.ones(n, dtype=bool)
+        if ex_code is not None:
+            m &= self.tk_codes[:n] != ex_code
+        if skip is not None:
+            sk = skip[skip < n]
+            m[sk] = False
+        return m
+
+    def _faiss_filtered(self, q: np.ndarray, k: int, fam_code, ex_code, skip, subset) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS search of the main index restricted by an ``IDSelectorBitmap`` (exact for flat;
+        for HNSW the search beam grows as the filter gets more selective)."""
+        if self.n_main == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        mask = self._allowed_main(fam_code, ex_code, skip)
+        allowed = int(np.count_nonzero(mask))
+        if allowed == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        bitmap = np.packbits(mask, bitorder="little")
+        sel = faiss.IDSelectorBitmap(self.n_main, faiss.swig_ptr(bitmap))
+        kk = min(k, allowed)
+        if self.kind == "hnsw":
+            params = faiss.SearchParametersHNSW()
+            sel_frac = allowed / self.n_main
+            params.efSearch = int(min(4096, max(self.ef_search, kk, 2 * kk / sel_frac)))
+        else:
+            params = faiss.SearchParameters()
+        params.sel = sel
+        d, i = self.index.search(q, kk, params=params)
+        del bitmap
+        m = i[0] >= 0
+        return i[0][m].astype(np.int64), d[0][m]
 
 
 # ====================================================================== persistence
@@ -369,7 +403,9 @@ def _code_hash() -> str:
 
 def _expected_meta(dim: int) -> dict:
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "feature_version": features.FEATURE_VERSION,
-            "catalog": catalog_hash(), "features_code": _code_hash(), "dim": dim}
+            "catalog": catalog_hash(), "features_code": _code_hash(), "dim": dim,
+            # local presets are resolved through this machine's CPUID: another host re-embeds
+            "host_cpuid": catalog.local_cpuid()}
 
 
 MAX_PARTS = 16  # embedding part files before they are rewritten as one

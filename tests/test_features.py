@@ -77,7 +77,7 @@ def test_target_dict_shapes_from_importers_resolve():
 
 
 def test_unknown_device_warns_and_still_embeds():
-    t = {"kind": "gpu", "name": "Frobnicator X1 unique-%d" % os.getpid()}
+    t = {"kind": "gpu", "name": f"Frobnicator X1 unique-{os.getpid()}"}
     with pytest.warns(UserWarning, match="matches no hardware catalog device"):
         v = F.hardware_vector(t)
     assert v[F.HW_KINDS.index("gpu")] == 1.0 and np.isfinite(v).all()

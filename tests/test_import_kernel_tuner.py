@@ -131,7 +131,7 @@ def test_unterminated_cache_is_closed(tmp_path: Path, conv: dict) -> None:
 
 
 def test_not_a_cache(tmp_path: Path) -> None:
-    for text in ("[1, 2]", "{}", '{"cache": [1]}', "not json"):
+    for text in ("[1, 2]", "{}", '{"cache": [1]}', "not json", '{"problem_size": NaN, "cache": {"1": {"time": 1}}}'):
         p = tmp_path / "bad.json"
         p.write_text(text)
         with pytest.raises(ImportFormatError):

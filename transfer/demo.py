@@ -21,12 +21,12 @@ NEW_PRESET = "cpu-native-t1"
 SOURCE_WORKLOADS = [
     {"family": "matmul", "M": 128, "N": 128, "K": 128},
     {"family": "matmul", "M": 192, "N": 192, "K": 192},
-    {"family": "softmax", "rows": 256, "cols": 512},
+    {"family": "softmax", "M": 256, "N": 512},
 ]
 NEW_WORKLOADS = [
     {"family": "matmul", "M": 160, "N": 160, "K": 160},
     {"family": "matmul", "M": 224, "N": 192, "K": 160},
-    {"family": "softmax", "rows": 384, "cols": 768},
+    {"family": "softmax", "M": 384, "N": 768},
 ]
 
 
@@ -37,29 +37,31 @@ def _evals_to(history: list, cost: float) -> int | None:
     return None
 
 
-def run_demo(db: Any, *, budget: int = 12, seed: int = 0,
+def run_demo(db: Any, *, budget: int = 12, source_budget: int = 16, seed: int = 0,
              progress: Callable[[str, dict], None] | None = None) -> dict:
     """Run the demo on ``db``; returns the numbers the CLI prints (seconds for costs)."""
     from index.localcpu import preset
 
+    from .measure import measure
     from .search import TuneOptions, Tuner
     from .tuning import local_job
 
     t_start = time.perf_counter()
     src_t, new_t = preset(SOURCE_PRESET), preset(NEW_PRESET)
 
-    def run(target: dict, w: dict, cold: bool, label: str):
+    def run(target: dict, w: dict, cold: bool, label: str, n: int = budget, start_default: bool = False):
         job = local_job(target, w)
         cb = (lambda ev: progress(label, ev)) if progress else None
         return Tuner(db, job.target, job.workload, job.space, job.backend,
-                     TuneOptions(budget=budget, seed=seed, cold=cold, patience=10_000),
+                     TuneOptions(budget=n, seed=seed, cold=cold, patience=10_000, start_default=start_default),
                      defaults=job.defaults, progress=cb).run()
 
     def one_pass(tag: str) -> tuple[list, list, dict]:
         src_rows, new_rows = [], []
         evals = meas = hits = 0
         for w in SOURCE_WORKLOADS:
-            r = run(src_t, w, True, f"{tag} cold {SOURCE_PRESET} {w['family']}")
+            r = run(src_t, w, True, f"{tag} cold {SOURCE_PRESET} {w['family']}", source_budget,
+                    start_default=True)
             src_rows.append({"workload": r.workload, "best": r.best_cost, "best_config": r.best_config,
                              "measurements": r.measurements, "cache_hits": r.cache_hits})
             evals += r.evaluations
@@ -68,12 +70,18 @@ def run_demo(db: Any, *, budget: int = 12, seed: int = 0,
         for w in NEW_WORKLOADS:
             warm = run(new_t, w, False, f"{tag} warm {NEW_PRESET} {w['family']}")
             cold = run(new_t, w, True, f"{tag} cold {NEW_PRESET} {w['family']}")
+            job = local_job(new_t, w)
+            default_rec, default_cached = measure(job.target, job.workload, job.defaults, db=db, backend=job.backend)
+            meas += 0 if default_cached else 1
+            hits += 1 if default_cached else 0
+            evals += 1
             bests = [c for c in (warm.best_cost, cold.best_cost) if c is not None]
             goal = min(bests) / 0.95 if bests else None
             w95 = _evals_to(warm.history, goal) if goal else None
             c95 = _evals_to(cold.history, goal) if goal else None
             new_rows.append({
                 "workload": warm.workload, "warm_best": warm.best_cost, "cold_best": cold.best_cost,
+                "default_cost": default_rec.cost if default_rec.status == "ok" else None,
                 "warm_measurements": warm.measurements + warm.cache_hits,
                 "cold_measurements": cold.measurements + cold.cache_hits,
                 "warm_evaluations_to_95": w95, "cold_evaluations_to_95": c95,
@@ -91,7 +99,7 @@ def run_demo(db: Any, *, budget: int = 12, seed: int = 0,
     _, _, second = one_pass("2/2")
     second["hit_rate"] = second["cache_hits"] / second["evaluations"] if second["evaluations"] else 0.0
     return {
-        "db": str(db.path), "budget": budget, "source_preset": SOURCE_PRESET, "new_preset": NEW_PRESET,
+        "db": str(db.path), "budget": budget, "source_budget": source_budget, "source_preset": SOURCE_PRESET, "new_preset": NEW_PRESET,
         "source": src_rows, "new": new_rows, "first_run": first, "second_run": second,
         "summary": {
             "warm_beats_or_ties_cold": sum(1 for r in new_rows if (r["warm_best"] or 1e9) <= (r["cold_best"] or 1e9)),

@@ -47,6 +47,7 @@ class TuneOptions:
     seed: int = 0
     cold: bool = False
     use_exact: bool = False
+    start_default: bool | None = None  # start from the family default when no seeds (None: warm yes, cold no)
     use_model: bool = True
     retrain_every: int = 8        # refit the model after this many new evaluations of this entry
     refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
@@ -155,6 +156,12 @@ class Tuner:
 
         self.backend.measure_many(self.target, self.workload, todo, on_record=on_record)
 
+    def preload(self, records: Any) -> None:
+        """Count already known records of this (target, workload) as evaluations (no measuring,
+        no cache-hit count); they take part in the budget and in the best-so-far."""
+        for r in records:
+            self._record(r.config, r, cached=True)
+
     def _record(self, cfg: Mapping[str, Any], rec: Any, cached: bool) -> None:
         s = _sig(cfg)
         if s in self.evaluated:
@@ -176,6 +183,27 @@ class Tuner:
         if self.db is None:
             return []
         return [r.config for r in self.db.best(self.target, self.workload, k=3)]
+
+    def previous_configs(self) -> list[dict]:
+        """Configs this (target, workload) already has in the DB, oldest first (resume)."""
+        if self.db is None:
+            return []
+        try:
+            t = self.db.records(self.target, self.workload)
+        except (ValueError, TypeError):
+            return []
+        if t.num_rows == 0:
+            return []
+        import json
+
+        order = np.argsort(np.asarray(t.column("timestamp").cast("int64").to_numpy()), kind="stable")
+        cfgs = t.column("config").to_pylist()
+        out, seen = [], set()
+        for i in order.tolist():
+            if cfgs[i] not in seen:
+                seen.add(cfgs[i])
+                out.append(json.loads(cfgs[i]))
+        return out
 
     def seed_configs(self) -> list[dict]:
         """Adapted best configs of the nearest entries, best first."""
@@ -286,15 +314,21 @@ class Tuner:
         try:
             if self.opt.use_exact:
                 self.evaluate(self.exact_configs())
+            if not self.opt.cold:
+                # resume: what this entry already holds is answered first, from the DB
+                self.evaluate([c for c in self.previous_configs() if self.space.is_valid(c)])
             seeds = [] if self.opt.cold else self.seed_configs()
             if not self.opt.cold:
                 self._fit_model(force=True)
             first = seeds[: self.opt.n_seeds]
             if not first:
+                # no history to seed from: a warm run starts from the family's default config,
+                # a cold run (the comparison baseline) from random configs only
                 default = None
-                if self.defaults and self.space.is_valid(self.defaults):
+                use_default = (not self.opt.cold) if self.opt.start_default is None else self.opt.start_default
+                if use_default and self.defaults and self.space.is_valid(self.defaults):
                     default = dict(self.defaults)
-                first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(2)]
+                first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
             self.evaluate(first)
             pending = seeds[self.opt.n_seeds:]
             stale_rounds = 0

@@ -42,7 +42,7 @@ def run_demo_cmd(args) -> int:
     finally:
         if state["bar"] is not None:
             state["bar"].close()
-    rows = [[_short(r["workload"]), fmt_seconds(r["cold_best"]), fmt_seconds(r["warm_best"]),
+    rows = [[_short(r["workload"]), fmt_seconds(r["default_cost"]), fmt_seconds(r["cold_best"]), fmt_seconds(r["warm_best"]),
              r["cold_evaluations_to_95"] or f">{res['budget']}", r["warm_evaluations_to_95"] or f">{res['budget']}",
              r["fewer_measurements"], ", ".join(r["seeded_from"][:2]) or "-"] for r in res["new"]]
     src = [[_short(r["workload"]), fmt_seconds(r["best"]), r["measurements"], r["cache_hits"]] for r in res["source"]]
@@ -50,12 +50,14 @@ def run_demo_cmd(args) -> int:
     human = "\n".join([
         f"database: {res['db']}",
         "",
-        f"1) cold tuning on {res['source_preset']} (budget {res['budget']} each):",
+        f"1) cold tuning on {res['source_preset']} (no history; starts from the family's default config; "
+        f"budget {res['source_budget']} each):",
         table_text(["workload", "best", "measured", "cache hits"], src),
         "",
         f"2) new workloads on {res['new_preset']}: warm start vs cold search, same budget "
-        f"({res['budget']}); 'to 95%' = measurements until within 5% of the best either found",
-        table_text(["workload", "cold best", "warm best", "cold to 95%", "warm to 95%", "fewer", "seeded from"], rows),
+        f"({res['budget']}); cold = random start, no history; 'default' = the family's default config measured "
+        "once;\n   'to 95%' = measurements until within 5% of the best either found",
+        table_text(["workload", "default", "cold best", "warm best", "cold to 95%", "warm to 95%", "fewer", "seeded from"], rows),
         "",
         f"3) second run of everything: {s2['cache_hits']}/{s2['evaluations']} answered from the database "
         f"(hit rate {s2['hit_rate']:.0%}), {s2['measurements']} new measurements",

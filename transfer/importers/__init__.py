@@ -158,8 +158,8 @@ def open_text(path: Path) -> Any:
         with open(path, "rb") as f:
             magic = f.read(2)
         if magic == b"\x1f\x8b":
-            return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-        return open(path, encoding="utf-8", errors="strict")
+            return gzip.open(path, "rt", encoding="utf-8-sig", errors="strict")
+        return open(path, encoding="utf-8-sig", errors="strict")
     except OSError as e:
         raise ImportFormatError(f"cannot read {path}: {e.strerror or e}") from None
 
@@ -293,7 +293,7 @@ class Prepared:
 _RECORD_FIELDS = {f.name for f in dataclasses.fields(Record)}
 _FAST_FIELDS = {"target", "workload", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
                 "source", "session", "meta", "record_id", "target_name", "target_key", "workload_key",
-                "config_key", "target_json", "workload_json", "config_json"}
+                "config_key", "target_json", "workload_json", "config_json", "meta_json"}
 FAST_PATH = _RECORD_FIELDS == _FAST_FIELDS  # fall back to the constructor if Record changes shape
 
 
@@ -337,6 +337,7 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
              meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id, target_name=target_name or target.name,
              target_key=target.key, workload_key=workload.key, config_key=key_of_text(cj),
              target_json=target.text, workload_json=workload.text, config_json=cj)
+    d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
     r.validate()
     return r
 
@@ -411,6 +412,24 @@ def resolve_device_fields(name: str, kind: str | None = None) -> dict:
     return dict(res) if isinstance(res, Mapping) else {}
 
 
+def merge_device_fields(target: dict, fields: Mapping[str, Any]) -> dict:
+    """Add catalog fields to ``target`` without overwriting parsed ones.  The catalog's canonical
+    ``device`` name is stored as ``device_name`` (``device`` is a TVM target option, -device=)."""
+    for k, v in fields.items():
+        target.setdefault("device_name" if k == "device" else k, v)
+    return target
+
+
+def kind_hint(target: Mapping[str, Any]) -> str | None:
+    """``gpu``/``cpu`` of a TVM-style target from its keys or kind (the catalog's kind filter)."""
+    keys = target.get("keys") if isinstance(target.get("keys"), list) else []
+    if "gpu" in keys or target.get("kind") in ("cuda", "rocm", "opencl", "vulkan", "metal", "nvptx", "gpu"):
+        return "gpu"
+    if "cpu" in keys or target.get("kind") in ("llvm", "c", "cpu"):
+        return "cpu"
+    return None
+
+
 def _call_with_kind(fn: Callable, name: str, kind: str) -> Any:
     try:
         return fn(name, kind=kind)
@@ -419,4 +438,4 @@ def _call_with_kind(fn: Callable, name: str, kind: str) -> Any:
 
 
 __all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "ExportFormatError", "collect",
-           "get_format", "make_record", "stable_record_id", "Prepared"]
+           "get_format", "make_record", "merge_device_fields", "stable_record_id", "Prepared"]

@@ -38,7 +38,9 @@ from . import (
     ImportIssue,
     Prepared,
     iter_json_lines,
+    kind_hint,
     make_record,
+    merge_device_fields,
     resolve_device_fields,
     stable_record_id,
     to_utc,
@@ -131,8 +133,7 @@ def resolve_target(text: str, device: str | None = None) -> dict:
         t["model"] = device
     name = t.get("model") or t.get("mcpu")
     if isinstance(name, str) and name:
-        for k, v in resolve_device_fields(name, t["kind"]).items():
-            t.setdefault(k, v)
+        merge_device_fields(t, resolve_device_fields(name, kind_hint(t)))
     return t
 
 
@@ -310,7 +311,7 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, wall_s=wall,
                               timestamp=ts, source=SOURCE, record_id=rid,
                               meta={"autotvm": value, "origin": {"file": path.name, "line": no}})
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
             yield ImportIssue(where(path, no), str(e) or type(e).__name__)
             continue
         yield rec

@@ -10,7 +10,8 @@ T4 results layout (``{"schema_version", "metadata": {"timeunit"}, "results": [..
 Mapping (one entry -> one Record on the file's device, source ``imported:kernel-tuner``):
 
 * device: ``--device`` when given, else ``device_name``, else the file name stem
-  (``MI250X.json.gz`` -> ``MI250X``); target = ``{"kind": "gpu", "name": device}`` plus catalog fields;
+  (``MI250X.json.gz`` -> ``MI250X``); target = ``{"kind": "gpu", "name": device}`` plus catalog
+  fields (``device_name`` = the catalog's canonical name, ``vendor``, ``arch``);
 * workload = ``{family: kernel_name, kernel: kernel_name, problem_size, params: tune_params_keys}``
   (kernel_name missing, as in T4 files -> the name of the file's folder);
 * config = the entry's parameter values (from the entry, else decoded from the cache key; when
@@ -44,6 +45,7 @@ from . import (
     Prepared,
     fast_normalise,
     make_record,
+    merge_device_fields,
     read_text,
     resolve_device_fields,
     stable_record_id,
@@ -195,9 +197,7 @@ def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str
 
 def _target(device: str) -> Prepared:
     t: dict[str, Any] = {"kind": "gpu", "name": device}
-    for k, v in resolve_device_fields(device, "gpu").items():
-        if k != "name":
-            t.setdefault(k, v)
+    merge_device_fields(t, resolve_device_fields(device, "gpu"))
     return Prepared.of(t, "target")
 
 
@@ -212,6 +212,14 @@ def _workload(doc: Mapping[str, Any], path: Path, keys: list[str] | None) -> Pre
     if keys is not None:
         w["params"] = keys
     return Prepared.of(w, "workload")
+
+
+def _header(doc: Mapping[str, Any], path: Path, device: str | None, keys: list[str] | None
+            ) -> tuple[Prepared, Prepared]:
+    try:
+        return _target(device_of(doc, path, device)), _workload(doc, path, keys)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise ImportFormatError(f"{path}: unusable cache header: {e}") from None
 
 
 def device_of(doc: Mapping[str, Any], path: Path, device: str | None = None) -> str:
@@ -234,8 +242,7 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
         return
     keys = _param_keys(doc)
     tune_params = doc.get("tune_params") if isinstance(doc.get("tune_params"), dict) else None
-    tp = _target(device_of(doc, path, device))
-    wp = _workload(doc, path, keys)
+    tp, wp = _header(doc, path, device, keys)
     seen: Counter = Counter()
     key_set = set(keys or ())
     for i, (key, entry) in enumerate(doc["cache"].items(), 1):
@@ -261,7 +268,7 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
             rid = stable_record_id(FORMAT, tp.key, None, seen, text=basis)
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,
                               timestamp=ts, source=SOURCE, record_id=rid, meta=meta, meta_normalised=True)
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
             yield ImportIssue(where(path, f"entry {i} ({key})"), str(e) or type(e).__name__)
             continue
         yield rec
@@ -279,8 +286,7 @@ def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None) -> Iterato
         if isinstance(r, dict) and isinstance(r.get("configuration"), dict):
             keys = list(r["configuration"])
             break
-    tp = _target(device_of(doc, path, device))
-    wp = _workload(doc, path, keys)
+    tp, wp = _header(doc, path, device, keys)
     seen: Counter = Counter()
     for i, r in enumerate(results, 1):
         try:
@@ -309,7 +315,7 @@ def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None) -> Iterato
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,
                               timestamp=to_utc(r.get("timestamp")), source=SOURCE, record_id=rid,
                               meta={"kernel_tuner": {"key": key, "t4": r}})
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
             yield ImportIssue(where(path, f"result {i}"), str(e) or type(e).__name__)
             continue
         yield rec
@@ -336,7 +342,7 @@ def space_from_cache(cache: Mapping[str, Any], only_cached: bool = True) -> Spac
         raise ValueError("the cache names no parameters (no tune_params_keys/tune_params)")
     tune_params = cache.get("tune_params") if isinstance(cache.get("tune_params"), dict) else {}
     valid: set[str] = set()
-    seen_vals: dict[str, set] = {k: set() for k in keys}
+    seen_vals: dict[str, set] = {k: set() for k in keys}  # JSON texts of the values met
     for key, e in entries.items():
         try:
             cfg = {k: e[k] for k in keys} if isinstance(e, dict) and all(k in e for k in keys) \
@@ -344,7 +350,7 @@ def space_from_cache(cache: Mapping[str, Any], only_cached: bool = True) -> Spac
         except ValueError:
             continue
         for k in keys:
-            seen_vals[k].add(cfg[k])
+            seen_vals[k].add(json.dumps(cfg[k], sort_keys=True))
         bad = e == "InvalidConfig" or (isinstance(e, dict) and e.get("time") == "InvalidConfig")
         if not bad:
             valid.add(cache_key(cfg, keys))
@@ -352,7 +358,7 @@ def space_from_cache(cache: Mapping[str, Any], only_cached: bool = True) -> Spac
     for k in keys:
         vals = tune_params.get(k)
         if not isinstance(vals, list) or not vals:
-            vals = sorted(seen_vals[k], key=lambda v: (str(type(v)), v))
+            vals = sorted((json.loads(v) for v in seen_vals[k]), key=_value_order)
         knobs.append(Knob(k, tuple(vals)))
     constraints: tuple = ()
     if only_cached:
@@ -372,6 +378,13 @@ _SLUG_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def _slug(s: str) -> str:
     return _SLUG_RE.sub("_", s).strip("_") or "x"
+
+
+def _value_order(v: Any) -> tuple:
+    """Sort key: numbers numerically, then everything else by its JSON text."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, v, "")
+    return (1, 0, json.dumps(v, sort_keys=True))
 
 
 def _entry_of(rec: Record, keys: list[str]) -> Any:
@@ -408,8 +421,7 @@ def cache_of(records: list[Record]) -> dict:
         kt = rec.meta.get("kernel_tuner") if isinstance(rec.meta.get("kernel_tuner"), dict) else {}
         key = kt.get("key") if isinstance(kt.get("key"), str) else cache_key(rec.config, keys)
         cache[key] = _entry_of(rec, keys)
-    tune_params = {k: sorted((json.loads(v) for v in vs), key=lambda v: (str(type(v)), v))
-                   for k, vs in values.items()}
+    tune_params = {k: sorted((json.loads(v) for v in vs), key=_value_order) for k, vs in values.items()}
     doc: dict[str, Any] = {"device_name": first.target.get("name") or first.target_name,
                            "kernel_name": w.get("kernel") or w["family"]}
     if "problem_size" in w:

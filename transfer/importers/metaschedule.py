@@ -39,7 +39,9 @@ from . import (
     Prepared,
     check_costs,
     iter_json_lines,
+    kind_hint,
     make_record,
+    merge_device_fields,
     resolve_device_fields,
     stable_record_id,
     where,
@@ -75,8 +77,7 @@ def target_of(value: Any) -> dict:
         raise ValueError("target must be a JSON object")
     name = t.get("model") or t.get("mcpu") or t.get("arch")
     if isinstance(name, str) and name:
-        for k, v in resolve_device_fields(name, t["kind"]).items():
-            t.setdefault(k, v)
+        merge_device_fields(t, resolve_device_fields(name, kind_hint(t)))
     return t
 
 
@@ -196,7 +197,7 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
                               record_id=rid,
                               meta={"metaschedule": {"record": inner, "workload": [shash, mod_b64]},
                                     "origin": {"file": rfile.name, "line": no}})
-        except (ValueError, TypeError, KeyError, IndexError) as e:
+        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
             yield ImportIssue(where(rfile, no), str(e) or type(e).__name__)
             continue
         yield rec

@@ -1,0 +1,244 @@
+"""Migration between devices: local presets (real gcc builds) and replay devices (Kernel Tuner files)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from index import TuningDB
+from index.keys import canonical_json, key_of
+from index.localcpu import preset
+from tests.conftest import run_cli
+from tests.migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, WORKLOADS, build_source_db, copy_db
+from transfer.adapt import adapt_config
+from transfer.kernels import family_of
+from transfer.migrate import migrate
+
+
+@pytest.fixture(scope="module")
+def source_db(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("migrate-src")
+    with pytest.MonkeyPatch.context() as mp:
+        if "TUNEDB_CACHE_DIR" not in os.environ:
+            mp.setenv("TUNEDB_CACHE_DIR", str(base / "cache"))
+        return build_source_db(base / "db")
+
+
+@pytest.fixture
+def db(source_db, tmp_path):
+    return TuningDB.open(copy_db(source_db, tmp_path / "db"))
+
+
+def _dst_records(db, workload=None):
+    return list(db.iter_records(preset(DST), workload))
+
+
+def test_migrate_local_presets_then_rerun_is_resumable(db):
+    rep = migrate(db, SRC, DST, top_k=2, measure_options=FAST)
+    assert (rep.src, rep.dst, rep.executor, rep.interrupted) == (SRC, DST, "local", False)
+    assert [r["status"] for r in rep.rows] == ["ok", "ok"]
+    assert {r["workload"]["family"] for r in rep.rows} == {"matmul", "softmax"}
+    for row in rep.rows:
+        w = row["workload"]
+        fam = family_of(w)
+        space, default = fam.space(w), fam.default_config(w)
+        src_best = db.best(preset(SRC), w, k=2)
+        adapted = [adapt_config(r.config, space, default) for r in src_best]
+        expected = {key_of(c) for c in adapted} | {key_of(default)}
+        recs = _dst_records(db, w)
+        assert {key_of(r.config) for r in recs} == expected          # SRC's top-2 adapted + DST's default
+        assert row["measurements"] == row["candidates"] == len(expected)
+        assert row["cache_hits"] == 0
+        assert all(r.source == f"migrated:{SRC}" for r in recs)
+        assert all(r.session == f"migrate:{SRC}->{DST}" for r in recs)
+        roles = sorted(r.meta["migration"] for r in recs)
+        assert roles.count("src_top") == len({key_of(c) for c in adapted})
+        # the summary agrees with the records themselves
+        ok = [r for r in recs if r.status == "ok"]
+        best = min(ok, key=lambda r: r.cost)
+        assert row["dst_best"]["cost"] == pytest.approx(best.cost)
+        assert row["dst_best"]["config"] == best.config
+        cost_of = {key_of(r.config): r.cost for r in ok}
+        assert row["default"]["cost"] == pytest.approx(cost_of[key_of(default)])
+        assert row["speedup_over_default"] == pytest.approx(cost_of[key_of(default)] / best.cost)
+        assert row["speedup_over_default"] >= 1.0
+        assert row["src_best_on_dst"]["config"] == adapted[0]
+        assert row["speedup_over_src_best"] == pytest.approx(cost_of[key_of(adapted[0])] / best.cost)
+        assert row["src_best_stayed_best"] == (key_of(best.config) == key_of(adapted[0]))
+    t = rep.totals
+    n = sum(r["measurements"] for r in rep.rows)
+    assert (t["workloads"], t["migrated"], t["skipped"], t["measurements"], t["cache_hits"]) == (2, 2, 0, n, 0)
+    assert t["src_best_stayed_best"] == sum(r["src_best_stayed_best"] for r in rep.rows)
+    geo = math.exp(sum(math.log(r["speedup_over_default"]) for r in rep.rows) / 2)
+    assert t["geomean_speedup_over_default"] == pytest.approx(geo)
+
+    # rerun: nothing new is measured, every candidate is a cache hit, same answer
+    before = len(_dst_records(db))
+    again = migrate(TuningDB.open(db.path), SRC, DST, top_k=2, measure_options=FAST)
+    assert again.totals["measurements"] == 0
+    assert again.totals["cache_hits"] == n
+    assert len(_dst_records(TuningDB.open(db.path))) == before
+    assert [r["dst_best"] for r in again.rows] == [r["dst_best"] for r in rep.rows]
+
+
+def test_migrate_search_budget_is_resumable(db):
+    rep = migrate(db, SRC, DST, top_k=1, budget=2, measure_options=FAST)
+    for row in rep.rows:
+        assert row["search"]["measurements"] == 2
+        recs = _dst_records(db, row["workload"])
+        searched = [r for r in recs if not r.source.startswith("migrated:")]
+        assert len(searched) == 2 and all(r.source == "measured" for r in searched)
+        assert all(r.session == f"migrate:{SRC}->{DST}" for r in searched)
+        assert row["dst_best"]["cost"] == pytest.approx(min(r.cost for r in recs if r.status == "ok"))
+    assert rep.totals["search_measurements"] == 4
+    # same budget again: the search is done already
+    again = migrate(db, SRC, DST, top_k=1, budget=2, measure_options=FAST)
+    assert again.totals["measurements"] == 0 and again.totals["search_measurements"] == 0
+    # a larger budget spends only the difference
+    more = migrate(db, SRC, DST, top_k=1, budget=3, measure_options=FAST)
+    assert more.totals["search_measurements"] == 2
+    assert [r["search"]["remaining"] for r in more.rows] == [1, 1]
+
+
+def test_migrate_listed_workloads_and_unknown_one(db):
+    listed = [WORKLOADS[0], {"family": "matmul", "M": 16, "N": 16, "K": 16}]
+    rep = migrate(db, SRC, DST, workloads=listed, top_k=1, measure_options=FAST)
+    assert [r["status"] for r in rep.rows] == ["ok", "skipped"]
+    assert rep.rows[1]["reason"] == "no ok records on the source"
+    assert (rep.totals["migrated"], rep.totals["skipped"]) == (1, 1)
+    assert {r.workload["family"] for r in _dst_records(db)} == {"matmul"}
+
+
+def test_interrupt_keeps_measurements_and_rerun_finishes(db):
+    seen = []
+
+    def progress(ev):
+        seen.append(ev)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    rep = migrate(db, SRC, DST, top_k=2, measure_options=FAST, progress=progress)
+    assert rep.interrupted and rep.totals["interrupted"]
+    assert rep.rows[0]["status"] == "interrupted"
+    kept = _dst_records(TuningDB.open(db.path))
+    assert len(kept) == 2
+    done = migrate(TuningDB.open(db.path), SRC, DST, top_k=2, measure_options=FAST)
+    assert not done.interrupted and done.totals["cache_hits"] == 2
+    total = sum(r["candidates"] for r in done.rows)
+    assert done.totals["measurements"] + 2 == total
+    assert len(_dst_records(TuningDB.open(db.path))) == total
+
+
+def test_migrate_rejects_bad_arguments(db):
+    with pytest.raises(ValueError, match="same target"):
+        migrate(db, SRC, SRC)
+    with pytest.raises(ValueError, match="no records"):
+        migrate(db, "cpu-x86-64-v2-t1", DST)
+    with pytest.raises(ValueError, match="not a local preset"):
+        migrate(db, SRC, "v100")
+    with pytest.raises(ValueError, match="top_k"):
+        migrate(db, SRC, DST, top_k=0)
+
+
+# ------------------------------------------------------------------------------- replay devices
+needs_data = pytest.mark.skipif(not (CONV_DIR / "A100.json.gz").is_file() or not (CONV_DIR / "A4000.json.gz").is_file(),
+                                reason="../shared/data/kernel_tuner/convolution_milo is absent")
+
+
+@needs_data
+def test_migrate_between_replay_devices(tmp_path):
+    from transfer.importers import collect
+    from transfer.replay import ReplayData
+
+    db = TuningDB.open(tmp_path / "db")
+    recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
+    db.commit(recs)
+    src_name = recs[0].target_name
+    rep = migrate(db, src_name, CONV_DIR / "A4000.json.gz", top_k=3)
+    truth = ReplayData(CONV_DIR / "A4000.json.gz")
+    assert rep.dst == truth.target["name"] == "NVIDIA RTX A4000"
+    (row,) = rep.rows
+    assert row["status"] == "ok" and row["measurements"] == 3 and row["default"] is None
+    dst_recs = list(db.iter_records(truth.target, truth.workload))
+    assert len(dst_recs) == 3
+    assert all(r.source == f"migrated:{src_name}" for r in dst_recs)
+    src_top = db.best(src_name, truth.workload, k=3)
+    assert {key_of(r.config) for r in dst_recs} == {key_of(r.config) for r in src_top}
+    # costs are the file's costs for those configs
+    for r in dst_recs:
+        assert r.costs == truth.results[canonical_json(r.config)].costs
+    file_cost = {key_of(r.config): truth.results[canonical_json(r.config)].cost for r in src_top}
+    best = min(file_cost.values())
+    assert row["dst_best"]["cost"] == pytest.approx(best)
+    assert row["speedup_over_src_best"] == pytest.approx(file_cost[key_of(src_top[0].config)] / best)
+    assert row["speedup_over_default"] is None
+    assert row["src_best_stayed_best"] == (file_cost[key_of(src_top[0].config)] == best)
+    again = migrate(db, src_name, truth, top_k=3)   # a ReplayData works as the destination too
+    assert again.totals["measurements"] == 0 and again.totals["cache_hits"] == 3
+
+
+@needs_data
+def test_cli_migrate_replay_json(tmp_path):
+    from transfer.importers import collect
+
+    db = TuningDB.open(tmp_path / "db")
+    recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
+    db.commit(recs)
+    p = run_cli("migrate", "--db", str(tmp_path / "db"), "--from", recs[0].target_name,
+                "--replay", str(CONV_DIR / "A4000.json.gz"), "--top-k", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) >= {"rows", "totals"}
+    assert out["totals"]["measurements"] == 2 and out["rows"][0]["dst_best"]["cost"] > 0
+    assert p.stderr.strip() == ""
+
+
+# ------------------------------------------------------------------------------------- CLI
+def test_cli_migrate_local_json_then_table(db):
+    path = str(db.path)
+    p = run_cli("migrate", "--db", path, "--from", SRC, "--to", DST, "--top-k", "1",
+                "--workloads", str(_write(db.path.parent / "w.txt", "matmul:M=32,N=32,K=32\n")), "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert len(out["rows"]) == 1 and out["rows"][0]["status"] == "ok"
+    assert out["totals"]["measurements"] == 2  # SRC's best + DST's default
+    p = run_cli("migrate", "--db", path, "--from", SRC, "--to", DST, "--top-k", "1",
+                "--workloads", str(db.path.parent / "w.txt"))
+    assert p.returncode == 0, p.stderr
+    assert "0 new measurements, 2 cache hits" in p.stdout and "vs default" in p.stdout
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--from", "no-such-target", "--to", DST], "unknown target 'no-such-target'"),
+    (["--from", SRC, "--replay", "/nonexistent/file.json.gz"], "replay file /nonexistent/file.json.gz does not exist"),
+    (["--from", SRC, "--to", SRC], "same target"),
+    (["--from", SRC, "--to", DST, "--top-k", "0"], "--top-k must be >= 1"),
+])
+def test_cli_migrate_user_errors(db, args, message):
+    p = run_cli("migrate", "--db", str(db.path), *args)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tunedb: error:") and message in lines[0], p.stderr
+
+
+def test_cli_executor_ray_without_ray_is_one_line(db):
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from transfer.cli import main\n"
+            f"raise SystemExit(main(['migrate', '--db', {str(db.path)!r}, '--from', {SRC!r}, '--to', {DST!r}, "
+            "'--executor', 'ray']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "needs Ray" in lines[0] and "pip install" in lines[0], p.stderr
+    assert _dst_records(TuningDB.open(db.path)) == []  # nothing was measured
