@@ -26,3 +26,12 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict
         e.update(env)
     return subprocess.run([sys.executable, "-m", "transfer.cli", *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, timeout=timeout, env=e)
+
+
+def kernel_tuner_file(device: str, kernel: str = "convolution_milo") -> Path:
+    """A Kernel Tuner cache file shipped in datasets/ (or, failing that, in ../shared/data)."""
+    for base in (ROOT / "datasets" / "kernel_tuner", SHARED_DATA / "kernel_tuner"):
+        p = base / kernel / f"{device}.json.gz"
+        if p.is_file():
+            return p
+    pytest.skip(f"Kernel Tuner data for {kernel}/{device} not found")

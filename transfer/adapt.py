@@ -76,7 +76,7 @@ def _repair(space: Space, cfg: dict, max_states: int = 2000) -> dict | None:
         cur = q.popleft()
         for k in space.knobs:
             i = k.index(cur[k.name])
-            for j in (i - 1, i + 1, 0):
+            for j in (i - 1, i + 1):
                 if 0 <= j < len(k.values) and j != i:
                     cand = dict(cur)
                     cand[k.name] = k.values[j]

@@ -209,13 +209,9 @@ class Tuner:
         """Adapted best configs of the nearest entries, best first."""
         if self.db is None or self.opt.cold:
             return []
-        try:
-            matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
-                                      same_family=True, min_similarity=self.opt.min_similarity,
-                                      n_best=self.opt.top_per_neighbor)
-        except TypeError:
-            matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
-                                      same_family=True, min_similarity=self.opt.min_similarity)
+        matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
+                                  same_family=True, min_similarity=self.opt.min_similarity,
+                                  best_n=self.opt.top_per_neighbor)
         from index.keys import key_of
 
         tkey, wkey = key_of(self.target), key_of(self.workload)

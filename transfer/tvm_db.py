@@ -95,7 +95,8 @@ from index.store import TuningDB
 
 from .importers.metaschedule import FAILED_RUN_S, config_of, target_of, workload_of
 
-__all__ = ["TunedbDatabase", "TVM_INSTALL_HINT", "strip_postproc", "tvm_available"]
+__all__ = ["TunedbDatabase", "TVM_INSTALL_HINT", "build_without_tensor_intrin", "local_builder", "strip_postproc",
+           "tvm_available"]
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,30 @@ def _run_secs_status(run_secs: Any) -> tuple[list[float], str, str]:
     return costs, "ok", ""
 
 
+def build_without_tensor_intrin(mod: Any, target: Any, _params: Any = None) -> Any:
+    """A ``LocalBuilder`` build function: MetaSchedule's ``default_build`` without its
+    ``import tvm.s_tir.tensor_intrin``.
+
+    In apache-tvm 0.27 that import parses every tensor intrinsic's TVMScript and costs about 25 CPU
+    seconds; ``LocalBuilder`` starts fresh worker processes for every batch, so each batch pays it
+    again (and its default 30 s timeout fails every build on a busy 2-core machine).  Intrinsics
+    are only needed while *scheduling* (tensorize, in the tuning process); a scheduled module builds
+    without the registry.  Runs in the builder's worker process; returns the built runtime module."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def local_builder(max_workers: int | None = None, timeout_sec: float = 120.0) -> Any:
+    """A MetaSchedule ``LocalBuilder`` using :func:`build_without_tensor_intrin` (``timeout_sec``:
+    seconds per build; ``max_workers``: worker processes, default one per CPU)."""
+    from tvm.s_tir.meta_schedule.builder import LocalBuilder
+
+    return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=build_without_tensor_intrin)
+
+
 def _build_class() -> type:
     """Create the ``@derived_object`` PyDatabase subclass (imports TVM)."""
     import tvm
@@ -159,9 +184,21 @@ def _build_class() -> type:
             return tvm.target.Target(target)
         raise TypeError(f"target must be a tvm Target, a JSON dict or a string, not {type(target).__name__}")
 
+    def plain(obj: Any) -> Any:
+        """TVM containers (Array, Map, IntImm, FloatImm, String) -> plain JSON data."""
+        if obj is None or isinstance(obj, (bool, int, float)):
+            return obj
+        if isinstance(obj, str):
+            return str(obj)
+        if isinstance(obj, (list, tuple)):
+            return [plain(x) for x in obj]
+        if isinstance(obj, dict):
+            return {str(k): plain(v) for k, v in obj.items()}
+        return plain(_json_de_tvm(obj))
+
     def target_json(target: tvm.target.Target) -> dict:
         """The TVM target's JSON export as plain Python data."""
-        return _json_de_tvm(target.export())
+        return plain(target.export())
 
     class TunedbDatabase(PyDatabase):
         """MetaSchedule database stored in tunedb (see :mod:`transfer.tvm_db` for the contract).
@@ -225,8 +262,7 @@ def _build_class() -> type:
                 shash, b64 = (str(x) for x in Workload(mod).as_json())
             info = self._wl_info.get(shash)
             if info is None:
-                args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
-                args = _json_de_tvm(args) if not isinstance(args, list) else [_json_de_tvm(a) for a in args]
+                args = plain([a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)])
                 info = self._wl_info[shash] = (workload_of(shash, args), b64)
             return shash, info[0], info[1]
 
@@ -266,7 +302,7 @@ def _build_class() -> type:
         def commit_tuning_record(self, record: TuningRecord) -> None:
             """Store one MetaSchedule record as a tunedb Record (durable on return)."""
             with self._lock:
-                inner = record.as_json()  # [trace, run_secs, target, args_info], plain data
+                inner = plain(record.as_json())  # [trace, run_secs, target, args_info]
                 shash, wl, b64 = self._workload_of_object(record.workload)
                 if inner[2] is None:
                     if self._tvm_target is None:
@@ -350,7 +386,7 @@ def _build_class() -> type:
                         sch = Schedule(mod, error_render_level="none")
                         Trace.apply_json_to_schedule(pre, sch)
                         trace = sch.trace
-                        key = json.dumps(_json_de_tvm(trace.as_json(remove_postproc=True)), sort_keys=True)
+                        key = json.dumps(plain(trace.as_json(remove_postproc=True)), sort_keys=True)
                     except Exception:  # the trace does not fit this workload: skip it
                         continue
                     if key in seen:
