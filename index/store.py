@@ -595,18 +595,20 @@ class TuningDB:
             return hit[2]
         return None
 
-    def _remember_key(self, obj: Any, key: str) -> str:
+    def _remember_key(self, obj: Any, text: str) -> str:
         import copy
 
         if len(self._key_cache) > 4096:
             self._key_cache.clear()
-        self._key_cache[id(obj)] = (obj, copy.deepcopy(obj), key)
+        key = key_of_text(text)
+        self._key_cache[id(obj)] = (obj, json.loads(text), key, text)
+        del copy
         return key
 
     def _target_key(self, target: Any) -> str:
         if type(target) is dict:
             k = self._cached_key(target)
-            return k if k is not None else self._remember_key(target, key_of_text(canonical_json(target)))
+            return k if k is not None else self._remember_key(target, canonical_json(target))
         if isinstance(target, Record):
             return target.target_key
         if isinstance(target, str):
@@ -625,7 +627,7 @@ class TuningDB:
     def _workload_key(self, workload: Any) -> str:
         if type(workload) is dict:
             k = self._cached_key(workload)
-            return k if k is not None else self._remember_key(workload, key_of_text(canonical_json(workload)))
+            return k if k is not None else self._remember_key(workload, canonical_json(workload))
         if isinstance(workload, Record):
             return workload.workload_key
         if isinstance(workload, str) and re.fullmatch(r"[0-9a-f]{32}", workload):
@@ -670,8 +672,13 @@ class TuningDB:
                 self._json_cache[text] = d
         return d
 
-    def _materialise(self, i: int) -> Record:
-        """Record of row ``i`` of the in-memory arrays (read from its file's table)."""
+    _LOOKUP_COLUMNS = ("record_id", "costs", "status", "error", "compile_s", "wall_s", "source", "session", "meta")
+
+    def _materialise(self, i: int, known: tuple | None = None) -> Record:
+        """Record of row ``i`` of the in-memory arrays (read from its file's table).
+
+        ``known`` = (target, workload, config, their canonical JSON texts and keys) when the
+        caller already holds them (a lookup hit): those columns are then not read back."""
         a = self._a
         fidx, row = int(a["file"][i]), int(a["row"][i])
         for attempt in range(3):
@@ -682,15 +689,21 @@ class TuningDB:
                 if attempt == 2:
                     raise
                 self.refresh()
-        v = {c: t[c][row].as_py() for c in self._ROW_COLUMNS}
-        cfg = v.pop("config")
-        tj, wj = v.pop("target"), v.pop("workload")
+        v = {c: t[c][row].as_py() for c in self._LOOKUP_COLUMNS}
+        v["timestamp"] = _dt.datetime.fromtimestamp(int(a["timestamp"][i]) / 1e6, _dt.timezone.utc)
+        v["target_name"] = self._target_meta.get(self._chunks[self._file_list[fidx]].target_key, ("",))[0] or \
+            t["target_name"][row].as_py()
+        if known is None:
+            tj, wj, cj = (t[c][row].as_py() for c in ("target", "workload", "config"))
+            known = (self._json(tj), self._json(wj), json.loads(cj), tj, wj, cj,
+                     t["target_key"][row].as_py(), t["workload_key"][row].as_py(), t["config_key"][row].as_py())
+        tdict, wdict, cdict, tj, wj, cj, tk, wk, ck = known
         meta = v.pop("meta")
         v["costs"] = tuple(v["costs"] or ())
         v["error"] = v["error"] or ""
         v["session"] = v["session"] or ""
-        return Record._trusted(target=self._json(tj), workload=self._json(wj), config=json.loads(cfg),
-                               target_json=tj, workload_json=wj, config_json=cfg,
+        return Record._trusted(target=tdict, workload=wdict, config=cdict, target_json=tj, workload_json=wj,
+                               config_json=cj, target_key=tk, workload_key=wk, config_key=ck,
                                meta=json.loads(meta) if meta and meta != "{}" else {}, meta_json=meta or "{}", **v)
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
@@ -701,7 +714,11 @@ class TuningDB:
         invalidated target committed before its invalidation never answer."""
         tkey = self._target_key(target)
         wkey = self._workload_key(workload)
-        ckey = key_of_text(canonical_json(config)) if not isinstance(config, str) else config
+        if isinstance(config, str):
+            cj, ckey = None, config
+        else:
+            cj = canonical_json(config)
+            ckey = key_of_text(cj)
         lk = hash64(tkey, wkey, ckey)
         with self._lock:
             self.lookups += 1
@@ -719,7 +736,12 @@ class TuningDB:
                 i = int(self._by_lookup[j])
                 if live[i]:
                     self.hits += 1
-                    return self._materialise(i)
+                    known = None
+                    if cj is not None and type(target) is dict and type(workload) is dict:
+                        tc, wc = self._key_cache.get(id(target)), self._key_cache.get(id(workload))
+                        if tc is not None and wc is not None:
+                            known = (tc[1], wc[1], json.loads(cj), tc[3], wc[3], cj, tkey, wkey, ckey)
+                    return self._materialise(i, known)
             return None
 
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:

@@ -86,16 +86,19 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from index.keys import key_of
 from index.record import Record
 from index.store import TuningDB
 
 from .importers.metaschedule import FAILED_RUN_S, config_of, target_of, workload_of
 
-__all__ = ["TunedbDatabase", "TVM_INSTALL_HINT", "build_without_tensor_intrin", "local_builder", "strip_postproc",
+__all__ = ["TunedbDatabase",  # noqa: F822 (built lazily by __getattr__)
+           "TVM_INSTALL_HINT", "build_without_tensor_intrin", "local_builder", "strip_postproc",
            "tvm_available"]
 
 log = logging.getLogger(__name__)
@@ -129,6 +132,23 @@ def strip_postproc(trace_json: Any) -> list:
             end = i
             break
     return [insts[:end], [d for d in decisions if isinstance(d, list) and d and isinstance(d[0], int) and d[0] < end]]
+
+
+def normalise_target_json(tjson: Mapping[str, Any], default_triple: str | None) -> dict:
+    """A TVM target's JSON export with the ``mtriple`` that TVM fills in by itself removed.
+
+    TVM's LLVM-based targets get ``mtriple`` = the LLVM host triple of the TVM build
+    (``x86_64-conda-linux-gnu`` for the apache-tvm 0.27.0.post1 wheel) when none is given, so the
+    same target exports differently on differently built TVMs; an ``mtriple`` equal to
+    ``default_triple`` is dropped (also in a nested ``host``), any other one is kept.  Pure JSON."""
+    out: dict = {}
+    for k, v in tjson.items():
+        if k == "mtriple" and default_triple and v == default_triple:
+            continue
+        if k == "host" and isinstance(v, Mapping):
+            v = normalise_target_json(v, default_triple)
+        out[str(k)] = v
+    return out
 
 
 def _run_secs_status(run_secs: Any) -> tuple[list[float], str, str]:
@@ -196,9 +216,18 @@ def _build_class() -> type:
             return {str(k): plain(v) for k, v in obj.items()}
         return plain(_json_de_tvm(obj))
 
+    try:
+        default_triple: str | None = str(tvm.target.codegen.llvm_get_system_triple())
+    except Exception:  # a TVM built without LLVM
+        default_triple = None
+
     def target_json(target: tvm.target.Target) -> dict:
-        """The TVM target's JSON export as plain Python data."""
+        """The TVM target's JSON export as plain Python data (verbatim)."""
         return plain(target.export())
+
+    def tunedb_target(tjson: Mapping[str, Any]) -> dict:
+        """tunedb target dict of a TVM target JSON (what records are stored and matched under)."""
+        return target_of(normalise_target_json(tjson, default_triple))
 
     class TunedbDatabase(PyDatabase):
         """MetaSchedule database stored in tunedb (see :mod:`transfer.tvm_db` for the contract).
@@ -247,12 +276,12 @@ def _build_class() -> type:
             t = to_tvm_target(target)
             with self._lock:
                 self._tvm_target = t
-                self._target = target_of(target_json(t))
+                self._target = tunedb_target(target_json(t))
                 return self._target
 
         def target_dict(self, target: Any) -> dict:
             """tunedb target dict of a Target / JSON dict / string (as records are committed)."""
-            return target_of(target_json(to_tvm_target(target)))
+            return tunedb_target(target_json(to_tvm_target(target)))
 
         # ---------------------------------------------------------------- workloads
         def _workload_info(self, mod: tvm.IRModule, shash: str | None = None,
@@ -278,7 +307,7 @@ def _build_class() -> type:
                 shash, wl, _ = self._workload_info(mod)
                 if shash in self._workloads:
                     return True
-                return Record(target={"kind": "x"}, workload=wl, config={}).workload_key in self._known_workload_keys()
+                return key_of(wl) in self._known_workload_keys()
 
         def commit_workload(self, mod: tvm.IRModule) -> Workload:
             """The ``Workload`` of ``mod`` (one object per structural hash and handle; nothing is
@@ -308,7 +337,7 @@ def _build_class() -> type:
                     if self._tvm_target is None:
                         raise ValueError("TuningRecord has no target and the database has no current target")
                     inner[2] = target_json(self._tvm_target)
-                tdict = target_of(inner[2])
+                tdict = tunedb_target(inner[2])
                 if self._target is None:
                     self.set_target(inner[2])
                 costs, status, error = _run_secs_status(inner[1])
@@ -365,8 +394,11 @@ def _build_class() -> type:
             assert target is not None and self._tvm_target is not None
             self.last_warm_start = []
             try:
-                matches = self.db.nearest(target, wl, self.warm_start_neighbours, same_family=True,
-                                          min_similarity=self.min_similarity, best_n=self.warm_start_per_neighbour)
+                with warnings.catch_warnings():  # "target matches no catalog device": expected for TVM targets
+                    warnings.simplefilter("ignore", UserWarning)
+                    matches = self.db.nearest(target, wl, self.warm_start_neighbours, same_family=True,
+                                              min_similarity=self.min_similarity,
+                                              best_n=self.warm_start_per_neighbour)
             except (ValueError, TypeError) as e:
                 log.warning("tunedb warm start: nearest query failed: %s", e)
                 return []
