@@ -121,6 +121,10 @@ class Tuner:
         self._entry_evals_at_fit = 0
         self._t0 = time.monotonic()
         self._finite_matrix: np.ndarray | None = None
+        self._base: tuple | None = None
+        self._features = None
+        self._X_base = None
+        self._y_base = None
 
     # --------------------------------------------------------------- evaluate
     def _remaining(self) -> int:
@@ -239,42 +243,68 @@ class Tuner:
 
     # ------------------------------------------------------------------ model
     def _fit_model(self, force: bool = False) -> None:
+        """(Re)fit the cost model.  Warm: the family's DB records (loaded and featurised once per
+        run) plus this entry's evaluations, weighted to count as at least a fifth of the data;
+        the held-out rank correlation is measured at the first fit.  Cold: this run's own
+        evaluations only (from 8 on)."""
         if not self.opt.use_model:
             return
-        own = [(self.configs[s], c) for s, c in self.evaluated.items() if c < math.inf and c > 0]
+        own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
+        if not force and len(own) - self._entry_evals_at_fit < self.opt.retrain_every:
+            return
         if self.opt.cold:
-            if len(own) < 8 or (not force and len(own) - self._entry_evals_at_fit < self.opt.retrain_every):
+            if len(own) < 8:
                 return
-            cfgs, costs = [c for c, _ in own], [v for _, v in own]
-            wls, tgs = [self.workload] * len(cfgs), [self.target] * len(cfgs)
-            weights = None
+            model = default_model(seed=self.opt.seed)
+            try:
+                model.fit([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own),
+                          [v for _, v in own], seed=self.opt.seed, holdout=0)
+            except Exception as e:  # a model failure must never stop tuning
+                self.model_info = {"error": f"{type(e).__name__}: {e}"}
+                return
         else:
             if self.db is None:
                 return
-            if not force and self.model is not None and len(own) - self._entry_evals_at_fit < self.opt.retrain_every:
+            if self._base is None:
+                fam = self.workload.get("family")
+                cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
+                from index.keys import key_of
+
+                mine = key_of(self.target), key_of(self.workload)
+                keep = [i for i, (t, w) in enumerate(zip(tgs, wls)) if (key_of(t), key_of(w)) != mine] \
+                    if len(cfgs) < 50_000 else list(range(len(cfgs)))
+                self._base = ([cfgs[i] for i in keep], [wls[i] for i in keep], [tgs[i] for i in keep],
+                              [costs[i] for i in keep])
+            cfgs, wls, tgs, costs = self._base
+            if len(cfgs) + len(own) < 20:
                 return
-            fam = self.workload.get("family")
-            cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
-            if len(cfgs) < 20:
-                return
-            weights = [1.0] * len(cfgs)
-            # this entry's own measurements count as at least a fifth of the data
-            own_keys = {_sig(c) for c, _ in own}
+            from .costmodel import FeatureSpace
+
+            if self._features is None:
+                self._features = FeatureSpace.from_configs(list(cfgs) + [c for c, _ in own])
+                self._X_base = self._features.matrix(cfgs, wls, tgs)
+                self._y_base = np.log(np.asarray(costs, np.float64))
+            X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
+            X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
+            y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
             boost = max(1.0, 0.2 * len(cfgs) / max(len(own), 1))
-            tgt_name = self.target.get("name")
-            for i, (c, t) in enumerate(zip(cfgs, tgs)):
-                if t.get("name") == tgt_name and _sig(c) in own_keys:
-                    weights[i] = boost
-        model = default_model(seed=self.opt.seed)
-        try:
-            model.fit(cfgs, wls, tgs, costs, sample_weight=weights, seed=self.opt.seed)
-        except Exception as e:  # a model failure must never stop tuning
-            self.model_info = {"error": f"{type(e).__name__}: {e}"}
-            return
+            w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
+            model = default_model(seed=self.opt.seed)
+            model.features_ = self._features
+            try:
+                model.fit_matrix(X, y, sample_weight=w, seed=self.opt.seed,
+                                 holdout=0.2 if self.model is None else 0.0,
+                                 target_names=sorted({str(t.get("name", "")) for t in tgs}))
+            except Exception as e:  # a model failure must never stop tuning
+                self.model_info = {"error": f"{type(e).__name__}: {e}"}
+                return
+            if self.model is not None and "heldout_spearman" in self.model_info:
+                model.heldout_spearman_ = self.model_info["heldout_spearman"]
         self.model = model
         self._entry_evals_at_fit = len(own)
         self.model_info = {"kind": type(model).__name__, "records": model.n_records_,
-                           "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_}
+                           "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
+                           "fits": self.model_info.get("fits", 0) + 1}
 
     def _predict(self, cands: list[dict]) -> np.ndarray | None:
         if self.model is None or not cands:

@@ -1,0 +1,236 @@
+"""TunedbDatabase: a MetaSchedule database stored in tunedb (real TVM, real tuning, real DB dirs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+pytest.importorskip("tvm.s_tir.meta_schedule")
+
+from tvm import te  # noqa: E402
+from tvm.s_tir import meta_schedule as ms  # noqa: E402
+from tvm.s_tir.meta_schedule.database import JSONDatabase  # noqa: E402
+
+from index import TuningDB  # noqa: E402
+from transfer.importers import metaschedule as ms_import  # noqa: E402
+from transfer.tvm_db import (  # noqa: E402
+    TunedbDatabase,
+    local_builder,
+    normalise_target_json,
+    strip_postproc,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+MS_DATA = (ROOT / ".." / "shared" / "data" / "metaschedule").resolve()
+TARGET_A = {"kind": "llvm", "num-cores": 2}  # this machine, generic x86-64 code: portable across CI hosts
+TARGET_B = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}  # never built or run here
+ZNVER4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}  # the shared sample's target
+TRIALS = 16  # <= 32 trials of real tuning in the whole file (16 + 8)
+
+
+def matmul(m: int, n: int, k: int, out: str = "C") -> tvm.IRModule:
+    """C[m, n] = A[m, k] @ B[k, n], float32, as a TIR IRModule with entry ``main``."""
+    a = te.placeholder((m, k), "float32", name="A")
+    b = te.placeholder((k, n), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name=out)
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def strategy() -> ms.search_strategy.EvolutionarySearch:
+    """Evolutionary search small enough for 2 cores (it is the strategy that reads get_top_k)."""
+    return ms.search_strategy.EvolutionarySearch(population_size=64, init_min_unmeasured=8, genetic_num_iters=1)
+
+
+def tune(mod: tvm.IRModule, db, work_dir: Path, trials: int) -> None:
+    ms.tune_tir(mod, tvm.target.Target(TARGET_A), str(work_dir), max_trials_global=trials, num_trials_per_iter=8,
+                builder=local_builder(timeout_sec=300), runner="local", database=db, cost_model="random",
+                strategy=strategy(), seed=0, num_tuning_cores=2)
+
+
+def check_numerics(sch_mod: tvm.IRModule, m: int, n: int, k: int) -> None:
+    """Build ``sch_mod`` for TARGET_A, run it and compare with numpy."""
+    lib = tvm.compile(sch_mod, target=tvm.target.Target(TARGET_A))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    dev = tvm.cpu()
+    ta, tb, tc = tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), tvm.runtime.tensor(np.zeros((m, n), "float32"), dev)
+    lib["main"](ta, tb, tc)
+    np.testing.assert_allclose(tc.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def perfect_tiles(trace_json: list) -> list[list[int]]:
+    """The SamplePerfectTile decisions of a trace JSON, in instruction order."""
+    insts, decisions = trace_json
+    dec = {i: v for i, v in decisions}
+    return [dec[i] for i, inst in enumerate(insts) if inst[0] == "SamplePerfectTile" and i in dec]
+
+
+def decisions_of(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k.startswith("decision_")}
+
+
+def decisions(sch, db, mod: tvm.IRModule) -> dict:
+    """Sampling decisions of a schedule's trace, as the config knobs tunedb stores."""
+    tr = ms.database.TuningRecord(sch.trace, db.commit_workload(mod))
+    return decisions_of(ms_import.config_of(tr.as_json()[0]))
+
+
+# --------------------------------------------------------------------------- no TVM needed
+def test_importing_the_module_does_not_import_tvm():
+    code = "import sys, transfer.tvm_db as m; assert 'tvm' not in sys.modules, 'tvm imported'; print(m.strip_postproc)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_strip_postproc_and_target_normalisation():
+    trace = [[["GetSBlock", [], ["C", "main"], ["b0"]], ["SampleCategorical", [], [[0, 16], [0.5, 0.5]], ["v1"]],
+              ["EnterPostproc", [], [], []], ["SampleCategorical", [], [[1], [1.0]], ["v2"]]], [[1, 0], [3, 0]]]
+    pre = strip_postproc(trace)
+    assert [i[0] for i in pre[0]] == ["GetSBlock", "SampleCategorical"] and pre[1] == [[1, 0]]
+    with pytest.raises(ValueError):
+        strip_postproc({"not": "a trace"})
+    t = {"kind": "llvm", "mtriple": "x86_64-conda-linux-gnu", "host": {"kind": "llvm", "mtriple": "x86_64-conda-linux-gnu"}}
+    assert normalise_target_json(t, "x86_64-conda-linux-gnu") == {"kind": "llvm", "host": {"kind": "llvm"}}
+    cross = {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}
+    assert normalise_target_json(cross, "x86_64-conda-linux-gnu") == cross
+
+
+# ----------------------------------------------------- imported JSONDatabase (no tuning run)
+@pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
+def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
+    recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
+    store = TuningDB.open(tmp_path / "db")
+    store.commit(recs)
+    mod = matmul(128, 128, 128)  # structurally identical to the sample's first workload
+    want = sorted(r.cost for r in recs if r.ok and r.workload.get("M") == 128)
+    assert len(want) >= 3
+
+    db = TunedbDatabase(tmp_path / "db", target=ZNVER4, warm_start=False)
+    assert db.has_workload(mod)
+    assert not db.has_workload(matmul(16, 16, 16))
+    top = db.get_top_k(db.commit_workload(mod), 3)
+    got = [float(np.mean([float(x) for x in r.run_secs])) for r in top]
+    assert got == pytest.approx(want[:3])
+    best = db.query_tuning_record(mod, tvm.target.Target(ZNVER4), "main")
+    assert best is not None and float(np.mean([float(x) for x in best.run_secs])) == pytest.approx(want[0])
+    assert str(best.target.attrs["mcpu"]) == "znver4"
+    sch = ms.tir_integration.compile_tir(db, mod, ZNVER4)
+    assert sch is not None
+    best_rec = min((r for r in recs if r.ok and r.workload.get("M") == 128), key=lambda r: r.cost)
+    assert decisions(sch, db, mod) == decisions_of(best_rec.config)
+    # another target: none of znver4's measurements, through any entry point
+    assert db.query_tuning_record(mod, tvm.target.Target(TARGET_A), "main") is None
+    assert ms.tir_integration.compile_tir(db, mod, TARGET_A) is None
+    db_a = TunedbDatabase(tmp_path / "db", target=TARGET_A, warm_start=False)
+    assert db_a.get_top_k(db_a.commit_workload(mod), 3) == []
+    assert len(db_a) == 0 and len(db) == len(recs)
+    # no target yet: get_top_k never guesses one
+    assert TunedbDatabase(tmp_path / "db", warm_start=False).get_top_k(db.commit_workload(mod), 3) == []
+
+
+# ------------------------------------------------------------------- real tuning runs
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A 64x64x64 matmul tuned for TARGET_A with TRIALS trials into a fresh tunedb directory."""
+    base = tmp_path_factory.mktemp("tvm_db")
+    db = TunedbDatabase(base / "db", target=TARGET_A)
+    tune(matmul(64, 64, 64), db, base / "work", TRIALS)
+    return base
+
+
+@pytest.mark.slow
+def test_tuning_writes_records_to_the_store(tuned):
+    store = TuningDB.open(tuned / "db")
+    t = store.records()
+    assert t.num_rows == TRIALS
+    assert list((tuned / "db" / "records").rglob("*.parquet")), "no Parquet files written"
+    db = TunedbDatabase(tuned / "db", target=TARGET_A)
+    assert set(t.column("target").to_pylist()) == {json.dumps(db.target, sort_keys=True, separators=(",", ":"))}
+    assert db.target["kind"] == "llvm" and db.target["num-cores"] == 2 and "mcpu" not in db.target
+    recs = list(store.iter_records())
+    ok = [r for r in recs if r.ok]
+    assert len(ok) >= TRIALS // 2
+    for r in recs:
+        assert r.source == "measured"
+        assert r.workload["family"] == "matmul" and (r.workload["M"], r.workload["N"], r.workload["K"]) == (64, 64, 64)
+        inner = r.meta["metaschedule"]["record"]
+        assert inner[0][0][0][0] == "GetSBlock"  # the trace, verbatim JSON
+        assert any(k.startswith("decision_") for k in r.config) and "sketch" in r.config
+    for r in ok:
+        assert all(0 < c < 1 for c in r.costs) and r.costs == tuple(float(x) for x in r.meta["metaschedule"]["record"][1])
+    assert len(db) == TRIALS and len(db.get_all_tuning_records()) == TRIALS
+    # records leave as a JSONDatabase that MetaSchedule itself loads
+    ms_import.export(recs, tuned / "exported")
+    jdb = JSONDatabase(work_dir=str(tuned / "exported"), allow_missing=False)
+    assert len(jdb) == TRIALS
+
+
+@pytest.mark.slow
+def test_reopened_db_compiles_the_best_schedule(tuned):
+    mod = matmul(64, 64, 64)
+    db = TunedbDatabase(tuned / "db")  # no current target: compile_tir passes one
+    sch = ms.tir_integration.compile_tir(db, mod, TARGET_A)
+    assert sch is not None
+    store = TuningDB.open(tuned / "db")
+    best = store.best(db.target_dict(TARGET_A), next(store.iter_records()).workload, 1)[0]
+    assert decisions(sch, db, mod) == decisions_of(best.config)
+    check_numerics(sch.mod, 64, 64, 64)
+
+
+@pytest.mark.slow
+def test_records_of_target_a_are_not_returned_for_target_b(tuned):
+    mod = matmul(64, 64, 64)
+    db_a = TunedbDatabase(tuned / "db", target=TARGET_A)
+    top = db_a.get_top_k(db_a.commit_workload(mod), 5)
+    costs = [float(np.mean([float(x) for x in r.run_secs])) for r in top]
+    assert len(top) == 5 and costs == sorted(costs)
+    db_b = TunedbDatabase(tuned / "db", target=TARGET_B, warm_start=False)
+    assert db_b.get_top_k(db_b.commit_workload(mod), 5) == []
+    assert db_b.query_tuning_record(mod, tvm.target.Target(TARGET_B), "main") is None
+    assert db_b.query_tuning_record(mod, tvm.target.Target(TARGET_A), "main") is not None  # the given target rules
+    assert len(db_b) == 0
+    # with warm start on, B may get A's schedules as *unmeasured* seeds, never A's measurements
+    seeds = TunedbDatabase(tuned / "db", target=TARGET_B).get_top_k(db_b.commit_workload(mod), 5)
+    assert seeds and all(r.run_secs is None for r in seeds)
+
+
+@pytest.mark.slow
+def test_unseen_workload_gets_adapted_nearest_traces(tuned):
+    mod = matmul(64, 64, 128)
+    db = TunedbDatabase(tuned / "db", target=TARGET_A)
+    assert not db.has_workload(mod)
+    seeds = db.get_top_k(db.commit_workload(mod), 8)
+    assert seeds, "no warm-start traces"
+    assert all(r.run_secs is None for r in seeds)
+    assert all(s["from_workload"]["K"] == 64 and s["from_target"] for s in db.last_warm_start)
+    assert len(db.last_warm_start) == len(seeds)
+    for r in seeds:
+        trace_json = r.as_json()[0]
+        tiles = perfect_tiles(trace_json)
+        assert [int(np.prod(t)) for t in tiles] == [64, 64, 128]  # i, j, k re-tiled for the new extents
+        assert not any(inst[0] == "EnterPostproc" for inst in trace_json[0])
+    # the first adapted trace is a real schedule of the new workload: build, run, compare
+    sch = tvm.s_tir.Schedule(mod)
+    seeds[0].trace.apply_to_schedule(sch, remove_postproc=False)
+    check_numerics(sch.mod, 64, 64, 128)
+    # a matmul whose block has another name (structural hashing ignores names, so another shape too):
+    # every neighbour trace fails at get_sblock("C") and is skipped -> nothing offered
+    other = matmul(32, 64, 128, out="D")
+    assert db.get_top_k(db.commit_workload(other), 8) == []
+    # MetaSchedule tunes the new workload starting from them and stores its own records
+    import logging
+    print("HANDLERS", [(h, h.get_name()) for h in logging.getLogger("tvm.s_tir.meta_schedule").handlers])
+    tune(mod, db, tuned / "work128", 8)
+    store = TuningDB.open(tuned / "db")
+    new = [r for r in store.iter_records() if r.workload.get("K") == 128]
+    assert len(new) == 8 and any(r.ok for r in new)
+    measured = db.get_top_k(db.commit_workload(mod), 8)
+    assert measured and all(r.run_secs is not None for r in measured)  # measured records replace the seeds
