@@ -98,7 +98,8 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
                   seed: int = 0) -> HeldOut:
     """Hold ``held`` out of ``datas``: warm (DB of the others), cold, random and nearest-only on it.
 
-    The DBs live in a temporary folder removed on return."""
+    The DB holds every record of the other devices.  The nearest device is queried before any search runs, so the DB then holds the other devices
+    only.  The DBs live in a temporary folder removed on return."""
     hd = datas[held]
     _, opt = hd.optimum()
     work = Path(tempfile.mkdtemp(prefix="tunedb_lodo_"))
@@ -108,17 +109,18 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
             if dev != held:
                 db.commit(list(d.results.values()))
         backend = KernelTunerReplayBackend(hd)
-        warm = Tuner(db, hd.target, hd.workload, hd.space, backend,
-                     TuneOptions(budget=max(budgets), seed=seed, patience=10_000)).run()
-        cold = Tuner(TuningDB.open(work / "cold"), hd.target, hd.workload, hd.space, backend,
-                     TuneOptions(budget=max(budgets), seed=seed, cold=True, patience=10_000)).run()
-        matches = [m for m in db.nearest(hd.target, hd.workload, k=1) if m.best]
+        # before the warm search: afterwards the DB also holds the held-out device's own records
+        matches = [m for m in db.nearest(hd.target, hd.workload, k=1, exclude_target=True) if m.best]
         nearest_cost = None
         nearest_dev = None
         if matches:
             nearest_dev = matches[0].target_name
             r = backend.measure(hd.target, hd.workload, matches[0].best[0].config)
             nearest_cost = r.cost if r.status == "ok" else None
+        warm = Tuner(db, hd.target, hd.workload, hd.space, backend,
+                     TuneOptions(budget=max(budgets), seed=seed, patience=10_000)).run()
+        cold = Tuner(TuningDB.open(work / "cold"), hd.target, hd.workload, hd.space, backend,
+                     TuneOptions(budget=max(budgets), seed=seed, cold=True, patience=10_000)).run()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ok_costs = hd.costs_ok()

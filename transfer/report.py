@@ -288,14 +288,13 @@ def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
     rows, cols = _grid(len(keys))
     fig = _figure(4.4 * cols, 3.3 * rows)
     axes = fig.subplots(rows, cols, squeeze=False)
-    styles = {"warm": dict(color="tab:red", linewidth=2.0), "cold": dict(color="tab:blue", linewidth=1.4,
-                                                                        linestyle="--")}
+    styles = {"warm": dict(linewidth=2.0), "cold": dict(linewidth=1.4, linestyle="--")}
     for ax, k in zip(axes.flat, keys):
         for r in by_wl[k][:MAX_LINES_PER_PANEL]:
             pts = [(int(i), float(b)) for i, b in r.history if b is not None]
             name = f"{r.label} ({r.target})" if r.target else r.label
             ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=name,
-                    **styles.get(r.label, {}))
+                    **styles.get(r.label.split(" ")[0] if r.label else "", {}))
         ax.set_yscale("log")
         ax.set_title(short_workload(by_wl[k][0].workload, 48), fontsize=9)
         ax.set_xlabel("evaluations (measurements + cache hits)", fontsize=8)
@@ -324,8 +323,8 @@ def plot_hit_rate(data: RunsData, path: Path) -> int:
     ax.plot(x, cum_h / cum_e, color="black", marker="o", linewidth=1.2, label="cumulative hit rate")
     for i, (_, e, h) in enumerate(points):
         ax.annotate(f"{h}/{e}", (i, rates[i]), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
-    ax.set_xticks(x, [p[0] for p in points], rotation=45 if len(points) > 3 else 0, ha="right" if len(points) > 3
-                  else "center", fontsize=7)
+    ax.set_xticks(x, [p[0] if len(p[0]) <= 40 else p[0][:39] + "…" for p in points], rotation=30, ha="right",
+                  fontsize=7)
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("evaluations answered from the DB", fontsize=8)
     ax.legend(fontsize=7, loc="upper left")

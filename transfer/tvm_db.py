@@ -77,7 +77,15 @@ entries* instead, up to ``k``:
    never stored.  :attr:`last_warm_start` lists where each came from.
 
 Once the workload has an ``ok`` record on the current target, only its own records are returned.
-``query_tuning_record`` never warm-starts (it answers measured results only).
+``query_tuning_record`` never warm-starts (it answers measured results only).  Only MetaSchedule's
+evolutionary search reads ``get_top_k``; the replay strategies ignore the database.
+
+Building on small machines
+--------------------------
+:func:`local_builder` is MetaSchedule's ``LocalBuilder`` minus one import per worker (see
+:func:`build_without_tensor_intrin`): with the stock builder every build batch costs ~25 CPU seconds
+before it compiles anything.  The tuning process itself still pays that import once (in
+``TuneContext``).
 """
 
 from __future__ import annotations
@@ -257,6 +265,7 @@ def _build_class() -> type:
             self._wl_info: dict[str, tuple[dict, str]] = {}  # structural hash -> (workload dict, base64 module)
             self._known_wl_keys: set[str] | None = None      # workload keys with a record in the store
             self._rebuilt: OrderedDict[str, Any] = OrderedDict()
+            self._warned_mismatch = False
             if target is not None:
                 self.set_target(target)
 
@@ -340,6 +349,11 @@ def _build_class() -> type:
                 tdict = tunedb_target(inner[2])
                 if self._target is None:
                     self.set_target(inner[2])
+                elif tdict != self._target and not self._warned_mismatch:
+                    self._warned_mismatch = True
+                    log.warning("TunedbDatabase: committing records for target %s while get_top_k serves %s; "
+                                "pass the tuning target to TunedbDatabase(target=...)",
+                                json.dumps(tdict, sort_keys=True), json.dumps(self._target, sort_keys=True))
                 costs, status, error = _run_secs_status(inner[1])
                 rec = Record(target=tdict, workload=wl, config=config_of(inner[0]), costs=costs, status=status,
                              error=error, source=SOURCE, session=self.session,

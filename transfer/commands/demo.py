@@ -63,9 +63,5 @@ def run_demo_cmd(args) -> int:
         f"(hit rate {s2['hit_rate']:.0%}), {s2['measurements']} new measurements",
         f"done in {res['seconds']:.0f} s; see 'tunedb stats --db {args.db}'",
     ])
-    out = dict(res)
-    for r in out["new"]:
-        r.pop("warm_history", None)
-        r.pop("cold_history", None)
-    emit(args, json.loads(json.dumps(out, default=str)), human)
+    emit(args, json.loads(json.dumps(res, default=str)), human)
     return 0
