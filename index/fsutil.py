@@ -64,16 +64,25 @@ def atomic_write_bytes(final: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, *, blocking: bool = True, timeout_s: float = 120.0) -> Iterator[bool]:
-    """Advisory exclusive lock on ``path`` (flock).  Yields True when held; with
-    ``blocking=False`` yields False at once if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def file_lock(path: Path, *, blocking: bool = True, timeout_s: float = 120.0, shared: bool = False
+              ) -> Iterator[bool]:
+    """Advisory lock on ``path`` (flock), exclusive or ``shared``.  Yields True when held; with
+    ``blocking=False`` yields False at once if another process holds it.  Where the lock file
+    cannot be opened (a read-only DB) a shared lock is skipped and yields False."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        if shared:
+            yield False
+            return
+        raise
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     held = False
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 held = True
                 break
             except OSError as e:

@@ -218,14 +218,19 @@ class TuningDB:
     def refresh(self) -> None:
         """Re-scan the directory: pick up other processes' commits and compactions."""
         with self._lock:
-            for attempt in range(20):
-                try:
+            # a shared lock keeps compactions (exclusive) from deleting files while we list and
+            # read them; appends take no lock, so they never wait for readers
+            with file_lock(self.path / "_lock", shared=True):
+                for attempt in range(20):
+                    try:
+                        self._refresh_once()
+                        break
+                    except FileNotFoundError:
+                        time.sleep(0.005 * (attempt + 1))
+                else:
                     self._refresh_once()
-                    return
-                except FileNotFoundError:
-                    # a concurrent compaction removed a file between listing and reading it
-                    time.sleep(0.005 * (attempt + 1))
-            self._refresh_once()
+            if self._superseded:
+                self._try_remove_superseded()
 
     def _refresh_once(self) -> None:
         parts, temps = self._scan_files()
@@ -260,8 +265,6 @@ class TuningDB:
         self._overlay_entries.clear()
         self._overlay_rids.clear()
         self._commits_since_scan.clear()
-        if self._superseded:
-            self._try_remove_superseded()
 
     def _rebuild_arrays(self) -> None:
         files = self._live_files
@@ -790,15 +793,16 @@ class TuningDB:
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
         """All records (optionally of one target and/or workload) as a new pyarrow Table,
         de-duplicated by record_id, with the columns of ``index.schema.RECORD_SCHEMA``."""
-        for attempt in range(5):
-            paths = self._live_paths()
-            try:
-                tables = [pq.read_table(p) for p in paths]
-                break
-            except FileNotFoundError:
-                self.refresh()
-        else:
-            raise RuntimeError("DB kept changing while reading")
+        with file_lock(self.path / "_lock", shared=True):
+            for _attempt in range(20):
+                paths = self._live_paths()
+                try:
+                    tables = [pq.read_table(p) for p in paths]
+                    break
+                except FileNotFoundError:
+                    self.refresh()
+            else:
+                raise RuntimeError("DB kept changing while reading")
         if not tables:
             return RECORD_SCHEMA.empty_table()
         t = pa.concat_tables([x.replace_schema_metadata(None) for x in tables], promote_options="default")

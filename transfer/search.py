@@ -51,6 +51,7 @@ class TuneOptions:
     use_model: bool = True
     retrain_every: int = 8        # refit the model after this many new evaluations of this entry
     refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
+    own_weight: float = 0.2       # this entry's evaluations weigh at least this share of the training data
 
 
 @dataclass
@@ -122,6 +123,7 @@ class Tuner:
         self._t0 = time.monotonic()
         self._finite_matrix: np.ndarray | None = None
         self._base: tuple | None = None
+        self._db_len_at_base = 0
         self._features = None
         self._X_base = None
         self._y_base = None
@@ -265,7 +267,11 @@ class Tuner:
         else:
             if self.db is None:
                 return
+            if self._base is not None and len(self.db) - self._db_len_at_base >= \
+                    self.opt.refit_fraction * max(len(self._base[0]), 1):
+                self._base = self._features = None  # the DB grew by a set fraction: reload what it knows
             if self._base is None:
+                self._db_len_at_base = len(self.db)
                 fam = self.workload.get("family")
                 cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
                 from index.keys import key_of
@@ -287,7 +293,7 @@ class Tuner:
             X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
             X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
             y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
-            boost = max(1.0, 0.2 * len(cfgs) / max(len(own), 1))
+            boost = max(1.0, self.opt.own_weight * len(cfgs) / max(len(own), 1))
             w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
             model = default_model(seed=self.opt.seed)
             model.features_ = self._features
