@@ -51,7 +51,8 @@ class TuneOptions:
     use_model: bool = True
     retrain_every: int = 8        # refit the model after this many new evaluations of this entry
     refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
-    own_weight: float = 0.2       # this entry's evaluations weigh at least this share of the training data
+    global_pool: int = 0          # model-ranked candidates from anywhere in the space per round (0: off)
+    own_weight: float = 1.0       # this entry's evaluations weigh at least this share of the training data
 
 
 @dataclass
@@ -407,6 +408,16 @@ class Tuner:
             s = _sig(c)
             if s not in self.tried:
                 pool.setdefault(s, c)
+        if self.model is not None and self.opt.global_pool:
+            # besides local moves, the configs the model likes best anywhere in the space (all of
+            # a finite space, else a random sample) compete for the batch
+            far = list(self.space.finite) if self.space.finite is not None and len(self.space.finite) <= 20000 \
+                else [self.space.sample(self.rng) for _ in range(self.opt.global_pool)]
+            far = [c for c in far if _sig(c) not in self.tried]
+            pred_far = self._predict(far)
+            if pred_far is not None:
+                for i in np.argsort(pred_far, kind="stable")[: self.opt.global_pool]:
+                    pool.setdefault(_sig(far[i]), far[i])
         cands = list(pool.values())
         n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon) if cands else b
         chosen: list[dict] = []
