@@ -95,29 +95,12 @@ def open_db(args, *, must_exist: bool = False):
 
 def resolve_target(spec: str, db=None) -> dict:
     """A target spec (DB target_name/key, preset, catalog device, JSON file) -> target dict."""
-    try:
-        from index.targets import resolve_target as _resolve
-    except ImportError:  # pragma: no cover - retrieval module not installed
-        _resolve = None
-    if _resolve is not None:
-        try:
-            return _resolve(spec, db)
-        except (ValueError, KeyError) as e:
-            raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
-    from index.localcpu import preset
+    from index.targets import resolve_target as _resolve
 
-    if db is not None:
-        t = db.find_target(spec)
-        if t is not None:
-            return t
-    t = preset(spec)
-    if t is not None:
-        return t
-    if os.path.exists(spec):
-        t = load_json_file(spec, "target")
-        if isinstance(t, dict):
-            return t
-    raise UserError(f"unknown target {spec!r}: not in the database, not a preset, not a JSON file")
+    try:
+        return _resolve(spec, db)
+    except (ValueError, KeyError) as e:
+        raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
 
 
 def fmt_seconds(s: float | None) -> str:

@@ -174,7 +174,26 @@ UNROLL_VALUES = (1, 2, 4, 8)
 FAST_CONFIG = {"mc": 64, "nc": 512, "kc": 512, "order": 0, "mr": 4, "nr": 64, "vec": 16, "pack": 1, "unroll": 4}
 
 
-class MatmulFamily(KernelFamily):
+class MatmulMath:
+    """FLOPs, reference, tolerance and NumPy baseline shared by the matmul families (C and NumPy)."""
+
+    def flops(self, workload: Any) -> float:
+        w = self.validate_workload(workload)
+        return 2.0 * w["M"] * w["N"] * w["K"]
+
+    def reference(self, w: dict, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        return inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
+
+    def tolerance(self, w: dict) -> tuple[float, float]:
+        # float32 accumulation over K terms of N(0,1) products: error grows ~ sqrt(K) * eps
+        return 1e-4, 1e-5 * max(1.0, float(w["K"]) ** 0.5) * 4
+
+    def numpy_baseline(self, w: dict, inputs: Mapping[str, np.ndarray]) -> Callable[[], Any]:
+        a, b, out = inputs["A"], inputs["B"], inputs["out"]
+        return lambda: np.matmul(a, b, out=out)
+
+
+class MatmulFamily(MatmulMath, KernelFamily):
     """float32 GEMM in C: cache tiles, loop order, packing, register-blocked vector micro-kernel."""
 
     name = "matmul"
@@ -211,20 +230,6 @@ class MatmulFamily(KernelFamily):
         self.validate_workload(workload)
         return dict(FAST_CONFIG)
 
-    def flops(self, workload: Any) -> float:
-        w = self.validate_workload(workload)
-        return 2.0 * w["M"] * w["N"] * w["K"]
-
-    def reference(self, w: dict, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        return inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
-
-    def tolerance(self, w: dict) -> tuple[float, float]:
-        # float32 accumulation over K terms of N(0,1) products: error grows ~ sqrt(K) * eps
-        return 1e-4, 1e-5 * max(1.0, float(w["K"]) ** 0.5) * 4
-
-    def numpy_baseline(self, w: dict, inputs: Mapping[str, np.ndarray]) -> Callable[[], Any]:
-        a, b, out = inputs["A"], inputs["B"], inputs["out"]
-        return lambda: np.matmul(a, b, out=out)
 
     def source(self, workload: Any, config: Mapping[str, Any]) -> str:
         from ..build import render_template

@@ -16,11 +16,12 @@ import numpy as np
 
 from ..space import Knob, Space
 from . import KernelFamily
+from .matmul import MatmulMath
 
 BLOCKS = (8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-class NumpyMatmulFamily(KernelFamily):
+class NumpyMatmulFamily(MatmulMath, KernelFamily):
     """Blocked float32 matmul through ``np.matmul`` on sub-blocks."""
 
     name = "numpy_matmul"
@@ -44,19 +45,6 @@ class NumpyMatmulFamily(KernelFamily):
         self.validate_workload(workload)
         return {"bm": 256, "bn": 256, "bk": 256, "order": 0}
 
-    def flops(self, workload: Any) -> float:
-        w = self.validate_workload(workload)
-        return 2.0 * w["M"] * w["N"] * w["K"]
-
-    def reference(self, w: dict, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        return inputs["A"].astype(np.float64) @ inputs["B"].astype(np.float64)
-
-    def tolerance(self, w: dict) -> tuple[float, float]:
-        return 1e-4, 1e-5 * max(1.0, float(w["K"]) ** 0.5) * 4
-
-    def numpy_baseline(self, w: dict, inputs: Mapping[str, np.ndarray]) -> Callable[[], Any]:
-        a, b, out = inputs["A"], inputs["B"], inputs["out"]
-        return lambda: np.matmul(a, b, out=out)
 
     def bind(self, w: dict, config: Mapping[str, Any], lib: Any, inputs: Mapping[str, np.ndarray]) -> Callable[[], None]:
         a, b, out = inputs["A"], inputs["B"], inputs["out"]
