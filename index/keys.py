@@ -53,12 +53,15 @@ def normalise(value: Any, path: str = "$") -> Any:
 
 
 _PLAIN = (str, int, bool, type(None))
+_PLAIN_SET = frozenset(_PLAIN)
+_STR_SET = frozenset((str,))
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def canonical_json(value: Any) -> str:
     """Canonical JSON text of ``value`` (see module docstring)."""
-    if type(value) is dict and all(type(k) is str and type(v) in _PLAIN for k, v in value.items()):
+    if type(value) is dict and set(map(type, value.values())) <= _PLAIN_SET and \
+            (not value or set(map(type, value)) == _STR_SET):
         return _dumps(value)  # fast path: a flat object of strings, ints, bools and nulls
     return _dumps(normalise(value))
 

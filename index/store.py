@@ -117,6 +117,9 @@ class TuningDB:
         self._overlay_rids: set[int] = set()
         self._commits_since_scan: dict[str, int] = {}
         self._key_cache: dict[int, tuple] = {}
+        self._text_keys: dict[str, str] = {}
+        self._compact_due: set = set()
+        self._last_pos: dict[int, int] | None = None
         self._rid_sorted = np.zeros(0, np.int64)
 
     @classmethod
@@ -190,7 +193,7 @@ class TuningDB:
         sup = json.loads(md[META_SUPERSEDES].decode()) if META_SUPERSEDES in md else []
         if tkey and tkey not in self._target_meta and META_TARGET in md:
             self._target_meta[tkey] = (md.get(META_TARGET_NAME, b"").decode(), md[META_TARGET].decode())
-        t = pf.read(columns=INDEX_COLUMNS)
+        t = pf.read(columns=INDEX_COLUMNS, use_threads=pf.metadata.num_rows > 50_000)
         cols = {
             "lookup_key": t.column("lookup_key").to_numpy(),
             "entry_key": t.column("entry_key").to_numpy(),
@@ -298,6 +301,7 @@ class TuningDB:
         # lookup: sorted by (lookup_key, committed, timestamp)
         self._by_lookup = np.lexsort((a["timestamp"], a["committed"], a["lookup_key"]))
         self._lookup_sorted = a["lookup_key"][self._by_lookup]
+        self._last_pos = None
         # best: live ok rows sorted by (entry_key, cost)
         okrows = np.flatnonzero(a["ok"] & live)
         order = np.lexsort((a["cost"][okrows], a["entry_key"][okrows]))
@@ -355,6 +359,9 @@ class TuningDB:
                 self._overlay[r.lookup_key] = r
                 self._overlay_entries.setdefault(r.entry_key, []).append(r)
                 self._overlay_rids.add(_rid_hash(r.record_id))
+            due, self._compact_due = self._compact_due, set()
+            for d in due:  # after the overlay is updated: a compaction refreshes the arrays
+                self._maybe_auto_compact(d)
             if len(self._overlay) > self.OVERLAY_LIMIT:
                 self.refresh()
             return len(keep)
@@ -413,7 +420,9 @@ class TuningDB:
         tmp = d / temp_name()
         final = d / f"{prefix}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
         try:
-            pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024)
+            small = table.num_rows < 1000
+            pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024,
+                           write_statistics=not small, use_dictionary=not small or prefix == "cpart")
             publish(tmp, final)
         except BaseException:
             try:
@@ -423,7 +432,7 @@ class TuningDB:
             raise
         self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
         if prefix == "part" and self._commits_since_scan[str(d)] % 16 == 0:
-            self._maybe_auto_compact(d)
+            self._compact_due.add(d)
         return final
 
     def _maybe_auto_compact(self, d: Path) -> None:
@@ -432,11 +441,13 @@ class TuningDB:
         except FileNotFoundError:
             return
         if n > self.AUTO_COMPACT_FILES:
-            self._rewrite_partitions([d], keep=None, blocking=False)
+            self._rewrite_partitions([d], keep=None, blocking=False, small_only=True)
 
     # ----------------------------------------------------------- rewriting
+    AUTO_COMPACT_MAX_BYTES = 1 << 20  # automatic compaction merges only files smaller than this
+
     def _rewrite_partitions(self, dirs: list[Path], keep, *, blocking: bool = True,
-                            min_files: int = 2) -> dict:
+                            min_files: int = 2, small_only: bool = False) -> dict:
         """Rewrite each partition into one compacted file, keeping rows where ``keep(table)``
         is true (all rows when None).  Runs under the DB lock; concurrent appends are never
         touched (only files listed at the start are merged)."""
@@ -463,9 +474,11 @@ class TuningDB:
                     except FileNotFoundError:
                         pass
                 names = [n for n in names if n not in sup]
+                if small_only:  # tiered: big compacted files are not rewritten again and again
+                    names = [n for n in names if (d / n).stat().st_size < self.AUTO_COMPACT_MAX_BYTES]
                 if not names or (keep is None and len(names) < min_files):
                     continue
-                tables = [pq.read_table(d / n) for n in names]
+                tables = [pq.ParquetFile(d / n).read(use_threads=False) for n in names]
                 md = tables[0].schema.metadata or {}
                 table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
                 rows_before = table.num_rows
@@ -645,8 +658,12 @@ class TuningDB:
                     "config_key", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
                     "source", "session", "meta")
 
+    _DICT_COLUMNS = ("status", "error", "source", "session", "meta", "target_name")
+
     def _file_table(self, fidx: int) -> dict:
-        """Columns (contiguous Arrow arrays) of one live file, cached LRU by rows."""
+        """Row columns of one live file, decoded for fast single-row access (LRU by rows):
+        low-cardinality strings as (numpy codes, Python values), numbers as numpy arrays,
+        costs as (offsets, values)."""
         path = self._file_list[fidx]
         t = self._tables.get(path)
         if t is not None:
@@ -654,6 +671,18 @@ class TuningDB:
             return t
         tab = pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
         t = {c: tab.column(c).combine_chunks() for c in self._ROW_COLUMNS}
+        for c in self._DICT_COLUMNS:
+            enc = pc.dictionary_encode(t[c]).combine_chunks() if isinstance(t[c], pa.ChunkedArray) \
+                else pc.dictionary_encode(t[c])
+            t["_codes_" + c] = enc.indices.to_numpy(zero_copy_only=False)
+            t["_values_" + c] = enc.dictionary.to_pylist()
+        for c in ("compile_s", "wall_s"):
+            arr = t[c].to_numpy(zero_copy_only=False).astype(np.float64)
+            t["_np_" + c] = arr
+        t["_dicts"] = [(c, t["_codes_" + c].tolist(), t["_values_" + c]) for c in self._DICT_COLUMNS]
+        costs = t["costs"]
+        t["_costs_off"] = costs.offsets.to_numpy()
+        t["_costs_val"] = costs.values.to_numpy(zero_copy_only=False)
         t["_n"] = tab.num_rows
         self._tables[path] = t
         self._table_rows += tab.num_rows
@@ -675,7 +704,6 @@ class TuningDB:
                 self._json_cache[text] = d
         return d
 
-    _LOOKUP_COLUMNS = ("record_id", "costs", "status", "error", "compile_s", "wall_s", "source", "session", "meta")
 
     def _materialise(self, i: int, known: tuple | None = None) -> Record:
         """Record of row ``i`` of the in-memory arrays (read from its file's table).
@@ -692,22 +720,56 @@ class TuningDB:
                 if attempt == 2:
                     raise
                 self.refresh()
-        v = {c: t[c][row].as_py() for c in self._LOOKUP_COLUMNS}
+        v: dict[str, Any] = {c: vals[codes[row]] for c, codes, vals in t["_dicts"]}
+        v["record_id"] = t["record_id"][row].as_py()
+        for c in ("compile_s", "wall_s"):
+            x = t["_np_" + c][row]
+            v[c] = None if x != x else float(x)
+        off = t["_costs_off"]
+        v["costs"] = tuple(t["_costs_val"][off[row]:off[row + 1]].tolist())
         v["timestamp"] = _dt.datetime.fromtimestamp(int(a["timestamp"][i]) / 1e6, _dt.timezone.utc)
-        v["target_name"] = self._target_meta.get(self._chunks[self._file_list[fidx]].target_key, ("",))[0] or \
-            t["target_name"][row].as_py()
         if known is None:
             tj, wj, cj = (t[c][row].as_py() for c in ("target", "workload", "config"))
             known = (self._json(tj), self._json(wj), json.loads(cj), tj, wj, cj,
                      t["target_key"][row].as_py(), t["workload_key"][row].as_py(), t["config_key"][row].as_py())
         tdict, wdict, cdict, tj, wj, cj, tk, wk, ck = known
         meta = v.pop("meta")
-        v["costs"] = tuple(v["costs"] or ())
         v["error"] = v["error"] or ""
         v["session"] = v["session"] or ""
+        v["target_name"] = v["target_name"] or ""
         return Record._trusted(target=tdict, workload=wdict, config=cdict, target_json=tj, workload_json=wj,
                                config_json=cj, target_key=tk, workload_key=wk, config_key=ck,
                                meta=json.loads(meta) if meta and meta != "{}" else {}, meta_json=meta or "{}", **v)
+
+    def _text_key(self, text: str) -> str:
+        k = self._text_keys.get(text)
+        if k is None:
+            if len(self._text_keys) > 10_000:
+                self._text_keys.clear()
+            k = self._text_keys[text] = key_of_text(text)
+        return k
+
+    def _canon(self, obj: Any, what: str) -> tuple[str, str]:
+        """(canonical JSON, key) of a target/workload/config given as a dict or Record field."""
+        if isinstance(obj, Record):
+            return (obj.target_json, obj.target_key) if what == "target" else (obj.workload_json, obj.workload_key)
+        if hasattr(obj, "to_json_dict"):
+            obj = obj.to_json_dict()
+        if not isinstance(obj, Mapping):
+            raise TypeError(f"{what} must be a dict")
+        text = canonical_json(obj)
+        return text, self._text_key(text)
+
+    def _last_row_of(self, lk: int) -> int | None:
+        """Position in the lookup order of the latest row with lookup_key ``lk`` (built lazily)."""
+        if self._last_pos is None:
+            ks = self._lookup_sorted
+            if len(ks):
+                last = np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])
+                self._last_pos = dict(zip(ks[last].tolist(), last.tolist()))
+            else:
+                self._last_pos = {}
+        return self._last_pos.get(lk)
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None.
@@ -715,8 +777,14 @@ class TuningDB:
         Failed measurements are returned too (so they are never retried).  When a triple
         was measured more than once the latest measurement answers.  Records of an
         invalidated target committed before its invalidation never answer."""
-        tkey = self._target_key(target)
-        wkey = self._workload_key(workload)
+        if isinstance(target, str):
+            tj, tkey = None, self._target_key(target)
+        else:
+            tj, tkey = self._canon(target, "target")
+        if isinstance(workload, str):
+            wj, wkey = None, self._workload_key(workload)
+        else:
+            wj, wkey = self._canon(workload, "workload")
         if isinstance(config, str):
             cj, ckey = None, config
         else:
@@ -729,22 +797,19 @@ class TuningDB:
             if r is not None:
                 self.hits += 1
                 return r
-            ks = self._lookup_sorted
-            lo = int(np.searchsorted(ks, lk, "left"))
-            if lo == len(ks) or ks[lo] != lk:
+            j = self._last_row_of(lk)
+            if j is None:
                 return None
-            hi = int(np.searchsorted(ks, lk, "right"))
-            live = self._a["live"]
-            for j in range(hi - 1, lo - 1, -1):
-                i = int(self._by_lookup[j])
+            ks, live, order = self._lookup_sorted, self._a["live"], self._by_lookup
+            while j >= 0 and ks[j] == lk:
+                i = int(order[j])
                 if live[i]:
                     self.hits += 1
                     known = None
-                    if cj is not None and type(target) is dict and type(workload) is dict:
-                        tc, wc = self._key_cache.get(id(target)), self._key_cache.get(id(workload))
-                        if tc is not None and wc is not None:
-                            known = (tc[1], wc[1], json.loads(cj), tc[3], wc[3], cj, tkey, wkey, ckey)
+                    if tj is not None and wj is not None and cj is not None:
+                        known = (self._json(tj), self._json(wj), json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
                     return self._materialise(i, known)
+                j -= 1
             return None
 
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
