@@ -121,7 +121,8 @@ def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: st
             job = local_job(src_t, w)
             t0 = time.perf_counter()
             r = Tuner(db, job.target, job.workload, job.space, job.backend,
-                      TuneOptions(budget=4 * budget, seed=0, cold=True, patience=10_000), defaults=job.defaults).run()
+                      TuneOptions(budget=4 * budget, seed=0, cold=True, patience=10_000, start_default=True),
+                      **job.tuner_kwargs()).run()
             _log(f"source {source_preset} {w}: best {r.best_cost:.3g}s [{time.perf_counter() - t0:.0f}s]", quiet)
         new_t = preset(new_preset)
         for w in NEW_WORKLOADS + new2:
@@ -129,9 +130,9 @@ def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: st
             t0 = time.perf_counter()
             ref = Tuner(TuningDB.open(work / f"cold-{len(rows)}"), job.target, job.workload, job.space, job.backend,
                         TuneOptions(budget=4 * budget, seed=1, cold=True, patience=10_000),
-                        defaults=job.defaults).run()
+                        **job.tuner_kwargs()).run()
             warm = Tuner(db, job.target, job.workload, job.space, job.backend,
-                         TuneOptions(budget=budget, seed=1, patience=10_000), defaults=job.defaults).run()
+                         TuneOptions(budget=budget, seed=1, patience=10_000), **job.tuner_kwargs()).run()
             target_cost = ref.best_cost / 0.95
             # the reference's first `budget` evaluations are exactly a cold run at that budget (same seed)
             cold_hist = [h for h in ref.history if h[0] <= budget]

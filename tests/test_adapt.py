@@ -67,3 +67,17 @@ def test_adapt_many_dedups_and_everything_returned_validates():
     assert out[0] == {"tile": 32, "unroll": 2} and len(out) == 2
     assert rep.duplicates == 1
     assert all(sp.is_valid(c) for c in out)
+
+
+def test_hardware_tied_knobs_scale_with_the_target():
+    from transfer.adapt import hardware_scale
+
+    vec = Knob("vec", (4, 8, 16))
+    sp = Space((vec, TILE))
+    sse2, avx512 = {"vector_bits": 128}, {"vector_bits": 512}
+    scale = hardware_scale(sse2, avx512, {"vec": "vector_bits"})
+    assert scale == {"vec": 4.0}
+    assert adapt_config({"vec": 4, "tile": 8}, sp, scale=scale) == {"vec": 16, "tile": 8}
+    back = hardware_scale(avx512, sse2, {"vec": "vector_bits"})
+    assert adapt_config({"vec": 16, "tile": 8}, sp, scale=back) == {"vec": 4, "tile": 8}
+    assert hardware_scale({}, avx512, {"vec": "vector_bits"}) == {}  # unknown on one side: no scaling

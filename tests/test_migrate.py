@@ -49,7 +49,10 @@ def test_migrate_local_presets_then_rerun_is_resumable(db):
         fam = family_of(w)
         space, default = fam.space(w), fam.default_config(w)
         src_best = db.best(preset(SRC), w, k=2)
-        adapted = [adapt_config(r.config, space, default) for r in src_best]
+        from transfer.adapt import hardware_scale
+
+        scale = hardware_scale(preset(SRC), preset(DST), fam.hardware_knobs) or None  # vec scales with the ISA
+        adapted = [adapt_config(r.config, space, default, scale=scale) for r in src_best]
         expected = {key_of(c) for c in adapted} | {key_of(default)}
         recs = _dst_records(db, w)
         assert {key_of(r.config) for r in recs} == expected          # SRC's top-2 adapted + DST's default

@@ -90,11 +90,27 @@ def _repair(space: Space, cfg: dict, max_states: int = 2000) -> dict | None:
     return None
 
 
+def hardware_scale(src_target: Mapping[str, Any], dst_target: Mapping[str, Any],
+                   hardware_knobs: Mapping[str, str]) -> dict[str, float]:
+    """Per-knob factors dst[key] / src[key] for knobs tied to a hardware property (e.g. a vector
+    width knob scales with ``vector_bits``); knobs whose property is missing on either side get none."""
+    out = {}
+    for knob, key in hardware_knobs.items():
+        a, b = src_target.get(key), dst_target.get(key)
+        if _is_num(a) and _is_num(b) and a > 0 and b > 0 and a != b:
+            out[knob] = float(b) / float(a)
+    return out
+
+
 def adapt_config(config: Mapping[str, Any], space: Space, defaults: Mapping[str, Any] | None = None,
-                 report: AdaptReport | None = None) -> dict | None:
-    """``config`` mapped into ``space`` (validated), or None when it cannot be repaired."""
+                 report: AdaptReport | None = None, scale: Mapping[str, float] | None = None) -> dict | None:
+    """``config`` mapped into ``space`` (validated), or None when it cannot be repaired.
+    ``scale``: factors for hardware-tied knobs (see ``hardware_scale``), applied before snapping."""
     rep = report if report is not None else AdaptReport()
     rep.given += 1
+    if scale:
+        config = {k: (v * scale[k] if k in scale and _is_num(v) else v) for k, v in config.items()}
+        config = {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in config.items()}
     if space.is_valid(config):
         rep.direct += 1
         return space.validate(config)
@@ -131,12 +147,12 @@ def adapt_config(config: Mapping[str, Any], space: Space, defaults: Mapping[str,
 
 
 def adapt_many(configs: Iterable[Mapping[str, Any]], space: Space, defaults: Mapping[str, Any] | None = None,
-               report: AdaptReport | None = None) -> list[dict]:
+               report: AdaptReport | None = None, scale: Mapping[str, float] | None = None) -> list[dict]:
     """Adapt each config; duplicates after adaptation are dropped (counted), order kept."""
     rep = report if report is not None else AdaptReport()
     out, seen = [], set()
     for c in configs:
-        a = adapt_config(c, space, defaults, rep)
+        a = adapt_config(c, space, defaults, rep, scale)
         if a is None:
             continue
         sig = tuple(sorted(a.items()))

@@ -54,7 +54,7 @@ def run_demo(db: Any, *, budget: int = 12, source_budget: int = 16, seed: int = 
         cb = (lambda ev: progress(label, ev)) if progress else None
         return Tuner(db, job.target, job.workload, job.space, job.backend,
                      TuneOptions(budget=n, seed=seed, cold=cold, patience=10_000, start_default=start_default),
-                     defaults=job.defaults, progress=cb).run()
+                     **job.tuner_kwargs(), progress=cb).run()
 
     def one_pass(tag: str) -> tuple[list, list, dict]:
         src_rows, new_rows = [], []

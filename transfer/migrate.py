@@ -39,7 +39,7 @@ from typing import Any
 from index.keys import key_of
 from index.record import Record, target_display_name
 
-from .adapt import AdaptReport, adapt_config, adapt_many
+from .adapt import AdaptReport, adapt_config, adapt_many, hardware_scale
 from .executors import Executor, ExecutorBackend, Finalise, make_executor, new_run_id
 from .measure import MeasureOptions
 from .tuning import Job
@@ -127,12 +127,13 @@ def _plan_one(db: Any, src: dict, dst: dict, src_w: dict, replay: Any, top_k: in
         if not job.space.is_valid(default):
             default = None
     rep = AdaptReport()
-    adapted = adapt_many([r.config for r in src_best], job.space, job.defaults, rep)
-    best_adapted = adapt_config(src_best[0].config, job.space, job.defaults, AdaptReport())
+    scale = hardware_scale(src_best[0].target, job.target, job.hardware_knobs) or None
+    adapted = adapt_many([r.config for r in src_best], job.space, job.defaults, rep, scale)
+    best_adapted = adapt_config(src_best[0].config, job.space, job.defaults, AdaptReport(), scale)
     # which SRC rank each adapted config came from (the first one that maps onto it)
     rank_of: dict[str, tuple[int, float | None]] = {}
     for i, r in enumerate(src_best):
-        a = adapt_config(r.config, job.space, job.defaults, AdaptReport())
+        a = adapt_config(r.config, job.space, job.defaults, AdaptReport(), scale)
         if a is not None:
             rank_of.setdefault(_cfg_key(a), (i, r.cost))
     cands, metas = [], []
@@ -343,7 +344,7 @@ def _search(db: Any, ex: Executor, job: Job, dst: dict, session: str, run_id: st
     cold = not _nearest_works(db, dst, job.workload)
     backend = ExecutorBackend(ex, job.backend, Finalise(run_id, None, session))
     tuner = Tuner(db, dst, job.workload, job.space, backend,
-                  TuneOptions(budget=len(known) + remaining, seed=seed, cold=cold), defaults=job.defaults)
+                  TuneOptions(budget=len(known) + remaining, seed=seed, cold=cold), **job.tuner_kwargs())
     # start from what DST already knows (no budget spent on it)
     tuner.preload(known)
     last = {"n": len(tuner.evaluated)}

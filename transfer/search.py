@@ -27,7 +27,7 @@ import numpy as np
 
 from index.keys import canonical_json
 
-from .adapt import AdaptReport, adapt_many
+from .adapt import AdaptReport, adapt_many, hardware_scale
 from .costmodel import default_model, training_data
 from .measure import MeasureBackend
 from .space import Space
@@ -98,7 +98,8 @@ class Tuner:
     def __init__(self, db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space,
                  backend: MeasureBackend, options: TuneOptions | None = None, *,
                  defaults: Mapping[str, Any] | None = None,
-                 progress: Callable[[dict], None] | None = None, model: Any = None):
+                 progress: Callable[[dict], None] | None = None, model: Any = None,
+                 hardware_knobs: Mapping[str, str] | None = None):
         self.db = db
         self.target = dict(target)
         self.workload = dict(workload)
@@ -106,6 +107,7 @@ class Tuner:
         self.backend = backend
         self.opt = options or TuneOptions()
         self.defaults = dict(defaults or {})
+        self.hardware_knobs = dict(hardware_knobs or {})
         self.progress = progress
         self.rng = random.Random(self.opt.seed)
         self.evaluated: dict[str, float] = {}   # signature -> cost (inf when failed)
@@ -235,7 +237,8 @@ class Tuner:
                                     "similarity": round(float(m.similarity), 6)})
             w = max(float(m.similarity), 0.0) ** 8
             best = [r.config for r in m.best[: self.opt.top_per_neighbor]]
-            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report)
+            scale = hardware_scale(m.target, self.target, self.hardware_knobs) if self.hardware_knobs else None
+            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report, scale)
             n = max(len(adapted), 1)
             for rank, c in enumerate(adapted):
                 s = _sig(c)

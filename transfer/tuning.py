@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .measure import MeasureBackend
@@ -19,6 +19,11 @@ class Job:
     space: Space
     backend: MeasureBackend
     defaults: dict
+    hardware_knobs: dict = field(default_factory=dict)
+
+    def tuner_kwargs(self) -> dict:
+        """Keyword arguments a Tuner takes from the job (besides target, workload, space, backend)."""
+        return {"defaults": self.defaults, "hardware_knobs": self.hardware_knobs}
 
 
 def local_job(target: Mapping[str, Any], workload: Mapping[str, Any], backend: MeasureBackend | None = None) -> Job:
@@ -30,7 +35,8 @@ def local_job(target: Mapping[str, Any], workload: Mapping[str, Any], backend: M
     t = check_local_target(target)
     fam = family_of(workload)
     w = fam.validate_workload(workload)
-    return Job(t, w, fam.space(w), backend or LocalBackend(), dict(fam.default_config(w)))
+    return Job(t, w, fam.space(w), backend or LocalBackend(), dict(fam.default_config(w)),
+               dict(getattr(fam, "hardware_knobs", {}) or {}))
 
 
 def replay_job(path: str, target: Mapping[str, Any] | None = None, workload: Mapping[str, Any] | None = None,

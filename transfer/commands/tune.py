@@ -93,7 +93,7 @@ def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = 
     options = TuneOptions(budget=budget, cold=cold, seed=seed, **opt)
     bar, cb = _progress(args, label, budget)
     try:
-        res = Tuner(db, job.target, job.workload, job.space, job.backend, options, defaults=job.defaults,
+        res = Tuner(db, job.target, job.workload, job.space, job.backend, options, **job.tuner_kwargs(),
                     progress=cb).run()
     finally:
         bar.close()

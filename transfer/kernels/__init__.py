@@ -44,6 +44,9 @@ class KernelFamily:
     dims: Mapping[str, tuple[int, int]] = {}
     options: Mapping[str, tuple[tuple, Any]] = {}
     doc: str = ""
+    #: knobs whose good value scales with a hardware property of the target (knob -> target key);
+    #: adaptation multiplies a neighbour's value by dst[key] / src[key] before snapping
+    hardware_knobs: Mapping[str, str] = {}
 
     # ------------------------------------------------------------------ workloads
     def validate_workload(self, workload: Any) -> dict:

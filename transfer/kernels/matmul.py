@@ -197,6 +197,7 @@ class MatmulFamily(MatmulMath, KernelFamily):
     """float32 GEMM in C: cache tiles, loop order, packing, register-blocked vector micro-kernel."""
 
     name = "matmul"
+    hardware_knobs = {"vec": "vector_bits"}
     kind = "c"
     dims = {"M": (1, 16384), "N": (1, 16384), "K": (1, 16384)}
     doc = __doc__ or ""

@@ -156,6 +156,7 @@ class SoftmaxFamily(KernelFamily):
     """float32 row softmax in C: passes, vector width, accumulators, exp implementation, rows per task."""
 
     name = "softmax"
+    hardware_knobs = {"vec": "vector_bits"}
     kind = "c"
     dims = {"M": (1, 1 << 20), "N": (1, 1 << 20)}
     doc = __doc__ or ""
