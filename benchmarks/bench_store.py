@@ -65,6 +65,33 @@ def dir_size(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+def time_calls(fn, items) -> list[float]:
+    """Seconds of ``fn(item)`` for each item; a None answer is an error (every query is a hit)."""
+    out = []
+    for it in items:
+        t0 = time.perf_counter()
+        res = fn(it)
+        out.append(time.perf_counter() - t0)
+        if res is None:
+            raise AssertionError(f"no answer for {it!r}")
+    return out
+
+
+def time_opens(fn) -> float:
+    """Median seconds of three calls of ``fn``."""
+    opens = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        opens.append(time.perf_counter() - t0)
+    return statistics.median(opens)
+
+
+def queries(recs, n: int) -> list[Record]:
+    rng = random.Random(1)
+    return [recs[rng.randrange(len(recs))] for _ in range(n)]
+
+
 # ----------------------------------------------------------------------------- tunedb
 def bench_tunedb(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     path = work / "tunedb"
@@ -75,31 +102,18 @@ def bench_tunedb(recs, work: Path, n_queries: int, n_commits: int) -> dict:
         db.commit(recs[i:i + chunk])
     ingest = len(recs) / (time.perf_counter() - t0)
     db.compact()
-    opens = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        db = TuningDB.open(path)
-        opens.append(time.perf_counter() - t0)
-    rng = random.Random(1)
-    qs = [recs[rng.randrange(len(recs))] for _ in range(n_queries)]
-    lat = []
-    for r in qs:
-        t0 = time.perf_counter()
-        hit = db.lookup(r.target, r.workload, r.config)
-        lat.append(time.perf_counter() - t0)
-        assert hit is not None
-    blat = []
-    for r in qs[: max(100, n_queries // 10)]:
-        t0 = time.perf_counter()
-        db.best(r.target, r.workload, 5)
-        blat.append(time.perf_counter() - t0)
+    open_s = time_opens(lambda: TuningDB.open(path))
+    db = TuningDB.open(path)
+    qs = queries(recs, n_queries)
+    lat = time_calls(lambda r: db.lookup(r.target, r.workload, r.config), qs)
+    blat = time_calls(lambda r: db.best(r.target, r.workload, 5), qs[: max(100, n_queries // 10)])
     size = dir_size(path / "records")
     extra = [Record(r.target, r.workload, dict(r.config, extra=i), list(r.costs)) for i, r in enumerate(qs[:n_commits])]
     t0 = time.perf_counter()
     for r in extra:
         db.commit(r)
     commit = len(extra) / (time.perf_counter() - t0)
-    return {"ingest_rec_per_s": ingest, "commit_per_s": commit, "open_s": statistics.median(opens),
+    return {"ingest_rec_per_s": ingest, "commit_per_s": commit, "open_s": open_s,
             "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
             "best_us_p50": pct(blat, 0.5) * 1e6, "size_bytes": size}
 
@@ -148,23 +162,10 @@ def bench_jsonl(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     for i in range(0, len(dicts), 250_000):
         log.append(dicts[i:i + 250_000], durable=True)
     ingest = len(recs) / (time.perf_counter() - t0)
-    opens = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        log.load()
-        opens.append(time.perf_counter() - t0)
-    rng = random.Random(1)
-    qs = [recs[rng.randrange(len(recs))] for _ in range(n_queries)]
-    lat = []
-    for r in qs:
-        t0 = time.perf_counter()
-        assert log.lookup(r.target, r.workload, r.config) is not None
-        lat.append(time.perf_counter() - t0)
-    blat = []
-    for r in qs[: max(100, n_queries // 10)]:
-        t0 = time.perf_counter()
-        log.best(r.target, r.workload, 5)
-        blat.append(time.perf_counter() - t0)
+    open_s = time_opens(log.load)
+    qs = queries(recs, n_queries)
+    lat = time_calls(lambda r: log.lookup(r.target, r.workload, r.config), qs)
+    blat = time_calls(lambda r: log.best(r.target, r.workload, 5), qs[: max(100, n_queries // 10)])
     size = dir_size(log.path)
     t0 = time.perf_counter()
     for i, r in enumerate(qs[:n_commits]):
@@ -172,7 +173,7 @@ def bench_jsonl(recs, work: Path, n_queries: int, n_commits: int) -> dict:
         d["config"] = dict(d["config"], extra=i)
         log.append([d], durable=True)
     commit = n_commits / (time.perf_counter() - t0)
-    return {"ingest_rec_per_s": ingest, "commit_per_s": commit, "open_s": statistics.median(opens),
+    return {"ingest_rec_per_s": ingest, "commit_per_s": commit, "open_s": open_s,
             "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
             "best_us_p50": pct(blat, 0.5) * 1e6, "size_bytes": size}
 
