@@ -9,6 +9,7 @@ what readers de-duplicate by.  Times are seconds; ``timestamp`` is UTC.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import re
 import uuid
@@ -124,12 +125,14 @@ class Record:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    @property
+    @functools.cached_property
     def lookup_key(self) -> int:
+        """hash64 of (target_key, workload_key, config_key): the store's int64 lookup column."""
         return hash64(self.target_key, self.workload_key, self.config_key)
 
-    @property
+    @functools.cached_property
     def entry_key(self) -> int:
+        """hash64 of (target_key, workload_key): the store's int64 entry column."""
         return hash64(self.target_key, self.workload_key)
 
     def validate(self) -> None:

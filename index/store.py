@@ -358,7 +358,7 @@ class TuningDB:
             for r in keep:
                 self._overlay[r.lookup_key] = r
                 self._overlay_entries.setdefault(r.entry_key, []).append(r)
-                self._overlay_rids.add(_rid_hash(r.record_id))
+            self._overlay_rids.update(_rid_hash(r.record_id) for r in keep)
             due, self._compact_due = self._compact_due, set()
             for d in due:  # after the overlay is updated: a compaction refreshes the arrays
                 self._maybe_auto_compact(d)
@@ -389,8 +389,8 @@ class TuningDB:
             "source": [r.source for r in recs],
             "session": [r.session or self.session for r in recs],
             "meta": [r.meta_json or "{}" for r in recs],
-            "lookup_key": [hash64(r.target_key, r.workload_key, r.config_key) for r in recs],
-            "entry_key": [hash64(r.target_key, r.workload_key) for r in recs],
+            "lookup_key": [r.lookup_key for r in recs],
+            "entry_key": [r.entry_key for r in recs],
             "tunedb_version": pa.array([TUNEDB_VERSION] * n),
             "schema_version": pa.array(np.full(n, SCHEMA_VERSION, np.int32)),
             "target_slug": pa.array([slug] * n),

@@ -116,8 +116,8 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman rank correlation (nan when undefined)."""
     from scipy.stats import spearmanr
 
-    if len(a) < 3:
-        return float("nan")
+    if len(a) < 3 or np.ptp(np.asarray(a, float)) == 0 or np.ptp(np.asarray(b, float)) == 0:
+        return float("nan")  # a constant has no rank correlation
     r = spearmanr(a, b).statistic
     return float(r) if r == r else float("nan")
 
