@@ -135,8 +135,8 @@ def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: st
                          TuneOptions(budget=budget, seed=1, patience=10_000), **job.tuner_kwargs()).run()
             target_cost = ref.best_cost / 0.95
             # the reference's first `budget` evaluations are exactly a cold run at that budget (same seed)
-            cold_hist = [h for h in ref.history if h[0] <= budget]
-            c95 = next((i for i, b in cold_hist if b is not None and b <= target_cost), None)
+            c95 = ref.evaluations_to_reach(target_cost)
+            c95 = c95 if c95 is not None and c95 <= budget else None
             w95 = warm.evaluations_to_reach(target_cost)
             rows.append({"workload": job.workload, "warm_measurements_to_95": w95, "cold_measurements_to_95": c95,
                          "warm_best": warm.best_cost, "cold_best": best_within(ref.history, budget),

@@ -116,7 +116,6 @@ class TuningDB:
         self._overlay_entries: dict[int, list[Record]] = {}
         self._overlay_rids: set[int] = set()
         self._commits_since_scan: dict[str, int] = {}
-        self._key_cache: dict[int, tuple] = {}
         self._text_keys: dict[str, str] = {}
         self._compact_due: set = set()
         self._last_pos: dict[int, int] | None = None
@@ -604,29 +603,8 @@ class TuningDB:
         return tkey
 
     # --------------------------------------------------------------- queries
-    def _cached_key(self, obj: Any) -> str | None:
-        """Key of a dict seen before (same object, still equal): skips re-canonicalising."""
-        hit = self._key_cache.get(id(obj))
-        if hit is not None and hit[0] is obj and hit[1] == obj:
-            return hit[2]
-        return None
-
-    def _remember_key(self, obj: Any, text: str) -> str:
-        import copy
-
-        if len(self._key_cache) > 4096:
-            self._key_cache.clear()
-        key = key_of_text(text)
-        self._key_cache[id(obj)] = (obj, json.loads(text), key, text)
-        del copy
-        return key
-
     def _target_key(self, target: Any) -> str:
-        if type(target) is dict:
-            k = self._cached_key(target)
-            return k if k is not None else self._remember_key(target, canonical_json(target))
-        if isinstance(target, Record):
-            return target.target_key
+        """Key of a target given as a dict, a Record, a target_key or a target_name."""
         if isinstance(target, str):
             if re.fullmatch(r"[0-9a-f]{32}", target):
                 return target
@@ -634,25 +612,13 @@ class TuningDB:
             if found is None:
                 raise ValueError(f"unknown target {target!r}")
             return key_of_text(canonical_json(found))
-        if hasattr(target, "to_json_dict"):
-            target = target.to_json_dict()
-        if isinstance(target, Mapping):
-            return key_of_text(canonical_json(target))
-        raise TypeError(f"target must be a dict, a Record, a target_key or a target_name, not {type(target).__name__}")
+        return self._canon(target, "target")[1]
 
     def _workload_key(self, workload: Any) -> str:
-        if type(workload) is dict:
-            k = self._cached_key(workload)
-            return k if k is not None else self._remember_key(workload, canonical_json(workload))
-        if isinstance(workload, Record):
-            return workload.workload_key
+        """Key of a workload given as a dict, a Record or a workload_key."""
         if isinstance(workload, str) and re.fullmatch(r"[0-9a-f]{32}", workload):
             return workload
-        if hasattr(workload, "to_json_dict"):
-            workload = workload.to_json_dict()
-        if isinstance(workload, Mapping):
-            return key_of_text(canonical_json(workload))
-        raise TypeError(f"workload must be a dict or a workload_key, not {type(workload).__name__}")
+        return self._canon(workload, "workload")[1]
 
     _ROW_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key", "workload",
                     "config_key", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
@@ -671,15 +637,12 @@ class TuningDB:
             return t
         tab = pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
         t = {c: tab.column(c).combine_chunks() for c in self._ROW_COLUMNS}
+        t["_dicts"] = []
         for c in self._DICT_COLUMNS:
-            enc = pc.dictionary_encode(t[c]).combine_chunks() if isinstance(t[c], pa.ChunkedArray) \
-                else pc.dictionary_encode(t[c])
-            t["_codes_" + c] = enc.indices.to_numpy(zero_copy_only=False)
-            t["_values_" + c] = enc.dictionary.to_pylist()
+            enc = pc.dictionary_encode(t[c])
+            t["_dicts"].append((c, enc.indices.to_pylist(), enc.dictionary.to_pylist()))
         for c in ("compile_s", "wall_s"):
-            arr = t[c].to_numpy(zero_copy_only=False).astype(np.float64)
-            t["_np_" + c] = arr
-        t["_dicts"] = [(c, t["_codes_" + c].tolist(), t["_values_" + c]) for c in self._DICT_COLUMNS]
+            t["_np_" + c] = t[c].to_numpy(zero_copy_only=False).astype(np.float64)
         costs = t["costs"]
         t["_costs_off"] = costs.offsets.to_numpy()
         t["_costs_val"] = costs.values.to_numpy(zero_copy_only=False)
@@ -703,7 +666,6 @@ class TuningDB:
             if len(self._json_cache) < 100_000:
                 self._json_cache[text] = d
         return d
-
 
     def _materialise(self, i: int, known: tuple | None = None) -> Record:
         """Record of row ``i`` of the in-memory arrays (read from its file's table).
@@ -756,7 +718,7 @@ class TuningDB:
         if hasattr(obj, "to_json_dict"):
             obj = obj.to_json_dict()
         if not isinstance(obj, Mapping):
-            raise TypeError(f"{what} must be a dict")
+            raise TypeError(f"{what} must be a dict, a Record or a {what}_key, not {type(obj).__name__}")
         text = canonical_json(obj)
         return text, self._text_key(text)
 

@@ -247,9 +247,10 @@ def training_data(db: Any, family: str, *, max_records: int = 200_000, seed: int
         t = t.take(np.sort(idx))
     tj = t.column("target").to_pylist()
     wj = t.column("workload").to_pylist()
-    cache: dict[str, dict] = {}
-    targets = [cache.setdefault(x, json.loads(x)) if x not in cache else cache[x] for x in tj]
-    workloads = [cache.setdefault(x, json.loads(x)) if x not in cache else cache[x] for x in wj]
+    # one dict per distinct JSON text: few targets and workloads, and the feature caches key on id()
+    parsed = {x: json.loads(x) for x in set(tj) | set(wj)}
+    targets = [parsed[x] for x in tj]
+    workloads = [parsed[x] for x in wj]
     configs = [json.loads(x) for x in t.column("config").to_pylist()]
     costs = t.column("cost").to_pylist()
     return configs, workloads, targets, costs

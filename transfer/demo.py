@@ -30,13 +30,6 @@ NEW_WORKLOADS = [
 ]
 
 
-def _evals_to(history: list, cost: float) -> int | None:
-    for i, b in history:
-        if b is not None and b <= cost:
-            return i
-    return None
-
-
 def run_demo(db: Any, *, budget: int = 12, source_budget: int = 16, seed: int = 0,
              progress: Callable[[str, dict], None] | None = None) -> dict:
     """Run the demo on ``db``; returns the numbers the CLI prints (seconds for costs)."""
@@ -77,8 +70,8 @@ def run_demo(db: Any, *, budget: int = 12, source_budget: int = 16, seed: int = 
             evals += 1
             bests = [c for c in (warm.best_cost, cold.best_cost) if c is not None]
             goal = min(bests) / 0.95 if bests else None
-            w95 = _evals_to(warm.history, goal) if goal else None
-            c95 = _evals_to(cold.history, goal) if goal else None
+            w95 = warm.evaluations_to_reach(goal) if goal else None
+            c95 = cold.evaluations_to_reach(goal) if goal else None
             new_rows.append({
                 "workload": warm.workload, "warm_best": warm.best_cost, "cold_best": cold.best_cost,
                 "default_cost": default_rec.cost if default_rec.status == "ok" else None,

@@ -264,16 +264,21 @@ def plot_convergence(curves: list[EntryCurve], path: Path) -> list[str] | None:
         ax.set_yscale("log")
         title = short_workload(ents[0].workload, 48)
         titles.append(title)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("records of the entry (timestamp order)", fontsize=8)
-        ax.set_ylabel("best cost so far (s)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
+        _style_convergence_panel(ax, title, "records of the entry (timestamp order)")
     for ax in list(axes.flat)[len(chosen):]:
         ax.set_visible(False)
     _save(fig, path)
     return titles
+
+
+def _style_convergence_panel(ax, title: str, xlabel: str) -> None:
+    """Title, axis labels, legend and grid of one best-cost-so-far panel."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("best cost so far (s)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
 
 
 def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
@@ -296,12 +301,8 @@ def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
             ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=name,
                     **styles.get(r.label.split(" ")[0] if r.label else "", {}))
         ax.set_yscale("log")
-        ax.set_title(short_workload(by_wl[k][0].workload, 48), fontsize=9)
-        ax.set_xlabel("evaluations (measurements + cache hits)", fontsize=8)
-        ax.set_ylabel("best cost so far (s)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
+        _style_convergence_panel(ax, short_workload(by_wl[k][0].workload, 48),
+                                 "evaluations (measurements + cache hits)")
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
     _save(fig, path)

@@ -51,7 +51,6 @@ class TuneOptions:
     use_model: bool = True
     retrain_every: int = 8        # refit the model after this many new evaluations of this entry
     refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
-    global_pool: int = 0          # model-ranked candidates from anywhere in the space per round (0: off)
     own_weight: float = 1.0       # this entry's evaluations weigh at least this share of the training data
 
 
@@ -141,11 +140,12 @@ class Tuner:
     def evaluate(self, configs: list[dict]) -> None:
         """DB first, then the backend for the rest (each committed as soon as measured)."""
         todo: list[dict] = []
+        todo_sigs: set[str] = set()
         for c in configs:
             if self._remaining() - len(todo) <= 0:
                 break
             s = _sig(c)
-            if s in self.evaluated or s in {_sig(t) for t in todo}:
+            if s in self.evaluated or s in todo_sigs:
                 continue
             self.tried.add(s)
             hit = self.db.lookup(self.target, self.workload, c) if self.db is not None else None
@@ -154,6 +154,7 @@ class Tuner:
                 self._record(c, hit, cached=True)
             else:
                 todo.append(c)
+                todo_sigs.add(s)
         if not todo:
             return
 
@@ -411,16 +412,6 @@ class Tuner:
             s = _sig(c)
             if s not in self.tried:
                 pool.setdefault(s, c)
-        if self.model is not None and self.opt.global_pool:
-            # besides local moves, the configs the model likes best anywhere in the space (all of
-            # a finite space, else a random sample) compete for the batch
-            far = list(self.space.finite) if self.space.finite is not None and len(self.space.finite) <= 20000 \
-                else [self.space.sample(self.rng) for _ in range(self.opt.global_pool)]
-            far = [c for c in far if _sig(c) not in self.tried]
-            pred_far = self._predict(far)
-            if pred_far is not None:
-                for i in np.argsort(pred_far, kind="stable")[: self.opt.global_pool]:
-                    pool.setdefault(_sig(far[i]), far[i])
         cands = list(pool.values())
         n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon) if cands else b
         chosen: list[dict] = []
