@@ -152,10 +152,22 @@ def test_measure_many_builds_then_runs_and_caches(tmp_path):
     assert [r.record_id for r, _ in again[:3]] == [r.record_id for r, _ in out[:3]]
 
 
-def test_replay_backend_is_an_interface_slot():
-    with pytest.raises(NotImplementedError):
-        ReplayBackend().measure(preset("cpu-native"), MM, {})
+def test_replay_backend_answers_from_the_recorded_data():
+    from conftest import kernel_tuner_file
+
+    from transfer.replay import KernelTunerReplayBackend, ReplayData
+
     assert issubclass(ReplayBackend, MeasureBackend) and issubclass(LocalBackend, MeasureBackend)
+    with pytest.raises(TypeError):
+        ReplayBackend()  # abstract: only concrete replay backends measure
+    data = ReplayData(kernel_tuner_file("A4000"))
+    backend = KernelTunerReplayBackend(data)
+    assert isinstance(backend, ReplayBackend) and backend.name == "replay"
+    cfg, cost = data.optimum()
+    r = backend.measure(data.target, data.workload, cfg)
+    assert (r.source, r.status) == ("replay", "ok") and r.cost == pytest.approx(cost)
+    absent = dict(cfg, **{data.space.knobs[0].name: 10**9})
+    assert backend.measure(data.target, data.workload, absent).status == "invalid"
 
 
 def test_bad_inputs_raise_value_error():

@@ -129,17 +129,15 @@ class MeasureBackend(ABC):
 
 
 class ReplayBackend(MeasureBackend):
-    """Answers costs from a recorded data set instead of running (filled in by the transfer work).
+    """Base of backends that answer costs from a recorded data set instead of running
+    (``transfer.replay.KernelTunerReplayBackend``).
 
-    Contract for the implementation: ``measure`` returns a Record with ``source="replay"`` whose
-    costs come from the data set for (target, workload, config), status ``invalid`` for a config
-    outside the family's space, and raises ValueError for a triple the data set cannot answer.
+    Contract: ``measure`` returns a Record with ``source="replay"`` whose costs come from the data
+    set for the config, the recorded failure status when the data set holds a failure, and status
+    ``invalid`` for a config the data set does not hold or that is outside its space.
     """
 
     name = "replay"
-
-    def measure(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any]) -> Record:
-        raise NotImplementedError("ReplayBackend is an interface slot; use a concrete replay backend")
 
 
 LOCAL_TARGET_KEYS = ("kind", "isa", "march", "threads", "model", "vector_bits", "compiler", "cpu_flags_key")

@@ -16,7 +16,7 @@ from typing import Any
 from index.keys import canonical_json
 from index.record import Record
 
-from .measure import MeasureBackend
+from .measure import ReplayBackend
 from .space import Space
 
 
@@ -59,10 +59,8 @@ class ReplayData:
         return [r.cost for r in self.results.values() if r.status == "ok" and r.cost is not None]
 
 
-class KernelTunerReplayBackend(MeasureBackend):
+class KernelTunerReplayBackend(ReplayBackend):
     """``measure`` answers from a ReplayData; target and workload are whatever the caller tunes."""
-
-    name = "replay"
 
     def __init__(self, data: ReplayData):
         self.data = data
