@@ -103,10 +103,11 @@ def resolve_target(spec: str, db=None) -> dict:
         raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
 
 
-def fmt_seconds(s: float | None) -> str:
+def fmt_seconds(s: float | None, *, missing: str = "-", micro: str = "us") -> str:
+    """A duration in seconds with a readable unit (s, ms, ``micro``, ns); ``missing`` for None."""
     if s is None:
-        return "-"
-    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        return missing
+    for unit, f in (("s", 1.0), ("ms", 1e-3), (micro, 1e-6)):
         if s >= f:
             return f"{s / f:.3g} {unit}"
     return f"{s * 1e9:.3g} ns"

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from .cliutil import fmt_seconds
+
 MAX_CONVERGENCE_WORKLOADS = 6
 MAX_LINES_PER_PANEL = 8
 MAX_BAR_TARGETS = 40
@@ -472,12 +474,7 @@ def plot_similarity(targets: list[dict], path: Path) -> int:
 
 # ----------------------------------------------------------------------------- page
 def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "–"
-    for unit, f in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= f:
-            return f"{s / f:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
+    return fmt_seconds(s, missing="–", micro="µs")
 
 
 _CSS = """
