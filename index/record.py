@@ -9,7 +9,6 @@ what readers de-duplicate by.  Times are seconds; ``timestamp`` is UTC.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import math
 import re
 import uuid
@@ -74,6 +73,8 @@ class Record:
     workload_json: str = field(default="", repr=False, compare=False)
     config_json: str = field(default="", repr=False, compare=False)
     meta_json: str = field(default="", repr=False, compare=False)
+    lookup_key: int = field(default=0, init=False, repr=False, compare=False)
+    entry_key: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rid = self.record_id or uuid.uuid4().hex
@@ -95,6 +96,9 @@ class Record:
         s(self, "target_key", key_of_text(tj))
         s(self, "workload_key", key_of_text(wj))
         s(self, "config_key", key_of_text(cj))
+        # the store's int64 columns: hash64(target_key, workload_key[, config_key])
+        s(self, "entry_key", hash64(self.target_key, self.workload_key))
+        s(self, "lookup_key", hash64(self.target_key, self.workload_key, self.config_key))
         if not self.target_name:
             s(self, "target_name", target_display_name(t))
         try:
@@ -124,16 +128,6 @@ class Record:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    @functools.cached_property
-    def lookup_key(self) -> int:
-        """hash64 of (target_key, workload_key, config_key): the store's int64 lookup column."""
-        return hash64(self.target_key, self.workload_key, self.config_key)
-
-    @functools.cached_property
-    def entry_key(self) -> int:
-        """hash64 of (target_key, workload_key): the store's int64 entry column."""
-        return hash64(self.target_key, self.workload_key)
 
     def validate(self) -> None:
         """Raise ValueError naming the field and the record when invalid."""
@@ -211,24 +205,11 @@ class Record:
         )
 
     @classmethod
-    def _trusted(cls, *, target: dict, workload: dict, config: dict, target_key: str, workload_key: str,
-                 config_key: str, target_json: str, workload_json: str, config_json: str,
-                 meta_json: str | None = None, **fields: Any) -> "Record":
-        """Build a Record from the store's own files without re-canonicalising (fast path)."""
+    def _from_fields(cls, fields: dict) -> "Record":
+        """A Record whose ``__dict__`` is ``fields`` (every field, derived ones included), as the
+        store reads them back from its own files: no validation, no re-canonicalising."""
         r = object.__new__(cls)
-        s = object.__setattr__
-        for name, value in fields.items():
-            s(r, name, value)
-        s(r, "target", target)
-        s(r, "workload", workload)
-        s(r, "config", config)
-        s(r, "target_key", target_key)
-        s(r, "workload_key", workload_key)
-        s(r, "config_key", config_key)
-        s(r, "target_json", target_json)
-        s(r, "workload_json", workload_json)
-        s(r, "config_json", config_json)
-        s(r, "meta_json", meta_json if meta_json is not None else (canonical_json(r.meta) if r.meta else "{}"))
+        object.__setattr__(r, "__dict__", fields)
         return r
 
     @classmethod

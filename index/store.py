@@ -5,6 +5,7 @@ Layout of a DB directory::
     tunedb.json                         marker (format, schema version)
     records/target_slug=<slug>/part-<ns>-<id>.parquet    one file per commit and target
     records/target_slug=<slug>/cpart-<ns>-<id>.parquet   compacted files (list what they supersede)
+    journal/<host>-<pid>-<id>.jsonl     write-ahead journals of small commits (see index.journal)
     invalidations/part-*.parquet        (target_key, invalidated_at): stale-marking, append-only
     derived/                            rebuildable caches (vector index, ...)
     _lock                               advisory lock held by compaction and other rewrites
@@ -12,8 +13,11 @@ Layout of a DB directory::
 Contract
 --------
 * ``commit`` validates every record first (ValueError naming field and record; nothing
-  written), then writes one new file per target under a name readers ignore (``_tmp-``),
-  fsyncs it, renames it into place and fsyncs the directory: durable when it returns.
+  written).  Up to ``JOURNAL_MAX`` records are appended to the handle's journal and fsync'ed;
+  more are written as one new file per target under a name readers ignore (``_tmp-``),
+  fsynced, renamed into place, directory fsynced.  Either way durable when it returns.
+  A ``RecordBatch`` (index.batch) is the columnar bulk form; large commits are indexed in
+  memory at the next query rather than in ``commit``.
   Writers never modify a published file, so any number of processes may append to one
   DB without a lock.  A commit spanning several targets is published target by target.
 * Readers de-duplicate by ``record_id``.  A compacted file names the files it supersedes in
@@ -27,15 +31,19 @@ Contract
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
+import hashlib
 import json
 import os
 import re
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +52,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .batch import RecordBatch
 from .fsutil import atomic_write_bytes, file_lock, fsync_dir, publish, temp_name, temp_owner_alive
-from .keys import canonical_json, hash64, key_of_text
+from .journal import SUFFIX as _JSUFFIX
+from .journal import JournalWriter, read_rows, try_lock_abandoned
+from .keys import _fast_dumps, canonical_json, hash64, key_of_text, rid_hash
 from .record import STATUSES, Record
 from .schema import INDEX_COLUMNS, RECORD_SCHEMA
 from .version import SCHEMA_VERSION, TUNEDB_VERSION
@@ -60,6 +71,72 @@ INVAL_SCHEMA = pa.schema([("target_key", pa.string()), ("target_name", pa.string
 _PART_RE = re.compile(r"^c?part-\d+-[0-9a-f]+\.parquet$")
 _STATUS_OK = STATUSES.index("ok")
 _US = np.int64(1)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_PLAIN_TYPES = frozenset((str, int, bool, type(None)))
+
+
+_TS_TYPE = pa.timestamp("us", tz="UTC")
+
+
+def _index_cols(t: pa.Table) -> dict:
+    """The in-memory index columns (numpy) of a record table."""
+    cols = {
+        "lookup_key": t.column("lookup_key").to_numpy(),
+        "entry_key": t.column("entry_key").to_numpy(),
+        "cost": t.column("cost").to_numpy(zero_copy_only=False).astype(np.float64),
+        "ok": pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False).astype(bool),
+        "rid_hash": t.column("rid_hash").to_numpy(),
+        "committed": t.column("committed").cast(pa.int64()).to_numpy(),
+        "timestamp": t.column("timestamp").cast(pa.int64()).to_numpy(),
+    }
+    cols["cost"] = np.where(np.isnan(cols["cost"]), np.inf, cols["cost"])
+    return cols
+
+
+_JOURNAL_SCHEMA = pa.schema([pa.field(f.name, pa.int64()) if f.name in ("timestamp", "committed") else f
+                             for f in RECORD_SCHEMA])
+
+
+def _journal_table(rows: list[dict]) -> pa.Table:
+    """Journal rows as a RECORD_SCHEMA table (timestamps are integer microseconds there)."""
+    t = pa.Table.from_pylist(rows, schema=_JOURNAL_SCHEMA)
+    return t.cast(RECORD_SCHEMA)
+
+
+def _split_by_target(table: pa.Table) -> list[tuple[str, pa.Table]]:
+    if table.num_rows == 0:
+        return []
+    enc = pc.dictionary_encode(table.column("target_key")).combine_chunks()
+    keys = enc.dictionary.to_pylist()
+    if len(keys) == 1:
+        return [(keys[0], table)]
+    codes = enc.indices.to_numpy()
+    return [(k, table.filter(pa.array(codes == i))) for i, k in enumerate(keys)]
+
+
+_OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _fold_at_exit() -> None:
+    """Fold the journals of handles still open at interpreter exit (best effort: a journal
+    left behind is folded by the next process that opens the DB)."""
+    for db in list(_OPEN_HANDLES):
+        try:
+            db.close()
+        except Exception:
+            pass
+
+
+def _fixed_width_ids(col: pa.Array) -> np.ndarray | list:
+    """Record ids as a numpy ``S32`` array viewing the Arrow buffer (all tunedb ids are 32
+    hex characters); a Python list when some id has another length."""
+    n = len(col)
+    if n and col.null_count == 0 and pa.types.is_string(col.type):
+        offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1]
+        if offs[-1] - offs[0] == 32 * n and np.all(np.diff(offs) == 32):
+            return np.frombuffer(col.buffers()[2], "S32", count=n, offset=int(offs[0]))
+    return col.to_pylist()
 
 
 def _slug(target_name: str, target_key: str) -> str:
@@ -71,9 +148,7 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _rid_hash(rid: str) -> int:
-    v = int(rid[:16], 16)
-    return v - (1 << 64) if v >= (1 << 63) else v
+_rid_hash = rid_hash
 
 
 class _Chunk:
@@ -102,6 +177,10 @@ class TuningDB:
         self.records_dir = self.path / "records"
         self.inval_dir = self.path / "invalidations"
         self.derived_dir = self.path / "derived"
+        self.journal_dir = self.path / "journal"
+        self._journal: JournalWriter | None = None
+        self._mem: dict[str, pa.Table] = {}  # journal chunk key -> its rows (journals are not Parquet)
+        self._journal_state: dict[str, tuple[int, list[str]]] = {}  # journal path -> (size read, chunk keys)
         self.session = uuid.uuid4().hex[:16]
         self._lock = threading.RLock()
         self._chunks: dict[str, _Chunk] = {}
@@ -117,9 +196,13 @@ class TuningDB:
         self._overlay_rids: set[int] = set()
         self._commits_since_scan: dict[str, int] = {}
         self._text_keys: dict[str, str] = {}
+        self._canon_cache: dict[tuple, tuple[str, str]] = {}
+        self._prefix_cache: dict[tuple[str, str], Any] = {}  # (target_key, workload_key) -> BLAKE2b state
         self._compact_due: set = set()
         self._last_pos: dict[int, int] | None = None
         self._rid_sorted = np.zeros(0, np.int64)
+        self._pending_rids: list[np.ndarray] = []  # sorted rid hashes of large commits not yet indexed
+        self._dirty = False  # large commits wait to be indexed (see _sync)
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, create: bool = True) -> "TuningDB":
@@ -147,16 +230,31 @@ class TuningDB:
                 raise ValueError(f"{p} is a non-empty directory that is not a tunedb database")
             atomic_write_bytes(marker, json.dumps({"format": "tunedb", "schema_version": SCHEMA_VERSION,
                                                    "created_by": TUNEDB_VERSION}).encode())
-        for d in ("records", "invalidations", "derived"):
-            (p / d).mkdir(exist_ok=True)
+        for d in ("records", "invalidations", "derived", "journal"):
+            try:
+                (p / d).mkdir(exist_ok=True)
+            except OSError:
+                if d != "journal":  # a read-only DB of an older layout has none
+                    raise
         db = cls(p)
         db.refresh()
+        _OPEN_HANDLES.add(db)
         return db
 
     def close(self) -> None:
+        """Fold this handle's journal into Parquet and drop caches (the handle stays usable)."""
         with self._lock:
+            self._fold_own_journal()
             self._tables.clear()
             self._table_rows = 0
+
+    def __del__(self) -> None:
+        # a handle dropped without close() still folds its journal (like a file flushing)
+        try:
+            if getattr(self, "_journal", None) is not None:
+                self._fold_own_journal()
+        except Exception:
+            pass
 
     def __enter__(self) -> "TuningDB":
         return self
@@ -193,16 +291,7 @@ class TuningDB:
         if tkey and tkey not in self._target_meta and META_TARGET in md:
             self._target_meta[tkey] = (md.get(META_TARGET_NAME, b"").decode(), md[META_TARGET].decode())
         t = pf.read(columns=INDEX_COLUMNS, use_threads=pf.metadata.num_rows > 50_000)
-        cols = {
-            "lookup_key": t.column("lookup_key").to_numpy(),
-            "entry_key": t.column("entry_key").to_numpy(),
-            "cost": t.column("cost").to_numpy(zero_copy_only=False).astype(np.float64),
-            "ok": pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False).astype(bool),
-            "rid_hash": t.column("rid_hash").to_numpy(),
-            "committed": t.column("committed").cast(pa.int64()).to_numpy(),
-            "timestamp": t.column("timestamp").cast(pa.int64()).to_numpy(),
-        }
-        cols["cost"] = np.where(np.isnan(cols["cost"]), np.inf, cols["cost"])
+        cols = _index_cols(t)
         return _Chunk(path, tkey, cols, sup)
 
     def _load_invalidations(self) -> None:
@@ -218,8 +307,10 @@ class TuningDB:
         self._invalidated = inv
 
     def refresh(self) -> None:
-        """Re-scan the directory: pick up other processes' commits and compactions."""
+        """Re-scan the directory: pick up other processes' commits and compactions (and fold
+        the journals of writers that are gone)."""
         with self._lock:
+            self._fold_abandoned_journals()
             # a shared lock keeps compactions (exclusive) from deleting files while we list and
             # read them; appends take no lock, so they never wait for readers
             with file_lock(self.path / "_lock", shared=True):
@@ -249,10 +340,132 @@ class TuningDB:
                 seen.add(key)
                 if key not in self._chunks:
                     self._chunks[key] = self._read_chunk(f)
+        seen.update(self._scan_journals())
         for key in list(self._chunks):
             if key not in seen:
                 del self._chunks[key]
                 self._drop_table(key)
+                self._mem.pop(key, None)
+        self._set_live_files()
+        self._load_invalidations()
+        self._rebuild_arrays()
+        self._dirty = False
+        self._overlay.clear()
+        self._overlay_entries.clear()
+        self._overlay_rids.clear()
+        self._commits_since_scan.clear()
+
+    # ------------------------------------------------------------- journals
+    JOURNAL_MAX = 64      # records: a commit up to this size is appended to the handle's journal
+    JOURNAL_FOLD = 1_000  # records: a journal this long is folded into Parquet part files
+
+    def _journal_files(self) -> list[Path]:
+        try:
+            with os.scandir(self.journal_dir) as it:
+                names = [e.name for e in it]
+        except FileNotFoundError:
+            return []
+        out = []
+        for n in names:
+            p = self.journal_dir / n
+            if n.startswith("_tmp-"):
+                if not temp_owner_alive(n, 3600.0, p):
+                    try:
+                        p.unlink()
+                    except OSError:
+                        pass
+            elif n.endswith(_JSUFFIX):
+                out.append(p)
+        return sorted(out)
+
+    def _scan_journals(self) -> list[str]:
+        """(Re)read every journal that changed since the last scan; its rows become one
+        in-memory chunk per target.  Returns the chunk keys of all journals."""
+        keys: list[str] = []
+        state: dict[str, tuple[int, list[str]]] = {}
+        for jp in self._journal_files():
+            size = jp.stat().st_size  # FileNotFoundError: folded meanwhile; the refresh retries
+            old = self._journal_state.get(str(jp))
+            if old is not None and old[0] == size:
+                state[str(jp)] = old
+                keys.extend(old[1])
+                continue
+            if old is not None:
+                for k in old[1]:
+                    self._chunks.pop(k, None)
+                    self._drop_table(k)
+                    self._mem.pop(k, None)
+            ck = []
+            table = _journal_table(read_rows(jp))
+            for tkey, group in _split_by_target(table):
+                k = f"{jp}::{tkey}"
+                md = group.column("target_name")[0].as_py(), group.column("target")[0].as_py()
+                self._target_meta.setdefault(tkey, md)
+                self._mem[k] = group
+                self._chunks[k] = _Chunk(Path(k), tkey, _index_cols(group), [])
+                ck.append(k)
+            state[str(jp)] = (size, ck)
+            keys.extend(ck)
+        self._journal_state = state
+        return keys
+
+    def _journal_append(self, recs: list[Record], committed: int) -> None:
+        j = self._journal
+        if j is None or j.pid != os.getpid():  # (a forked child never appends to its parent's)
+            j = self._journal = JournalWriter(self.journal_dir)
+        j.append([self._journal_row(r, committed) for r in recs])
+        if j.records >= self.JOURNAL_FOLD:
+            self._fold_own_journal()
+
+    def _journal_row(self, r: Record, committed: int) -> dict:
+        return {"record_id": r.record_id, "target_key": r.target_key, "target_name": r.target_name,
+                "target": r.target_json, "workload_key": r.workload_key, "family": r.workload["family"],
+                "workload": r.workload_json, "config_key": r.config_key, "config": r.config_json,
+                "costs": list(r.costs), "cost": r.cost, "status": r.status, "error": r.error,
+                "compile_s": r.compile_s, "wall_s": r.wall_s,
+                "timestamp": (r.timestamp - _EPOCH) // _dt.timedelta(microseconds=1), "source": r.source,
+                "session": r.session or self.session, "meta": r.meta_json or "{}", "lookup_key": r.lookup_key,
+                "entry_key": r.entry_key, "tunedb_version": TUNEDB_VERSION, "schema_version": SCHEMA_VERSION,
+                "target_slug": _slug(r.target_name, r.target_key), "rid_hash": _rid_hash(r.record_id),
+                "committed": committed}
+
+    def _fold(self, path: Path) -> None:
+        """Write the rows of journal ``path`` as Parquet part files, then delete it (a crash
+        in between leaves both; readers de-duplicate by record_id)."""
+        table = _journal_table(read_rows(path))
+        for tkey, group in _split_by_target(table):
+            name, tj = group.column("target_name")[0].as_py(), group.column("target")[0].as_py()
+            out = self._publish_table(_slug(name, tkey), group, self._target_file_meta(tkey, name, tj), "part")
+            self._count_commit(out.parent, "part")
+        path.unlink()
+        fsync_dir(path.parent)
+
+    def _fold_own_journal(self) -> None:
+        j, self._journal = self._journal, None
+        if j is None:
+            return
+        try:
+            if j.pid == os.getpid():
+                self._fold(j.path)
+        finally:
+            j.close()
+
+    def _fold_abandoned_journals(self) -> None:
+        own = self._journal.path if self._journal is not None else None
+        for jp in self._journal_files():
+            if jp == own:
+                continue
+            fd = try_lock_abandoned(jp)
+            if fd is None:
+                continue
+            try:
+                self._fold(jp)
+            except OSError:
+                pass  # a read-only DB: the journal is read as it is
+            finally:
+                os.close(fd)
+
+    def _set_live_files(self) -> None:
         superseded = set()
         for key, ch in self._chunks.items():
             d = os.path.dirname(key)
@@ -260,13 +473,6 @@ class TuningDB:
                 superseded.add(os.path.join(d, name))
         self._live_files = sorted(k for k in self._chunks if k not in superseded)
         self._superseded = sorted(superseded & set(self._chunks))
-        self._partitions = {d: [str(f) for f in files] for d, files in parts.items()}
-        self._load_invalidations()
-        self._rebuild_arrays()
-        self._overlay.clear()
-        self._overlay_entries.clear()
-        self._overlay_rids.clear()
-        self._commits_since_scan.clear()
 
     def _rebuild_arrays(self) -> None:
         files = self._live_files
@@ -281,11 +487,14 @@ class TuningDB:
             a = {k: np.concatenate([c.cols[k] for c in chunks]) for k in chunks[0].cols}
             a["file"] = np.repeat(np.arange(len(chunks), dtype=np.int32), [c.n for c in chunks])
             a["row"] = np.concatenate([np.arange(c.n, dtype=np.int32) for c in chunks])
-            # de-duplicate by record_id (first occurrence wins)
-            _, first = np.unique(a["rid_hash"], return_index=True)
-            if len(first) != n:
+            # de-duplicate by record_id (first occurrence wins); a plain sort finds out whether
+            # there is anything to do (10x cheaper than the argsort of np.unique)
+            srt = np.sort(a["rid_hash"])
+            if (srt[1:] == srt[:-1]).any():
+                _, first = np.unique(a["rid_hash"], return_index=True)
                 first.sort()
                 a = {k: v[first] for k, v in a.items()}
+                srt = np.sort(a["rid_hash"])
             self._a = a
         a = self._a
         # stale rows: their target was invalidated after they were committed
@@ -307,7 +516,8 @@ class TuningDB:
         self._by_entry = okrows[order]
         self._entry_sorted = a["entry_key"][self._by_entry]
         self._file_list = files
-        self._rid_sorted = np.sort(a["rid_hash"])
+        self._rid_sorted = srt if n else np.zeros(0, np.int64)
+        self._pending_rids = []
 
     def _try_remove_superseded(self) -> None:
         lock = self.path / "_lock"
@@ -321,117 +531,215 @@ class TuningDB:
                     pass
 
     # ------------------------------------------------------------ committing
-    def commit(self, records: Record | Iterable[Record]) -> int:
-        """Validate and durably write ``records``; returns how many were new.
+    SMALL_COMMIT = 2_000  # records: a commit up to this size goes to the overlay, a larger one is indexed lazily
+
+    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
+        """Validate and durably write ``records`` (Records or a ``RecordBatch``); returns how
+        many were new.
 
         Records whose record_id this handle already holds are skipped (idempotent
         re-commit).  Raises ValueError naming the field and the record when any record
         is invalid; then nothing of the commit is written.
         """
-        recs = [records] if isinstance(records, Record) else list(records)
-        for r in recs:
-            if not isinstance(r, Record):
-                raise TypeError(f"commit takes Record objects, got {type(r).__name__}")
-            r.validate()
-        if not recs:
+        if isinstance(records, RecordBatch):
+            batch: RecordBatch | None = records
+            batch.check()
+            recs: list[Record] = []
+            rh = batch.table.column("rid_hash").to_numpy()
+        else:
+            batch = None
+            recs = [records] if isinstance(records, Record) else list(records)
+            for r in recs:
+                if not isinstance(r, Record):
+                    raise TypeError(f"commit takes Record objects or a RecordBatch, got {type(r).__name__}")
+            if len(recs) > self.SMALL_COMMIT:  # validated vectorised, with the same messages
+                batch = RecordBatch.from_records(recs)
+                rh = batch.table.column("rid_hash").to_numpy()
+            else:
+                for r in recs:
+                    r.validate()
+                rh = np.fromiter((_rid_hash(r.record_id) for r in recs), np.int64, len(recs))
+        if not len(rh):
             return 0
         with self._lock:
-            known = self._rid_sorted
-            rh = np.fromiter((_rid_hash(r.record_id) for r in recs), np.int64, len(recs))
-            pos = np.minimum(np.searchsorted(known, rh), max(len(known) - 1, 0))
-            fresh = (known[pos] != rh) if len(known) else np.ones(len(rh), bool)
-            seen: set[int] = set(self._overlay_rids)
-            keep = []
-            for r, h, f in zip(recs, rh.tolist(), fresh.tolist()):
-                if f and h not in seen:
-                    seen.add(h)
-                    keep.append(r)
-            if not keep:
+            keep = self._fresh_mask(rh)
+            n_new = int(keep.sum())
+            if not n_new:
                 return 0
             committed = _now_us()
-            by_target: dict[str, list[Record]] = {}
-            for r in keep:
-                by_target.setdefault(r.target_key, []).append(r)
-            for tkey, group in by_target.items():
-                self._write_group(tkey, group, committed)
-            for r in keep:
-                self._overlay[r.lookup_key] = r
-                self._overlay_entries.setdefault(r.entry_key, []).append(r)
-            self._overlay_rids.update(_rid_hash(r.record_id) for r in keep)
+            if n_new <= self.SMALL_COMMIT:
+                if batch is not None and not recs:
+                    recs = batch.table.filter(pa.array(keep)) if n_new < len(keep) else batch.table
+                    recs = RecordBatch(recs, batch.target_meta).to_records()
+                else:
+                    recs = [r for r, k in zip(recs, keep.tolist()) if k]
+                self._commit_small(recs, committed)
+            else:
+                if batch is None:
+                    batch = RecordBatch.from_records(recs)
+                tkeys, codes = batch.target_groups()
+                table = batch.table
+                if n_new < len(keep):
+                    table, codes = table.filter(pa.array(keep)), codes[keep]
+                self._commit_large(table, tkeys, codes, batch.target_meta, committed)
             due, self._compact_due = self._compact_due, set()
-            for d in due:  # after the overlay is updated: a compaction refreshes the arrays
+            for d in due:  # after the in-memory state is updated: a compaction refreshes it
                 self._maybe_auto_compact(d)
             if len(self._overlay) > self.OVERLAY_LIMIT:
                 self.refresh()
-            return len(keep)
+            return n_new
 
-    def _records_to_table(self, recs: list[Record], slug: str, committed_us: int) -> pa.Table:
-        n = len(recs)
-        cols: dict[str, Any] = {
-            "record_id": [r.record_id for r in recs],
-            "target_key": [r.target_key for r in recs],
-            "target_name": [r.target_name for r in recs],
-            "target": [r.target_json for r in recs],
-            "workload_key": [r.workload_key for r in recs],
-            "family": [r.workload["family"] for r in recs],
-            "workload": [r.workload_json for r in recs],
-            "config_key": [r.config_key for r in recs],
-            "config": [r.config_json for r in recs],
-            "costs": [list(r.costs) for r in recs],
-            "cost": [r.cost for r in recs],
-            "status": [r.status for r in recs],
-            "error": [r.error for r in recs],
-            "compile_s": [r.compile_s for r in recs],
-            "wall_s": [r.wall_s for r in recs],
-            "timestamp": pa.array([int(r.timestamp.timestamp() * 1_000_000) for r in recs], pa.int64())
-            .cast(pa.timestamp("us", tz="UTC")),
-            "source": [r.source for r in recs],
-            "session": [r.session or self.session for r in recs],
-            "meta": [r.meta_json or "{}" for r in recs],
-            "lookup_key": [r.lookup_key for r in recs],
-            "entry_key": [r.entry_key for r in recs],
-            "tunedb_version": pa.array([TUNEDB_VERSION] * n),
-            "schema_version": pa.array(np.full(n, SCHEMA_VERSION, np.int32)),
-            "target_slug": pa.array([slug] * n),
-            "rid_hash": [_rid_hash(r.record_id) for r in recs],
-            "committed": pa.array(np.full(n, committed_us, np.int64)).cast(pa.timestamp("us", tz="UTC")),
-        }
-        arrays = [pa.array(cols[f.name], f.type) if not isinstance(cols[f.name], (pa.Array, pa.ChunkedArray))
-                  else cols[f.name] for f in RECORD_SCHEMA]
-        return pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA)
+    def _fresh_mask(self, rh: np.ndarray) -> np.ndarray:
+        """True for each rid hash this handle does not hold yet (first occurrence within ``rh``)."""
+        keep = np.ones(len(rh), bool)
+        if len(rh) > 1:
+            srt = np.sort(rh)
+            if (srt[1:] == srt[:-1]).any():  # repeated ids within the commit: keep the first
+                keep[:] = False
+                keep[np.unique(rh, return_index=True)[1]] = True
+        if len(self._pending_rids) > 1:  # one sorted array to search, not one per large commit
+            self._pending_rids = [np.sort(np.concatenate(self._pending_rids))]
+        for known in [self._rid_sorted, *self._pending_rids]:
+            if len(known):
+                pos = np.minimum(np.searchsorted(known, rh), len(known) - 1)
+                keep &= known[pos] != rh
+        if self._overlay_rids:
+            if len(rh) <= 64:
+                ov = self._overlay_rids
+                keep &= np.array([h not in ov for h in rh.tolist()], bool)
+            else:
+                keep &= ~np.isin(rh, np.fromiter(self._overlay_rids, np.int64, len(self._overlay_rids)))
+        return keep
 
-    def _write_group(self, tkey: str, group: list[Record], committed_us: int) -> Path:
-        first = group[0]
-        slug = _slug(first.target_name, tkey)
-        table = self._records_to_table(group, slug, committed_us)
-        meta = {META_TARGET_KEY: tkey.encode(), META_TARGET: first.target_json.encode(),
-                META_TARGET_NAME: first.target_name.encode()}
-        self._target_meta.setdefault(tkey, (first.target_name, first.target_json))
-        return self._write_table(slug, table, meta, prefix="part")
+    def _commit_small(self, recs: list[Record], committed: int) -> None:
+        """Write ``recs`` (to the journal, or one file per target) and keep them in the overlay."""
+        for r in recs:
+            self._target_meta.setdefault(r.target_key, (r.target_name, r.target_json))
+        if len(recs) <= self.JOURNAL_MAX and self._journal_writable():
+            self._journal_append(recs, committed)
+            self._overlay_add(recs)
+            return
+        by_target: dict[str, list[Record]] = {}
+        for r in recs:
+            by_target.setdefault(r.target_key, []).append(r)
+        for tkey, group in by_target.items():
+            first = group[0]
+            # one C++ conversion of the rows (27 per-column conversions cost more for a few rows)
+            table = _journal_table([self._journal_row(r, committed) for r in group])
+            self._write_table(_slug(first.target_name, tkey), table,
+                              self._target_file_meta(tkey, first.target_name, first.target_json), "part")
+        self._overlay_add(recs)
+
+    def _journal_writable(self) -> bool:
+        if self._journal is not None:
+            return True
+        return self.journal_dir.is_dir() and os.access(self.journal_dir, os.W_OK)
+
+    def _overlay_add(self, recs: list[Record]) -> None:
+        for r in recs:
+            self._overlay[r.lookup_key] = r
+            self._overlay_entries.setdefault(r.entry_key, []).append(r)
+        self._overlay_rids.update(_rid_hash(r.record_id) for r in recs)
+
+    def _commit_large(self, table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict,
+                      committed: int) -> None:
+        """Write ``table`` (one file per target) and index its files lazily (next query)."""
+        order = np.argsort(codes, kind="stable") if len(tkeys) > 1 else None
+        bounds = np.searchsorted(codes[order], np.arange(len(tkeys) + 1)) if order is not None else [0, len(codes)]
+
+        def write(g: int) -> tuple[str, Path, pa.Table]:
+            tkey = tkeys[g]
+            group = table if order is None else table.take(pa.array(order[bounds[g]:bounds[g + 1]]))
+            name, tj = target_meta[tkey]
+            full = self._stamp(group, _slug(name, tkey), committed)
+            path = self._publish_table(_slug(name, tkey), full, self._target_file_meta(tkey, name, tj), "part")
+            return tkey, path, full
+
+        # targets are written in parallel (Arrow's take and Parquet encoding release the GIL)
+        if len(tkeys) > 1 and table.num_rows >= 20_000:
+            with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
+                written = list(ex.map(write, range(len(tkeys))))
+        else:
+            written = [write(g) for g in range(len(tkeys))]
+        for tkey, path, full in written:
+            self._target_meta.setdefault(tkey, target_meta[tkey])
+            self._count_commit(path.parent, "part")
+            self._chunks[str(path)] = _Chunk(path, tkey, _index_cols(full), [])
+            self._pending_rids.append(np.sort(full.column("rid_hash").to_numpy()))
+        self._dirty = True
+
+    def _sync(self) -> None:
+        """Index the files of large commits (deferred from ``commit`` to the next query)."""
+        if self._dirty:
+            self._dirty = False
+            self._set_live_files()
+            self._rebuild_arrays()
+
+    @staticmethod
+    def _stamp(table: pa.Table, slug: str, committed_us: int) -> pa.Table:
+        """A batch-layout table with the store's ``target_slug`` and ``committed`` columns added."""
+        n = table.num_rows
+        table = table.add_column(RECORD_SCHEMA.get_field_index("target_slug"), RECORD_SCHEMA.field("target_slug"),
+                                 pa.repeat(pa.scalar(slug), n))
+        return table.append_column(RECORD_SCHEMA.field("committed"), pa.repeat(pa.scalar(committed_us, _TS_TYPE), n))
+
+    @staticmethod
+    def _target_file_meta(tkey: str, target_name: str, target_json: str) -> dict:
+        return {META_TARGET_KEY: tkey.encode(), META_TARGET: target_json.encode(),
+                META_TARGET_NAME: target_name.encode()}
+
+    def _write_group(self, tkey: str, table: pa.Table, target_name: str, target_json: str,
+                     committed_us: int) -> tuple[Path, pa.Table]:
+        """Publish the batch-layout ``table`` of one target as a new part file; returns its
+        path and the full table written."""
+        slug = _slug(target_name, tkey)
+        table = self._stamp(table, slug, committed_us)
+        return self._write_table(slug, table, self._target_file_meta(tkey, target_name, target_json), "part"), table
 
     def _write_table(self, slug: str, table: pa.Table, meta: dict, prefix: str) -> Path:
+        path = self._publish_table(slug, table, meta, prefix)
+        self._count_commit(path.parent, prefix)
+        return path
+
+    def _count_commit(self, d: Path, prefix: str) -> None:
+        self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
+        if prefix == "part" and self._commits_since_scan[str(d)] % 16 == 0:
+            self._compact_due.add(d)
+
+    def _publish_table(self, slug: str, table: pa.Table, meta: dict, prefix: str) -> Path:
+        """Write ``table`` durably as a new file of partition ``slug`` (write-then-rename with
+        fsync of file and directory).  Thread-safe: touches no handle state."""
         d = self.records_dir / f"target_slug={slug}"
-        new_dir = not d.exists()
-        d.mkdir(parents=True, exist_ok=True)
-        if new_dir:
+        if not d.exists():
+            d.mkdir(parents=True, exist_ok=True)
             fsync_dir(self.records_dir)
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
         tmp = d / temp_name()
         final = d / f"{prefix}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+        compacted = prefix == "cpart"
+        buf = pa.BufferOutputStream()
+        # commit files: no dictionaries or statistics (cheaper to write; zstd alone keeps them
+        # small); compacted files: dictionaries and statistics for readers that filter
+        pq.write_table(table, buf, compression="zstd" if compacted else "lz4", row_group_size=256 * 1024,
+                       write_statistics=compacted, use_dictionary=compacted)
+        data = buf.getvalue()
         try:
-            small = table.num_rows < 1000
-            pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024,
-                           write_statistics=not small, use_dictionary=not small or prefix == "cpart")
-            publish(tmp, final)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, final)
+            fsync_dir(d)
         except BaseException:
             try:
                 tmp.unlink()
             except OSError:
                 pass
             raise
-        self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
-        if prefix == "part" and self._commits_since_scan[str(d)] % 16 == 0:
-            self._compact_due.add(d)
         return final
 
     def _maybe_auto_compact(self, d: Path) -> None:
@@ -440,13 +748,15 @@ class TuningDB:
         except FileNotFoundError:
             return
         if n > self.AUTO_COMPACT_FILES:
-            self._rewrite_partitions([d], keep=None, blocking=False, small_only=True)
+            # no refresh: the handle's arrays still hold the same records; a row whose file
+            # was merged away is found again by the refresh-and-retry of lookup/best
+            self._rewrite_partitions([d], keep=None, blocking=False, small_only=True, refresh=False)
 
     # ----------------------------------------------------------- rewriting
     AUTO_COMPACT_MAX_BYTES = 1 << 20  # automatic compaction merges only files smaller than this
 
     def _rewrite_partitions(self, dirs: list[Path], keep, *, blocking: bool = True,
-                            min_files: int = 2, small_only: bool = False) -> dict:
+                            min_files: int = 2, small_only: bool = False, refresh: bool = True) -> dict:
         """Rewrite each partition into one compacted file, keeping rows where ``keep(table)``
         is true (all rows when None).  Runs under the DB lock; concurrent appends are never
         touched (only files listed at the start are merged)."""
@@ -475,8 +785,9 @@ class TuningDB:
                 names = [n for n in names if n not in sup]
                 if small_only:  # tiered: big compacted files are not rewritten again and again
                     names = [n for n in names if (d / n).stat().st_size < self.AUTO_COMPACT_MAX_BYTES]
-                if not names or (keep is None and len(names) < min_files):
-                    continue
+                if not names or (keep is None and len(names) < min_files
+                                 and not (len(names) == 1 and names[0].startswith("part-") and not small_only)):
+                    continue  # (``compact`` still rewrites a lone commit file: dictionaries, zstd)
                 tables = [pq.ParquetFile(d / n).read(use_threads=False) for n in names]
                 md = tables[0].schema.metadata or {}
                 table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
@@ -513,8 +824,15 @@ class TuningDB:
                         os.rmdir(d)
                     except OSError:
                         pass
-        self.refresh()
+        if refresh:
+            self.refresh()
         return stats
+
+    def _fold_journals(self) -> None:
+        """Fold this handle's journal and abandoned ones, so a rewrite sees their records."""
+        with self._lock:
+            self._fold_own_journal()
+            self._fold_abandoned_journals()
 
     def _all_partition_dirs(self) -> list[Path]:
         return sorted(p for p in self.records_dir.iterdir() if p.is_dir() and p.name.startswith("target_slug="))
@@ -525,11 +843,13 @@ class TuningDB:
 
     def compact(self) -> dict:
         """Merge the files of every partition into one (under the DB lock).  Returns counts."""
+        self._fold_journals()
         return self._rewrite_partitions(self._all_partition_dirs(), keep=None)
 
     def dedup(self) -> dict:
         """Remove repeated identical measurements: same (target, workload, config), status
         and costs; the earliest is kept.  Returns counts (``removed``)."""
+        self._fold_journals()
         def keep(t: pa.Table) -> np.ndarray:
             key = [f"{a}|{b}|{c}" for a, b, c in zip(t.column("lookup_key").to_pylist(),
                                                     t.column("status").to_pylist(),
@@ -553,6 +873,7 @@ class TuningDB:
         are given, which then apply to that target only).  ``keep_top``: per (target, workload)
         keep the k best ``ok`` records (failed measurements are kept: they stop retries).
         ``older_than_days``: drop records measured longer ago than that."""
+        self._fold_journals()
         if keep_top is None and older_than_days is None and target is None:
             raise ValueError("forget needs keep_top, older_than_days or target")
         if keep_top is not None and keep_top < 0:
@@ -624,28 +945,34 @@ class TuningDB:
                     "config_key", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
                     "source", "session", "meta")
 
-    _DICT_COLUMNS = ("status", "error", "source", "session", "meta", "target_name")
+    _DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta")  # order used by _materialise
 
     def _file_table(self, fidx: int) -> dict:
         """Row columns of one live file, decoded for fast single-row access (LRU by rows):
-        low-cardinality strings as (numpy codes, Python values), numbers as numpy arrays,
-        costs as (offsets, values)."""
+        low-cardinality strings as (codes, values) lists, record ids as fixed-width bytes,
+        numbers as numpy arrays, costs as (offsets, values)."""
         path = self._file_list[fidx]
         t = self._tables.get(path)
         if t is not None:
             self._tables.move_to_end(path)
             return t
-        tab = pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
+        mem = self._mem.get(path)
+        tab = mem if mem is not None else pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
         t = {c: tab.column(c).combine_chunks() for c in self._ROW_COLUMNS}
-        t["_dicts"] = []
+        codes, vals = [], []
         for c in self._DICT_COLUMNS:
             enc = pc.dictionary_encode(t[c])
-            t["_dicts"].append((c, enc.indices.to_pylist(), enc.dictionary.to_pylist()))
+            codes.append(enc.indices.to_numpy(zero_copy_only=False))
+            vals.append(enc.dictionary.to_pylist())
+        # per row: a tuple of its codes in the _DICT_COLUMNS order (one index instead of six)
+        t["_dicts"] = (list(zip(*(x.tolist() for x in codes))), vals)
         for c in ("compile_s", "wall_s"):
-            t["_np_" + c] = t[c].to_numpy(zero_copy_only=False).astype(np.float64)
+            x = t[c].to_numpy(zero_copy_only=False).astype(np.float64)
+            t["_py_" + c] = [None if v != v else v for v in x.tolist()]
         costs = t["costs"]
-        t["_costs_off"] = costs.offsets.to_numpy()
-        t["_costs_val"] = costs.values.to_numpy(zero_copy_only=False)
+        t["_costs_off"] = costs.offsets.to_numpy().tolist()
+        t["_costs_val"] = costs.values.to_numpy(zero_copy_only=False).astype(np.float64).tolist()
+        t["_rid"] = _fixed_width_ids(t["record_id"])
         t["_n"] = tab.num_rows
         self._tables[path] = t
         self._table_rows += tab.num_rows
@@ -674,34 +1001,31 @@ class TuningDB:
         caller already holds them (a lookup hit): those columns are then not read back."""
         a = self._a
         fidx, row = int(a["file"][i]), int(a["row"][i])
-        for attempt in range(3):
-            try:
-                t = self._file_table(fidx)
-                break
-            except FileNotFoundError:
-                if attempt == 2:
-                    raise
-                self.refresh()
-        v: dict[str, Any] = {c: vals[codes[row]] for c, codes, vals in t["_dicts"]}
-        v["record_id"] = t["record_id"][row].as_py()
-        for c in ("compile_s", "wall_s"):
-            x = t["_np_" + c][row]
-            v[c] = None if x != x else float(x)
-        off = t["_costs_off"]
-        v["costs"] = tuple(t["_costs_val"][off[row]:off[row + 1]].tolist())
-        v["timestamp"] = _dt.datetime.fromtimestamp(int(a["timestamp"][i]) / 1e6, _dt.timezone.utc)
+        t = self._file_table(fidx)  # FileNotFoundError: merged away; the caller refreshes and retries
         if known is None:
             tj, wj, cj = (t[c][row].as_py() for c in ("target", "workload", "config"))
             known = (self._json(tj), self._json(wj), json.loads(cj), tj, wj, cj,
                      t["target_key"][row].as_py(), t["workload_key"][row].as_py(), t["config_key"][row].as_py())
         tdict, wdict, cdict, tj, wj, cj, tk, wk, ck = known
-        meta = v.pop("meta")
-        v["error"] = v["error"] or ""
-        v["session"] = v["session"] or ""
-        v["target_name"] = v["target_name"] or ""
-        return Record._trusted(target=tdict, workload=wdict, config=cdict, target_json=tj, workload_json=wj,
-                               config_json=cj, target_key=tk, workload_key=wk, config_key=ck,
-                               meta=json.loads(meta) if meta and meta != "{}" else {}, meta_json=meta or "{}", **v)
+        codes, vals = t["_dicts"]
+        c = codes[row]
+        meta = vals[5][c[5]] or "{}"
+        rid = t["_rid"]
+        off = t["_costs_off"]
+        # one dict display, installed as the Record's __dict__ (Record._from_fields)
+        return Record._from_fields({
+            "target": tdict, "workload": wdict, "config": cdict,
+            "costs": tuple(t["_costs_val"][off[row]:off[row + 1]]),
+            "status": vals[0][c[0]], "error": vals[1][c[1]] or "",
+            "compile_s": t["_py_compile_s"][row], "wall_s": t["_py_wall_s"][row],
+            "timestamp": _EPOCH + _dt.timedelta(microseconds=int(a["timestamp"][i])),
+            "source": vals[2][c[2]], "session": vals[3][c[3]] or "",
+            "meta": json.loads(meta) if meta != "{}" else {},
+            "record_id": rid[row].decode() if isinstance(rid, np.ndarray) else rid[row],
+            "target_name": vals[4][c[4]] or "",
+            "target_key": tk, "workload_key": wk, "config_key": ck,
+            "target_json": tj, "workload_json": wj, "config_json": cj, "meta_json": meta,
+            "lookup_key": int(a["lookup_key"][i]), "entry_key": int(a["entry_key"][i])})
 
     def _text_key(self, text: str) -> str:
         k = self._text_keys.get(text)
@@ -712,75 +1036,129 @@ class TuningDB:
         return k
 
     def _canon(self, obj: Any, what: str) -> tuple[str, str]:
-        """(canonical JSON, key) of a target/workload/config given as a dict or Record field."""
+        """(canonical JSON, key) of a target/workload/config given as a dict or Record field.
+
+        Flat dicts are memoised by value: (items, value types) -- the types keep ``True``,
+        ``1`` and ``1.0`` apart, which compare equal but are different JSON."""
         if isinstance(obj, Record):
             return (obj.target_json, obj.target_key) if what == "target" else (obj.workload_json, obj.workload_key)
-        if hasattr(obj, "to_json_dict"):
+        fp = None
+        if type(obj) is dict:
+            try:
+                fp = (what, tuple(obj.items()), tuple(map(type, obj.values())))
+                hit = self._canon_cache.get(fp)
+            except TypeError:  # unhashable values (nested lists or objects)
+                fp = hit = None
+            if hit is not None:
+                return hit
+        elif hasattr(obj, "to_json_dict"):
             obj = obj.to_json_dict()
         if not isinstance(obj, Mapping):
             raise TypeError(f"{what} must be a dict, a Record or a {what}_key, not {type(obj).__name__}")
         text = canonical_json(obj)
-        return text, self._text_key(text)
+        res = (text, self._text_key(text))
+        if fp is not None:
+            if len(self._canon_cache) > 10_000:
+                self._canon_cache.clear()
+            self._canon_cache[fp] = res
+        return res
 
     def _last_row_of(self, lk: int) -> int | None:
-        """Position in the lookup order of the latest row with lookup_key ``lk`` (built lazily)."""
+        """Row (index into the arrays) of the latest live record with lookup_key ``lk``
+        (the map is built lazily, vectorised, on the first lookup after a rebuild)."""
         if self._last_pos is None:
-            ks = self._lookup_sorted
+            order = self._by_lookup[self._a["live"][self._by_lookup]]  # live rows, lookup order
+            ks = self._a["lookup_key"][order]
             if len(ks):
                 last = np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])
-                self._last_pos = dict(zip(ks[last].tolist(), last.tolist()))
+                self._last_pos = dict(zip(ks[last].tolist(), order[last].tolist()))
             else:
                 self._last_pos = {}
         return self._last_pos.get(lk)
 
+    def _entry_of(self, target: Any, workload: Any) -> tuple:
+        """(target JSON, workload JSON, target_key, workload_key, BLAKE2b state of the lookup-key
+        prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
+        value (see ``_canon``), the prefix by the key pair.  JSON texts and dicts are None when
+        given as keys or names."""
+        if isinstance(target, str):
+            tj, tkey, tdict = None, self._target_key(target), None
+        else:
+            tj, tkey = self._canon(target, "target")
+            tdict = self._json(tj)
+        if isinstance(workload, str):
+            wj, wkey, wdict = None, self._workload_key(workload), None
+        else:
+            wj, wkey = self._canon(workload, "workload")
+            wdict = self._json(wj)
+        pair = (tkey, wkey)
+        prefix = self._prefix_cache.get(pair)
+        if prefix is None:
+            if len(self._prefix_cache) > 200_000:
+                self._prefix_cache.clear()
+            prefix = self._prefix_cache[pair] = hashlib.blake2b(f"{tkey}\0{wkey}\0".encode(), digest_size=8)
+        return tj, wj, tkey, wkey, prefix, tdict, wdict
+
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
+        for _attempt in range(3):
+            try:
+                return self._lookup(target, workload, config)
+            except FileNotFoundError:  # a compaction merged the row's file away: re-read the DB
+                self.refresh()
+        return self._lookup(target, workload, config)
+
+    def _lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None.
 
         Failed measurements are returned too (so they are never retried).  When a triple
         was measured more than once the latest measurement answers.  Records of an
         invalidated target committed before its invalidation never answer."""
-        if isinstance(target, str):
-            tj, tkey = None, self._target_key(target)
-        else:
-            tj, tkey = self._canon(target, "target")
-        if isinstance(workload, str):
-            wj, wkey = None, self._workload_key(workload)
-        else:
-            wj, wkey = self._canon(workload, "workload")
+        tj, wj, tkey, wkey, prefix, tdict, wdict = self._entry_of(target, workload)
         if isinstance(config, str):
             cj, ckey = None, config
         else:
-            cj = canonical_json(config)
+            # a flat dict of plain scalars is its own normal form: encoded directly, and a copy
+            # of it is the Record's config (no parsing of cj)
+            flat = type(config) is dict and set(map(type, config.values())) <= _PLAIN_TYPES and \
+                all(type(k) is str for k in config)
+            cj = _fast_dumps(config) if flat else canonical_json(config)
             ckey = key_of_text(cj)
-        lk = hash64(tkey, wkey, ckey)
+        h = prefix.copy()  # == hash64(tkey, wkey, ckey), without re-hashing the two fixed keys
+        h.update(ckey.encode())
+        lk = int.from_bytes(h.digest(), "little", signed=True)
         with self._lock:
+            self._sync()
             self.lookups += 1
             r = self._overlay.get(lk)
             if r is not None:
                 self.hits += 1
                 return r
-            j = self._last_row_of(lk)
-            if j is None:
+            i = self._last_row_of(lk)
+            if i is None:
                 return None
-            ks, live, order = self._lookup_sorted, self._a["live"], self._by_lookup
-            while j >= 0 and ks[j] == lk:
-                i = int(order[j])
-                if live[i]:
-                    self.hits += 1
-                    known = None
-                    if tj is not None and wj is not None and cj is not None:
-                        known = (self._json(tj), self._json(wj), json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
-                    return self._materialise(i, known)
-                j -= 1
-            return None
+            self.hits += 1
+            known = None
+            if tj is not None and wj is not None and cj is not None:
+                known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
+            return self._materialise(i, known)
 
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """The ``k`` best ``ok`` records of (target, workload), ascending cost, one per config
         (its fastest measurement)."""
+        for _attempt in range(3):
+            try:
+                return self._best(target, workload, k)
+            except FileNotFoundError:  # a compaction merged a row's file away: re-read the DB
+                self.refresh()
+        return self._best(target, workload, k)
+
+    def _best(self, target: Any, workload: Any, k: int) -> list[Record]:
         if k <= 0:
             return []
         ek = hash64(self._target_key(target), self._workload_key(workload))
         with self._lock:
+            self._sync()
             es = self._entry_sorted
             lo = int(np.searchsorted(es, ek, "left"))
             hi = int(np.searchsorted(es, ek, "right"))
@@ -812,6 +1190,7 @@ class TuningDB:
 
     def _live_paths(self) -> list[str]:
         with self._lock:
+            self._sync()
             overlay_pending = bool(self._overlay)
         if overlay_pending:
             self.refresh()
@@ -824,7 +1203,7 @@ class TuningDB:
             for _attempt in range(20):
                 paths = self._live_paths()
                 try:
-                    tables = [pq.read_table(p) for p in paths]
+                    tables = [self._mem[p] if p in self._mem else pq.read_table(p) for p in paths]
                     break
                 except FileNotFoundError:
                     self.refresh()
@@ -875,6 +1254,7 @@ class TuningDB:
     def targets(self) -> list[dict]:
         """Every target holding live records: target_key, target_name, target (dict), records."""
         with self._lock:
+            self._sync()
             a = self._a
             counts: dict[str, int] = {}
             if len(a["file"]):
@@ -911,6 +1291,7 @@ class TuningDB:
 
     def __len__(self) -> int:
         with self._lock:
+            self._sync()
             return int(len(self._a["lookup_key"]) + len(self._overlay))
 
     def stats(self) -> dict:
@@ -919,13 +1300,14 @@ class TuningDB:
         with self._lock:
             if self._overlay:
                 self.refresh()
+            self._sync()
             a = self._a
             live_ek = a["entry_key"][a["live"]]
             files = list(self._live_files)
             tkeys = {self._chunks[f].target_key for f, c in zip(files, np.bincount(
                 a["file"][a["live"]], minlength=len(files)).tolist()) if c} if len(a["file"]) else set()
         size = 0
-        for root, _, names in os.walk(self.records_dir):
+        for root, _, names in [*os.walk(self.records_dir), *os.walk(self.journal_dir)]:
             for n in names:
                 try:
                     size += os.path.getsize(os.path.join(root, n))

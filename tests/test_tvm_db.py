@@ -150,6 +150,7 @@ def tuned(tmp_path_factory):
     base = tmp_path_factory.mktemp("tvm_db")
     db = TunedbDatabase(base / "db", target=TARGET_A)
     tune(matmul(64, 64, 64), db, base / "work", TRIALS)
+    db.db.close()  # fold the store's journal of single-trial commits into Parquet
     return base
 
 

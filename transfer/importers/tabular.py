@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from index.keys import rid_hash
 from index.record import Record
 from index.schema import RECORD_SCHEMA
 
@@ -223,8 +224,7 @@ def to_table(records: list[Record]) -> pa.Table:
         row = r.to_row()
         row["target_slug"] = target_slug(r)
         if "rid_hash" in names:
-            v = int(r.record_id[:16], 16)
-            row["rid_hash"] = v - (1 << 64) if v >= (1 << 63) else v
+            row["rid_hash"] = rid_hash(r.record_id)
         if "committed" in names:
             row["committed"] = now
         rows.append(row)
