@@ -168,7 +168,7 @@ class TuningDB:
     """A tuning-record database in one directory (see module docstring for the contract)."""
 
     AUTO_COMPACT_FILES = 64      # files in one partition that trigger an automatic compaction
-    TABLE_CACHE_ROWS = 4_000_000  # rows of full file tables kept in memory for materialising records
+    TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~350 bytes a row)
     OVERLAY_LIMIT = 200_000       # own-commit records kept outside the sorted arrays before a rebuild
 
     # ------------------------------------------------------------------ opening
@@ -198,6 +198,7 @@ class TuningDB:
         self._text_keys: dict[str, str] = {}
         self._canon_cache: dict[tuple, tuple[str, str]] = {}
         self._prefix_cache: dict[tuple[str, str], Any] = {}  # (target_key, workload_key) -> BLAKE2b state
+        self._pair_cache: dict[tuple, tuple] = {}  # value fingerprint of (target, workload) -> _entry_of
         self._compact_due: set = set()
         self._last_pos: dict[int, int] | None = None
         self._rid_sorted = np.zeros(0, np.int64)
@@ -943,14 +944,16 @@ class TuningDB:
 
     _ROW_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key", "workload",
                     "config_key", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
-                    "source", "session", "meta")
+                    "source", "session", "meta", "entry_key")
+    # a decoded row: record_id, costs, status, error, source, session, target_name, meta,
+    # compile_s, wall_s, timestamp (datetime), entry_key
 
-    _DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta")  # order used by _materialise
+    _DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta")  # order of _rows
 
     def _file_table(self, fidx: int) -> dict:
         """Row columns of one live file, decoded for fast single-row access (LRU by rows):
-        low-cardinality strings as (codes, values) lists, record ids as fixed-width bytes,
-        numbers as numpy arrays, costs as (offsets, values)."""
+        ``_rows`` holds one tuple of ready Python values per row (see ``_ROW_TUPLE``); the
+        JSON columns stay Arrow arrays (read only when the caller does not know them)."""
         path = self._file_list[fidx]
         t = self._tables.get(path)
         if t is not None:
@@ -958,24 +961,32 @@ class TuningDB:
             return t
         mem = self._mem.get(path)
         tab = mem if mem is not None else pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
-        t = {c: tab.column(c).combine_chunks() for c in self._ROW_COLUMNS}
-        codes, vals = [], []
-        for c in self._DICT_COLUMNS:
-            enc = pc.dictionary_encode(t[c])
-            codes.append(enc.indices.to_numpy(zero_copy_only=False))
-            vals.append(enc.dictionary.to_pylist())
-        # per row: a tuple of its codes in the _DICT_COLUMNS order (one index instead of six)
-        t["_dicts"] = (list(zip(*(x.tolist() for x in codes))), vals)
-        for c in ("compile_s", "wall_s"):
-            x = t[c].to_numpy(zero_copy_only=False).astype(np.float64)
-            t["_py_" + c] = [None if v != v else v for v in x.tolist()]
-        costs = t["costs"]
-        t["_costs_off"] = costs.offsets.to_numpy().tolist()
-        t["_costs_val"] = costs.values.to_numpy(zero_copy_only=False).astype(np.float64).tolist()
-        t["_rid"] = _fixed_width_ids(t["record_id"])
-        t["_n"] = tab.num_rows
+        # JSON and key columns (read only when a caller does not know them): dictionary-encoded
+        # where values repeat (one target per file, few workloads)
+        t = {c: tab.column(c).combine_chunks() for c in ("config", "config_key")}
+        for c in ("target", "workload", "target_key", "workload_key"):
+            t[c] = pc.dictionary_encode(tab.column(c).combine_chunks())
+        n = tab.num_rows
+        cols = []
+        for c in self._DICT_COLUMNS:  # repeated strings: one Python object per distinct value
+            enc = pc.dictionary_encode(tab.column(c).combine_chunks())
+            vals = [v or "" for v in enc.dictionary.to_pylist()] if c != "meta" else \
+                [v or "{}" for v in enc.dictionary.to_pylist()]
+            cols.append([vals[k] for k in enc.indices.to_numpy(zero_copy_only=False).tolist()])
+        costs = tab.column("costs").combine_chunks()
+        off = costs.offsets.to_numpy().tolist()
+        val = costs.values.to_numpy(zero_copy_only=False).astype(np.float64).tolist()
+        same: dict = {}  # repeated numbers share one Python object (floats here, ints below)
+        nums = [[same.setdefault(v, v) if v == v else None for v in tab.column(c).to_numpy(zero_copy_only=False)
+                 .astype(np.float64).tolist()] for c in ("compile_s", "wall_s")]
+        same_int: dict = {}
+        eks = [same_int.setdefault(v, v) for v in tab.column("entry_key").to_numpy().tolist()]
+        ts = tab.column("timestamp").cast(pa.int64()).to_numpy().tolist()
+        t["_rows"] = list(zip(tab.column("record_id").to_pylist(), (tuple(val[off[r]:off[r + 1]]) for r in range(n)),
+                              *cols, *nums, (_EPOCH + _dt.timedelta(microseconds=x) for x in ts), eks))
+        t["_n"] = n
         self._tables[path] = t
-        self._table_rows += tab.num_rows
+        self._table_rows += n
         while self._table_rows > self.TABLE_CACHE_ROWS and len(self._tables) > 1:
             _, old = self._tables.popitem(last=False)
             self._table_rows -= old["_n"]
@@ -995,37 +1006,30 @@ class TuningDB:
         return d
 
     def _materialise(self, i: int, known: tuple | None = None) -> Record:
-        """Record of row ``i`` of the in-memory arrays (read from its file's table).
+        """Record of row ``i`` of the in-memory arrays (see ``_materialise_at``)."""
+        a = self._a
+        return self._materialise_at(int(a["file"][i]), int(a["row"][i]), int(a["lookup_key"][i]), known)
+
+    def _materialise_at(self, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
+        """Record of ``row`` of live file ``fidx`` (its decoded table).
 
         ``known`` = (target, workload, config, their canonical JSON texts and keys) when the
-        caller already holds them (a lookup hit): those columns are then not read back."""
-        a = self._a
-        fidx, row = int(a["file"][i]), int(a["row"][i])
-        t = self._file_table(fidx)  # FileNotFoundError: merged away; the caller refreshes and retries
+        caller already holds them (a lookup hit): those columns are then not read back.
+        FileNotFoundError: the file was merged away; the caller refreshes and retries."""
+        t = self._file_table(fidx)
         if known is None:
             tj, wj, cj = (t[c][row].as_py() for c in ("target", "workload", "config"))
             known = (self._json(tj), self._json(wj), json.loads(cj), tj, wj, cj,
                      t["target_key"][row].as_py(), t["workload_key"][row].as_py(), t["config_key"][row].as_py())
         tdict, wdict, cdict, tj, wj, cj, tk, wk, ck = known
-        codes, vals = t["_dicts"]
-        c = codes[row]
-        meta = vals[5][c[5]] or "{}"
-        rid = t["_rid"]
-        off = t["_costs_off"]
+        rid, costs, status, error, source, session, tname, meta, cs, ws, ts, ek = t["_rows"][row]
         # one dict display, installed as the Record's __dict__ (Record._from_fields)
         return Record._from_fields({
-            "target": tdict, "workload": wdict, "config": cdict,
-            "costs": tuple(t["_costs_val"][off[row]:off[row + 1]]),
-            "status": vals[0][c[0]], "error": vals[1][c[1]] or "",
-            "compile_s": t["_py_compile_s"][row], "wall_s": t["_py_wall_s"][row],
-            "timestamp": _EPOCH + _dt.timedelta(microseconds=int(a["timestamp"][i])),
-            "source": vals[2][c[2]], "session": vals[3][c[3]] or "",
-            "meta": json.loads(meta) if meta != "{}" else {},
-            "record_id": rid[row].decode() if isinstance(rid, np.ndarray) else rid[row],
-            "target_name": vals[4][c[4]] or "",
-            "target_key": tk, "workload_key": wk, "config_key": ck,
-            "target_json": tj, "workload_json": wj, "config_json": cj, "meta_json": meta,
-            "lookup_key": int(a["lookup_key"][i]), "entry_key": int(a["entry_key"][i])})
+            "target": tdict, "workload": wdict, "config": cdict, "costs": costs, "status": status,
+            "error": error, "compile_s": cs, "wall_s": ws, "timestamp": ts, "source": source, "session": session,
+            "meta": json.loads(meta) if meta != "{}" else {}, "record_id": rid, "target_name": tname,
+            "target_key": tk, "workload_key": wk, "config_key": ck, "target_json": tj, "workload_json": wj,
+            "config_json": cj, "meta_json": meta, "lookup_key": lk, "entry_key": ek})
 
     def _text_key(self, text: str) -> str:
         k = self._text_keys.get(text)
@@ -1064,14 +1068,15 @@ class TuningDB:
         return res
 
     def _last_row_of(self, lk: int) -> int | None:
-        """Row (index into the arrays) of the latest live record with lookup_key ``lk``
-        (the map is built lazily, vectorised, on the first lookup after a rebuild)."""
+        """(file index << 32 | row) of the latest live record with lookup_key ``lk`` (the map
+        is built lazily, vectorised, on the first lookup after a rebuild)."""
         if self._last_pos is None:
             order = self._by_lookup[self._a["live"][self._by_lookup]]  # live rows, lookup order
             ks = self._a["lookup_key"][order]
             if len(ks):
-                last = np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])
-                self._last_pos = dict(zip(ks[last].tolist(), order[last].tolist()))
+                last = order[np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])]  # rows, last of each key
+                packed = (self._a["file"][last].astype(np.int64) << 32) | self._a["row"][last].astype(np.int64)
+                self._last_pos = dict(zip(self._a["lookup_key"][last].tolist(), packed.tolist()))
             else:
                 self._last_pos = {}
         return self._last_pos.get(lk)
@@ -1081,6 +1086,16 @@ class TuningDB:
         prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
         value (see ``_canon``), the prefix by the key pair.  JSON texts and dicts are None when
         given as keys or names."""
+        fp = None
+        if type(target) is dict and type(workload) is dict:
+            try:  # the pair memoised by value (see _canon); a miss costs one more tuple build
+                fp = (tuple(target.items()), tuple(map(type, target.values())),
+                      tuple(workload.items()), tuple(map(type, workload.values())))
+                hit = self._pair_cache.get(fp)
+            except TypeError:  # unhashable values
+                fp = hit = None
+            if hit is not None:
+                return hit
         if isinstance(target, str):
             tj, tkey, tdict = None, self._target_key(target), None
         else:
@@ -1097,7 +1112,12 @@ class TuningDB:
             if len(self._prefix_cache) > 200_000:
                 self._prefix_cache.clear()
             prefix = self._prefix_cache[pair] = hashlib.blake2b(f"{tkey}\0{wkey}\0".encode(), digest_size=8)
-        return tj, wj, tkey, wkey, prefix, tdict, wdict
+        res = (tj, wj, tkey, wkey, prefix, tdict, wdict)
+        if fp is not None:
+            if len(self._pair_cache) > 50_000:  # ~1 KB an entry
+                self._pair_cache.clear()
+            self._pair_cache[fp] = res
+        return res
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
@@ -1134,14 +1154,14 @@ class TuningDB:
             if r is not None:
                 self.hits += 1
                 return r
-            i = self._last_row_of(lk)
-            if i is None:
+            pos = self._last_row_of(lk)
+            if pos is None:
                 return None
             self.hits += 1
             known = None
             if tj is not None and wj is not None and cj is not None:
                 known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
-            return self._materialise(i, known)
+            return self._materialise_at(pos >> 32, pos & 0xFFFFFFFF, lk, known)
 
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """The ``k`` best ``ok`` records of (target, workload), ascending cost, one per config
