@@ -73,6 +73,7 @@ _STATUS_OK = STATUSES.index("ok")
 _US = np.int64(1)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _PLAIN_TYPES = frozenset((str, int, bool, type(None)))
+_STR_TYPES = frozenset((str,))
 
 
 _TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -198,7 +199,6 @@ class TuningDB:
         self._text_keys: dict[str, str] = {}
         self._canon_cache: dict[tuple, tuple[str, str]] = {}
         self._prefix_cache: dict[tuple[str, str], Any] = {}  # (target_key, workload_key) -> BLAKE2b state
-        self._pair_cache: dict[tuple, tuple] = {}  # value fingerprint of (target, workload) -> _entry_of
         self._compact_due: set = set()
         self._last_pos: dict[int, int] | None = None
         self._rid_sorted = np.zeros(0, np.int64)
@@ -951,13 +951,13 @@ class TuningDB:
     _DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta")  # order of _rows
 
     def _file_table(self, fidx: int) -> dict:
-        """Row columns of one live file, decoded for fast single-row access (LRU by rows):
+        """Row columns of one live file, decoded for fast single-row access (kept up to
+        TABLE_CACHE_ROWS rows, the oldest decoded dropped first):
         ``_rows`` holds one tuple of ready Python values per row (see ``_ROW_TUPLE``); the
         JSON columns stay Arrow arrays (read only when the caller does not know them)."""
         path = self._file_list[fidx]
         t = self._tables.get(path)
         if t is not None:
-            self._tables.move_to_end(path)
             return t
         mem = self._mem.get(path)
         tab = mem if mem is not None else pq.read_table(path, columns=list(self._ROW_COLUMNS), memory_map=True)
@@ -1086,16 +1086,6 @@ class TuningDB:
         prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
         value (see ``_canon``), the prefix by the key pair.  JSON texts and dicts are None when
         given as keys or names."""
-        fp = None
-        if type(target) is dict and type(workload) is dict:
-            try:  # the pair memoised by value (see _canon); a miss costs one more tuple build
-                fp = (tuple(target.items()), tuple(map(type, target.values())),
-                      tuple(workload.items()), tuple(map(type, workload.values())))
-                hit = self._pair_cache.get(fp)
-            except TypeError:  # unhashable values
-                fp = hit = None
-            if hit is not None:
-                return hit
         if isinstance(target, str):
             tj, tkey, tdict = None, self._target_key(target), None
         else:
@@ -1112,12 +1102,7 @@ class TuningDB:
             if len(self._prefix_cache) > 200_000:
                 self._prefix_cache.clear()
             prefix = self._prefix_cache[pair] = hashlib.blake2b(f"{tkey}\0{wkey}\0".encode(), digest_size=8)
-        res = (tj, wj, tkey, wkey, prefix, tdict, wdict)
-        if fp is not None:
-            if len(self._pair_cache) > 50_000:  # ~1 KB an entry
-                self._pair_cache.clear()
-            self._pair_cache[fp] = res
-        return res
+        return tj, wj, tkey, wkey, prefix, tdict, wdict
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
@@ -1141,7 +1126,7 @@ class TuningDB:
             # a flat dict of plain scalars is its own normal form: encoded directly, and a copy
             # of it is the Record's config (no parsing of cj)
             flat = type(config) is dict and set(map(type, config.values())) <= _PLAIN_TYPES and \
-                all(type(k) is str for k in config)
+                set(map(type, config)) == _STR_TYPES
             cj = _fast_dumps(config) if flat else canonical_json(config)
             ckey = key_of_text(cj)
         h = prefix.copy()  # == hash64(tkey, wkey, ckey), without re-hashing the two fixed keys
