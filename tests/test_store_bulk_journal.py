@@ -173,3 +173,18 @@ def test_journal_of_a_killed_writer_is_folded_by_the_next_reader(tmp_path):
         time.sleep(0.05)
     assert not list((path / "journal").glob("*.jsonl")) and len(db) == 4
     assert json.loads(json.dumps(db.stats()))["records"] == 4
+
+
+def test_journaled_records_obey_invalidate_and_forget(tmp_path):
+    db = TuningDB.open(tmp_path / "db")
+    for i in range(5):
+        db.commit(Record(T1, W, {"tile": i}, [1e-3 * (i + 1)]))
+    db.refresh()  # the journal is now read back like a record file
+    assert len(db) == 5 and [r.config for r in db.best(T1, W, 2)] == [{"tile": 0}, {"tile": 1}]
+    db.invalidate(T1)
+    assert db.lookup(T1, W, {"tile": 1}) is None and db.records(include_stale=False).num_rows == 0
+    db.commit(Record(T1, W, {"tile": 1}, [5e-3]))  # a new measurement answers again
+    assert db.lookup(T1, W, {"tile": 1}).cost == 5e-3
+    assert TuningDB.open(tmp_path / "db").lookup(T1, W, {"tile": 1}).cost == 5e-3
+    assert db.forget(target=T1)["removed"] == 6  # the handle's journal is folded first
+    assert len(db) == 0 and len(TuningDB.open(tmp_path / "db")) == 0
