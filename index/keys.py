@@ -78,10 +78,16 @@ _fast_dumps = _make_fast_dumps()
 
 def canonical_json(value: Any) -> str:
     """Canonical JSON text of ``value`` (see module docstring)."""
+    return canonical_json_flat(value)[0]
+
+
+def canonical_json_flat(value: Any) -> tuple[str, bool]:
+    """(canonical JSON of ``value``, whether ``value`` is a flat dict of strings, ints, bools and
+    nulls -- already its own normal form, so a plain copy of it equals the parsed text)."""
     if type(value) is dict and set(map(type, value.values())) <= _PLAIN_SET and \
             (not value or set(map(type, value)) == _STR_SET):
-        return _fast_dumps(value)  # fast path: a flat object of strings, ints, bools and nulls
-    return _fast_dumps(normalise(value))
+        return _fast_dumps(value), True  # fast path: no normalising copy
+    return _fast_dumps(normalise(value)), False
 
 
 def key_of_text(text: str) -> str:

@@ -56,8 +56,8 @@ from .batch import RecordBatch
 from .fsutil import atomic_write_bytes, file_lock, fsync_dir, publish, temp_name, temp_owner_alive
 from .journal import SUFFIX as _JSUFFIX
 from .journal import JournalWriter, read_rows, try_lock_abandoned
-from .keys import _fast_dumps, canonical_json, hash64, key_of_text, rid_hash
-from .record import STATUSES, Record
+from .keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash
+from .record import Record
 from .schema import INDEX_COLUMNS, RECORD_SCHEMA
 from .version import SCHEMA_VERSION, TUNEDB_VERSION
 
@@ -69,11 +69,7 @@ META_TARGET_NAME = b"tunedb.target_name"
 INVAL_SCHEMA = pa.schema([("target_key", pa.string()), ("target_name", pa.string()),
                           ("invalidated_at", pa.timestamp("us", tz="UTC"))])
 _PART_RE = re.compile(r"^c?part-\d+-[0-9a-f]+\.parquet$")
-_STATUS_OK = STATUSES.index("ok")
-_US = np.int64(1)
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-_PLAIN_TYPES = frozenset((str, int, bool, type(None)))
-_STR_TYPES = frozenset((str,))
 
 
 _TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -129,17 +125,6 @@ def _fold_at_exit() -> None:
             pass
 
 
-def _fixed_width_ids(col: pa.Array) -> np.ndarray | list:
-    """Record ids as a numpy ``S32`` array viewing the Arrow buffer (all tunedb ids are 32
-    hex characters); a Python list when some id has another length."""
-    n = len(col)
-    if n and col.null_count == 0 and pa.types.is_string(col.type):
-        offs = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1]
-        if offs[-1] - offs[0] == 32 * n and np.all(np.diff(offs) == 32):
-            return np.frombuffer(col.buffers()[2], "S32", count=n, offset=int(offs[0]))
-    return col.to_pylist()
-
-
 def _slug(target_name: str, target_key: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._]+", "_", target_name).strip("._")[:48] or "target"
     return f"{safe}-{target_key[:16]}"
@@ -147,9 +132,6 @@ def _slug(target_name: str, target_key: str) -> str:
 
 def _now_us() -> int:
     return time.time_ns() // 1000
-
-
-_rid_hash = rid_hash
 
 
 class _Chunk:
@@ -169,7 +151,7 @@ class TuningDB:
     """A tuning-record database in one directory (see module docstring for the contract)."""
 
     AUTO_COMPACT_FILES = 64      # files in one partition that trigger an automatic compaction
-    TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~350 bytes a row)
+    TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~600 bytes a row)
     OVERLAY_LIMIT = 200_000       # own-commit records kept outside the sorted arrays before a rebuild
 
     # ------------------------------------------------------------------ opening
@@ -419,16 +401,12 @@ class TuningDB:
             self._fold_own_journal()
 
     def _journal_row(self, r: Record, committed: int) -> dict:
-        return {"record_id": r.record_id, "target_key": r.target_key, "target_name": r.target_name,
-                "target": r.target_json, "workload_key": r.workload_key, "family": r.workload["family"],
-                "workload": r.workload_json, "config_key": r.config_key, "config": r.config_json,
-                "costs": list(r.costs), "cost": r.cost, "status": r.status, "error": r.error,
-                "compile_s": r.compile_s, "wall_s": r.wall_s,
-                "timestamp": (r.timestamp - _EPOCH) // _dt.timedelta(microseconds=1), "source": r.source,
-                "session": r.session or self.session, "meta": r.meta_json or "{}", "lookup_key": r.lookup_key,
-                "entry_key": r.entry_key, "tunedb_version": TUNEDB_VERSION, "schema_version": SCHEMA_VERSION,
-                "target_slug": _slug(r.target_name, r.target_key), "rid_hash": _rid_hash(r.record_id),
-                "committed": committed}
+        """``Record.to_row`` plus what the store adds, JSON-ready (times in integer microseconds)."""
+        row = r.to_row()
+        row.update(timestamp=(r.timestamp - _EPOCH) // _dt.timedelta(microseconds=1),
+                   session=r.session or self.session, target_slug=_slug(r.target_name, r.target_key),
+                   rid_hash=rid_hash(r.record_id), committed=committed)
+        return row
 
     def _fold(self, path: Path) -> None:
         """Write the rows of journal ``path`` as Parquet part files, then delete it (a crash
@@ -559,7 +537,7 @@ class TuningDB:
             else:
                 for r in recs:
                     r.validate()
-                rh = np.fromiter((_rid_hash(r.record_id) for r in recs), np.int64, len(recs))
+                rh = np.fromiter((rid_hash(r.record_id) for r in recs), np.int64, len(recs))
         if not len(rh):
             return 0
         with self._lock:
@@ -640,7 +618,7 @@ class TuningDB:
         for r in recs:
             self._overlay[r.lookup_key] = r
             self._overlay_entries.setdefault(r.entry_key, []).append(r)
-        self._overlay_rids.update(_rid_hash(r.record_id) for r in recs)
+        self._overlay_rids.update(rid_hash(r.record_id) for r in recs)
 
     def _commit_large(self, table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict,
                       committed: int) -> None:
@@ -688,14 +666,6 @@ class TuningDB:
     def _target_file_meta(tkey: str, target_name: str, target_json: str) -> dict:
         return {META_TARGET_KEY: tkey.encode(), META_TARGET: target_json.encode(),
                 META_TARGET_NAME: target_name.encode()}
-
-    def _write_group(self, tkey: str, table: pa.Table, target_name: str, target_json: str,
-                     committed_us: int) -> tuple[Path, pa.Table]:
-        """Publish the batch-layout ``table`` of one target as a new part file; returns its
-        path and the full table written."""
-        slug = _slug(target_name, tkey)
-        table = self._stamp(table, slug, committed_us)
-        return self._write_table(slug, table, self._target_file_meta(tkey, target_name, target_json), "part"), table
 
     def _write_table(self, slug: str, table: pa.Table, meta: dict, prefix: str) -> Path:
         path = self._publish_table(slug, table, meta, prefix)
@@ -953,7 +923,7 @@ class TuningDB:
     def _file_table(self, fidx: int) -> dict:
         """Row columns of one live file, decoded for fast single-row access (kept up to
         TABLE_CACHE_ROWS rows, the oldest decoded dropped first):
-        ``_rows`` holds one tuple of ready Python values per row (see ``_ROW_TUPLE``); the
+        ``_rows`` holds one tuple of ready Python values per row (order: the comment above); the
         JSON columns stay Arrow arrays (read only when the caller does not know them)."""
         path = self._file_list[fidx]
         t = self._tables.get(path)
@@ -1104,14 +1074,19 @@ class TuningDB:
             prefix = self._prefix_cache[pair] = hashlib.blake2b(f"{tkey}\0{wkey}\0".encode(), digest_size=8)
         return tj, wj, tkey, wkey, prefix, tdict, wdict
 
-    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
-        """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
+    def _retrying(self, query, *args: Any) -> Any:
+        """``query(*args)``, refreshed and repeated when a compaction merged away a file one of
+        its rows lived in (FileNotFoundError), up to three times."""
         for _attempt in range(3):
             try:
-                return self._lookup(target, workload, config)
-            except FileNotFoundError:  # a compaction merged the row's file away: re-read the DB
+                return query(*args)
+            except FileNotFoundError:
                 self.refresh()
-        return self._lookup(target, workload, config)
+        return query(*args)
+
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
+        return self._retrying(self._lookup, target, workload, config)
 
     def _lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None.
@@ -1123,11 +1098,9 @@ class TuningDB:
         if isinstance(config, str):
             cj, ckey = None, config
         else:
-            # a flat dict of plain scalars is its own normal form: encoded directly, and a copy
-            # of it is the Record's config (no parsing of cj)
-            flat = type(config) is dict and set(map(type, config.values())) <= _PLAIN_TYPES and \
-                set(map(type, config)) == _STR_TYPES
-            cj = _fast_dumps(config) if flat else canonical_json(config)
+            # a flat dict of plain scalars is its own normal form: a copy of it is the Record's
+            # config (no parsing of cj)
+            cj, flat = canonical_json_flat(config)
             ckey = key_of_text(cj)
         h = prefix.copy()  # == hash64(tkey, wkey, ckey), without re-hashing the two fixed keys
         h.update(ckey.encode())
@@ -1151,12 +1124,7 @@ class TuningDB:
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """The ``k`` best ``ok`` records of (target, workload), ascending cost, one per config
         (its fastest measurement)."""
-        for _attempt in range(3):
-            try:
-                return self._best(target, workload, k)
-            except FileNotFoundError:  # a compaction merged a row's file away: re-read the DB
-                self.refresh()
-        return self._best(target, workload, k)
+        return self._retrying(self._best, target, workload, k)
 
     def _best(self, target: Any, workload: Any, k: int) -> list[Record]:
         if k <= 0:
