@@ -10,8 +10,12 @@ it reports the fraction of the held-out device's true optimum reached (optimum /
   random        random search without replacement (mean over --random-seeds seeds)
   nearest_only  the best config of the most similar device, measured once
 
-and the evaluations needed to reach 95% of the optimum (random: the exact expectation
-(N+1)/(m+1) for m good configs among N, which is what infinitely many seeds average to).
+plus a diagnostic no tuner can run, hindsight_mixture_at_20: the 20 configs ranked best by the
+least-squares mix of the other devices' log times fitted on all of the held-out device's data
+(see transfer.evaluation.hindsight_mixture); low values mean the other devices' data do not
+rank the held-out optimum well, whatever the search does.  And the evaluations needed to reach
+95% of the optimum (random: the exact expectation (N+1)/(m+1) for m good configs among N, which
+is what infinitely many seeds average to).
 
 Local mode (--local): real C kernels on this CPU.  The DB holds workloads of two families
 tuned on one preset (cpu-x86-64-t1, SSE2 only); new shapes are tuned on cpu-native-t1 warm and
@@ -36,7 +40,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from index import TuningDB  # noqa: E402
-from transfer.evaluation import BUDGETS, best_within, frac, leave_one_out, load_devices, random_curve  # noqa: E402,F401
+from transfer.evaluation import (  # noqa: E402,F401
+    BUDGETS,
+    best_within,
+    frac,
+    hindsight_mixture,
+    leave_one_out,
+    load_devices,
+    random_curve,
+)
 from transfer.search import TuneOptions, Tuner  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
@@ -54,17 +66,20 @@ def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quie
         for held in datas:
             t0 = time.perf_counter()
             h = leave_one_out(datas, held, BUDGETS, random_seeds)
+            mix = hindsight_mixture(datas, held, top=20)
             for b in BUDGETS:
                 rows.append({"kernel": kernel, "device": held, "budget": b,
                              "warm": h.fraction("warm", b), "cold": h.fraction("cold", b),
                              "random": h.random[b], "nearest_only": h.fraction("nearest_only", b),
                              "nearest_device": h.nearest_device,
                              "warm_measurements_to_95": h.warm_to_95,
-                             "random_measurements_to_95": h.random_to_95})
+                             "random_measurements_to_95": h.random_to_95,
+                             "hindsight_mixture_at_20": mix["fraction"],
+                             "hindsight_mixture_optimum_rank": mix["optimum_rank"]})
             _log(f"{kernel:>18} {held:>7}: warm@20 {h.fraction('warm', 20):.3f} "
                  f"cold@20 {h.fraction('cold', 20):.3f} random@20 {h.random[20]:.3f} "
                  f"nearest {h.fraction('nearest_only', 20):.3f} ({h.nearest_device}) warm->95% {h.warm_to_95} "
-                 f"random->95% {h.random_to_95:.0f}  [{time.perf_counter() - t0:.1f}s]", quiet)
+                 f"random->95% {h.random_to_95:.0f} hindsight-mix@20 {mix['fraction']:.3f}  [{time.perf_counter() - t0:.1f}s]", quiet)
     at20 = [r for r in rows if r["budget"] == 20]
     w20 = [r["warm"] for r in at20]
     ratios = [r["random_measurements_to_95"] / r["warm_measurements_to_95"] if r["warm_measurements_to_95"]
@@ -140,6 +155,9 @@ def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: st
             w95 = warm.evaluations_to_reach(target_cost)
             rows.append({"workload": job.workload, "warm_measurements_to_95": w95, "cold_measurements_to_95": c95,
                          "warm_best": warm.best_cost, "cold_best": best_within(ref.history, budget),
+                         # the first evaluation of a warm run is its top adapted seed
+                         "warm_first": warm.history[0][1] if warm.history else None,
+                         "warm_seeded_from": sorted({s["from_target"] for s in warm.seeds}),
                          "reference_best_4x": ref.best_cost, "budget": budget})
             _log(f"new {new_preset} {w}: warm->95% {w95} cold->95% {c95} warm {warm.best_cost:.3g}s "
                  f"cold {best_within(ref.history, budget):.3g}s ref {ref.best_cost:.3g}s "

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _HOST = socket.gethostname().replace("-", "_")[:32] or "host"
+#: seconds: a temp file this old whose writer cannot be checked (another host) counts as abandoned
+TEMP_MAX_AGE_S = 3600.0
 
 
 def fsync_dir(path: Path) -> None:
@@ -43,6 +45,28 @@ def temp_owner_alive(name: str, max_age_s: float, path: Path) -> bool:
         return time.time() - path.stat().st_mtime < max_age_s
     except FileNotFoundError:
         return False
+
+
+def remove_dead_temp(path: Path, max_age_s: float = TEMP_MAX_AGE_S) -> None:
+    """Delete temp file ``path`` unless its writer may still be alive (``temp_owner_alive``)."""
+    if not temp_owner_alive(path.name, max_age_s, path):
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def tree_bytes(*roots: Path) -> int:
+    """Total size in bytes of the files under ``roots`` (files vanishing meanwhile are skipped)."""
+    size = 0
+    for root in roots:
+        for d, _, names in os.walk(root):
+            for n in names:
+                try:
+                    size += os.path.getsize(os.path.join(d, n))
+                except OSError:
+                    pass
+    return size
 
 
 def publish(tmp: Path, final: Path) -> None:

@@ -187,3 +187,31 @@ def _workload_file(tmp_path):
     p = tmp_path / "w.json"
     p.write_text(json.dumps(w))
     return p
+
+
+def test_hindsight_mixture_ranks_an_exact_mix_first_and_a_close_gpu_well(replay):
+    import copy
+    import math
+
+    from index.record import Record
+    from transfer.evaluation import hindsight_mixture
+
+    datas = {d: replay[d] for d in ("A6000", "MI250X", "W7800")}
+    # a device whose log times are exactly 0.7 * A6000 + 0.3 * MI250X - 0.1 (where both ran)
+    mixed = copy.copy(replay["A6000"])
+    mixed.results = {}
+    for k, r in replay["A6000"].results.items():
+        o = replay["MI250X"].results.get(k)
+        if r.status == "ok" and o is not None and o.status == "ok":
+            c = math.exp(0.7 * math.log(r.cost) + 0.3 * math.log(o.cost) - 0.1)
+            mixed.results[k] = Record(r.target, r.workload, r.config, [c], source="replay")
+    datas["mix"] = mixed
+    m = hindsight_mixture(datas, "mix", top=1)
+    assert m["fraction"] == pytest.approx(1.0) and m["optimum_rank"] == 0
+    assert m["weights"]["A6000"] == pytest.approx(0.7, abs=1e-3)
+    assert m["weights"]["MI250X"] == pytest.approx(0.3, abs=1e-3)
+    assert m["weights"]["W7800"] == pytest.approx(0.0, abs=1e-3)
+    # a real GPU: the A4000 is close to the A6000, so the mix ranks its optimum high
+    real = hindsight_mixture({d: replay[d] for d in SOURCES + (HELD,)}, HELD, top=20)
+    assert real["fraction"] > 0.9 and real["configs"] > 1000
+    assert set(real["weights"]) == set(SOURCES) | {"intercept"}

@@ -9,6 +9,11 @@ the held-out device is replayed (``transfer.replay``) and tuned four ways:
 ``random``        random search without replacement (mean over ``random_seeds`` seeds)
 ``nearest_only``  the best config of the most similar device, measured once
 
+and one diagnostic that no tuner can run (it uses all of the held-out device's measurements):
+``hindsight_mixture`` -- the held-out device's log times fitted, by least squares over every config,
+as a linear mix of the other devices' log times; the fraction of the optimum its 20 best-predicted
+configs reach tells whether the other devices' data rank the held-out optimum well at all.
+
 Quality at a budget is the fraction of the held-out device's true optimum reached
 (``optimum / best found``, 1.0 = optimal; 0 when nothing ran).  Costs are seconds.
 """
@@ -65,6 +70,37 @@ def load_devices(folder: str | Path) -> dict[str, ReplayData]:
     (the ``*_T4`` duplicates in another results format are skipped)."""
     files = sorted(Path(folder).glob("*.json.gz"))
     return {f.name.split(".")[0]: ReplayData(f) for f in files if "_T4" not in f.name}
+
+
+def hindsight_mixture(datas: dict[str, ReplayData], held: str, top: int = 20) -> dict:
+    """Fraction of ``held``'s optimum reached by the ``top`` configs ranked by the best linear
+    mix (with intercept) of the other devices' log times, fitted on all of ``held``'s ok configs.
+
+    Only configs ``ok`` on every device take part (the optimum is still ``held``'s over all its
+    configs).  Returns ``{"fraction": f, "optimum_rank": r, "configs": n, "weights": {...}}``,
+    ``optimum_rank`` being the 0-based place of ``held``'s best shared config in the mix's order."""
+    import numpy as np
+
+    others = [d for d in datas if d != held]
+    hd = datas[held]
+    _, opt = hd.optimum()
+
+    def ok_cost(d: ReplayData, k: str) -> float | None:
+        r = d.results.get(k)
+        return r.cost if r is not None and r.status == "ok" and r.cost else None
+
+    keys = [k for k in hd.results if ok_cost(hd, k) is not None
+            and all(ok_cost(datas[o], k) is not None for o in others)]
+    if len(keys) < len(others) + 2:
+        return {"fraction": None, "optimum_rank": None, "configs": len(keys), "weights": {}}
+    y = np.log([ok_cost(hd, k) for k in keys])
+    X = np.column_stack([np.log([ok_cost(datas[o], k) for k in keys]) for o in others] + [np.ones(len(keys))])
+    w, *_ = np.linalg.lstsq(X, y, rcond=None)
+    order = np.argsort(X @ w, kind="stable")
+    best_found = float(np.exp(y[order[:top]].min()))
+    rank = int(np.flatnonzero(order == int(np.argmin(y)))[0])
+    return {"fraction": frac(opt, best_found), "optimum_rank": rank, "configs": len(keys),
+            "weights": {name: round(float(v), 4) for name, v in zip(others + ["intercept"], w)}}
 
 
 @dataclass

@@ -42,17 +42,13 @@ from . import (
 PARTITION = "target_slug"  # hive partition key, as in the store's records/ directory
 REQUIRED_COLUMNS = ("target", "workload", "config", "status")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_SLUG_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def target_slug(rec: Record) -> str:
-    """Partition value of a record, the same as the store's (``index.store._slug``)."""
-    try:
-        from index.store import _slug
-    except ImportError:  # pragma: no cover - store without the helper
-        base = _SLUG_RE.sub("_", rec.target_name).strip("._")[:48] or "target"
-        return f"{base}-{rec.target_key[:16]}"
-    return _slug(rec.target_name, rec.target_key)
+    """Partition value of a record, the same as the store's (``index.parts.target_slug``)."""
+    from index.parts import target_slug as slug
+
+    return slug(rec.target_name, rec.target_key)
 
 
 # ------------------------------------------------------------------------------------ record build

@@ -1,0 +1,155 @@
+"""Can the other devices' data lead to a held-out device's optimum at all?  (replay data)
+
+Three diagnostics for one held-out device of a Kernel Tuner data set, none of which a tuner could
+run (each looks at the held-out device's full measurements):
+
+  hindsight_mixture  least-squares mix of the other devices' log times fitted on all of the
+                     held-out device's configs (transfer.evaluation.hindsight_mixture)
+  model              the LightGBM cost model trained on the other devices' ok records, asked for
+                     every config of the held-out device: rank of the true optimum among its
+                     predictions, and the fraction of the optimum its top 20 reach
+  idealised_loop     model-guided search over the *whole* space: measure the 4 best-predicted
+                     unmeasured configs, refit with the device's own measurements weighted to a
+                     fifth of the data, repeat; fraction of the optimum after 5, 10, 20, 50
+
+and, with ``--local``, one check on this CPU: does a preset's optimum carry over to another?
+
+  local seeds        each source preset tunes one matmul shape (64 measurements from the family
+                     default, cold), its 5 best configs are adapted to the new preset (as warm
+                     seeds are) and measured there, one after another; the new preset's own
+                     tuned configs are among the sources, as the yardstick
+
+    python benchmarks/transfer_diagnostics.py --kernel convolution_milo --device A100 --json
+    python benchmarks/transfer_diagnostics.py --local --json        # about 2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from transfer.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
+from transfer.evaluation import hindsight_mixture, load_devices  # noqa: E402
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
+
+
+def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: int = 50) -> dict:
+    datas = load_devices(data_dir / kernel)
+    if device not in datas:
+        raise SystemExit(f"unknown device {device!r}; the data set has {sorted(datas)}")
+    hd = datas[device]
+    cfgs, wls, tgs, costs = [], [], [], []
+    for dev, d in datas.items():
+        if dev == device:
+            continue
+        for r in d.results.values():
+            if r.status == "ok" and r.cost:
+                cfgs.append(r.config), wls.append(r.workload), tgs.append(r.target), costs.append(r.cost)
+    fs = FeatureSpace.from_configs(cfgs)
+    Xb, yb = fs.matrix(cfgs, wls, tgs), np.log(costs)
+    space = [r for r in hd.results.values() if r.status != "invalid"]
+    Xs = fs.matrix([r.config for r in space], [hd.workload] * len(space), [hd.target] * len(space))
+    cost = np.array([r.cost if r.status == "ok" and r.cost else np.inf for r in space])
+    opt = float(cost.min())
+    model = default_model(0)
+    model.features_ = fs
+    model.fit_matrix(Xb, yb, holdout=0)
+    base = model._predict_x(Xs)
+    order = np.argsort(base, kind="stable")
+    ok = np.isfinite(cost)
+    model_rank = int(np.flatnonzero(order == int(np.argmin(cost)))[0])
+
+    seen: list[int] = []
+    best, curve = np.inf, []
+    pred = base
+    while len(seen) < budget:
+        if seen:
+            own = [i for i in seen if ok[i]]
+            X = np.vstack([Xb, Xs[own]])
+            y = np.concatenate([yb, np.log(cost[own])])
+            w = np.concatenate([np.ones(len(yb)), np.full(len(own), max(1.0, 0.2 * len(yb) / max(len(own), 1)))])
+            m = default_model(0)
+            m.features_ = fs
+            m.fit_matrix(X, y, sample_weight=w, holdout=0)
+            pred = m._predict_x(Xs)
+        taken = set(seen)
+        for i in [int(i) for i in np.argsort(pred, kind="stable") if int(i) not in taken][:batch]:
+            seen.append(i)
+            best = min(best, cost[i])
+            curve.append(opt / best if np.isfinite(best) else 0.0)
+    mix = hindsight_mixture(datas, device, top=20)
+    return {
+        "kernel": kernel, "device": device, "configs": len(space),
+        "within_90_percent": int(np.sum(opt / cost[ok] >= 0.9)),
+        "hindsight_mixture": mix,
+        "model": {"optimum_rank": model_rank, "top20_fraction": opt / float(cost[order[:20]].min()),
+                  "spearman": spearman(base[ok], np.log(cost[ok]))},
+        "idealised_loop": {str(b): curve[b - 1] for b in (5, 10, 20, 50) if b <= len(curve)},
+    }
+
+
+def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, top: int = 5) -> dict:
+    """Cost on ``new`` (seconds) of the ``top`` adapted best configs of each source preset."""
+    import shutil
+    import tempfile
+
+    from index import TuningDB
+    from index.localcpu import preset
+    from transfer.adapt import adapt_config, hardware_scale
+    from transfer.search import TuneOptions, Tuner
+    from transfer.tuning import local_job
+
+    work = Path(tempfile.mkdtemp(prefix="tunedb_seedcheck_"))
+    out = {"workload": workload, "new_preset": new, "sources": {}}
+    try:
+        db = TuningDB.open(work / "db")
+        dst = local_job(preset(new), workload)
+        for src in sources:
+            job = local_job(preset(src), workload)
+            Tuner(db, job.target, job.workload, job.space, job.backend,
+                  TuneOptions(budget=budget, seed=0, cold=True, patience=10_000, start_default=True),
+                  **job.tuner_kwargs()).run()
+            rows = []
+            for r in db.best(job.target, job.workload, k=top):
+                scale = hardware_scale(job.target, dst.target, dst.hardware_knobs)
+                cfg = adapt_config(r.config, dst.space, dst.defaults, None, scale)
+                m = dst.backend.measure(dst.target, dst.workload, cfg) if cfg is not None else None
+                rows.append({"config": r.config, "source_cost": r.cost, "adapted": cfg,
+                             "new_cost": m.cost if m is not None and m.status == "ok" else None})
+            out["sources"][src] = rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--kernel", default="convolution_milo")
+    ap.add_argument("--device", default="A100")
+    ap.add_argument("--local", action="store_true", help="the local seed check instead of replay")
+    ap.add_argument("--sources", default="cpu-x86-64-t1,cpu-x86-64-v3-t1,cpu-native-t2,cpu-native-t1")
+    ap.add_argument("--new-preset", default="cpu-native-t1")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    if a.local:
+        res = local_seeds({"family": "matmul", "M": 192, "N": 192, "K": 192}, a.sources.split(","), a.new_preset)
+    else:
+        res = diagnose(Path(a.data), a.kernel, a.device)
+    res["seconds"] = time.perf_counter() - t0
+    print(json.dumps(res, sort_keys=True) if a.json else json.dumps(res, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

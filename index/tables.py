@@ -1,0 +1,57 @@
+"""Whole-table views of records: de-duplication, the stale filter and the per-entry summary.
+
+Functions of ``RECORD_SCHEMA`` tables (as ``TuningDB.records`` and the partition rewrites
+read them), returning new tables.  Costs are seconds; ``invalidated`` times and the
+``committed`` column compare as integer microseconds since the epoch (UTC).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ENTRY_COLUMNS = ["target_key", "target_name", "target", "workload_key", "family", "workload"]
+
+
+def first_by_record_id(t: pa.Table) -> pa.Table:
+    """``t`` without repeated record_ids (by ``rid_hash``; the first occurrence stays, order kept)."""
+    rid = t.column("rid_hash").to_numpy()
+    _, first = np.unique(rid, return_index=True)
+    if len(first) != len(rid):
+        t = t.take(pa.array(np.sort(first)))
+    return t
+
+
+def drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
+    """Rows of ``t`` committed after their target's invalidation (all rows of targets never
+    invalidated)."""
+    if not invalidated:
+        return t
+    inv = pa.array([invalidated.get(k, -1) for k in t.column("target_key").to_pylist()], pa.int64())
+    return t.filter(pc.greater(t.column("committed").cast(pa.int64()), inv))
+
+
+def entries(t: pa.Table) -> pa.Table:
+    """One row per (target_key, workload_key) of ``t``: target_key, target_name, target,
+    workload_key, family, workload, records, ok_records, best_cost (seconds; null when none
+    ok), sorted by (target_name, workload_key)."""
+    cols = ENTRY_COLUMNS
+    if t.num_rows == 0:
+        return pa.table({c: pa.array([], pa.string()) for c in cols} |
+                        {"records": pa.array([], pa.int64()), "ok_records": pa.array([], pa.int64()),
+                         "best_cost": pa.array([], pa.float64())})
+    ok = pc.equal(t.column("status"), "ok")
+    t2 = t.select(cols).append_column("ok", pc.cast(ok, pa.int64())).append_column(
+        "okcost", pc.if_else(ok, t.column("cost"), pa.scalar(None, pa.float64())))
+    g = t2.group_by(["target_key", "workload_key"], use_threads=False).aggregate([
+        ("target_name", "first"), ("target", "first"), ("family", "first"), ("workload", "first"),
+        ("ok", "count"), ("ok", "sum"), ("okcost", "min")])
+    g = g.rename_columns([{"target_name_first": "target_name", "target_first": "target",
+                          "family_first": "family", "workload_first": "workload", "ok_count": "records",
+                          "ok_sum": "ok_records", "okcost_min": "best_cost"}
+                          .get(c, c) for c in g.column_names])
+    return g.select(cols + ["records", "ok_records", "best_cost"]).sort_by(
+        [("target_name", "ascending"), ("workload_key", "ascending")])
