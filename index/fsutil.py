@@ -80,11 +80,33 @@ def publish(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def atomic_write_bytes(final: Path, data: bytes) -> None:
+    """Write ``data`` as ``final`` durably: a new temp file (a name readers ignore) in the same
+    directory, written and fsync'ed through one descriptor, renamed to ``final``, directory
+    fsync'ed.  On any failure the temp file is removed and ``final`` is untouched."""
     tmp = final.parent / temp_name(final.suffix)
-    with open(tmp, "wb") as f:
-        f.write(data)
-    publish(tmp, final)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 @contextlib.contextmanager

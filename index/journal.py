@@ -32,7 +32,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .fsutil import _HOST, fsync_dir, temp_name
+from .fsutil import _HOST, fsync_dir, temp_name, write_all
 
 SUFFIX = ".jsonl"
 
@@ -72,10 +72,7 @@ class JournalWriter:
         for row in rows:
             text = json.dumps(row, separators=(",", ":"))
             lines.append(f"{text}\t{zlib.crc32(text.encode()):08x}\n")
-        data = "".join(lines).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        write_all(self.fd, "".join(lines).encode())
         os.fsync(self.fd)
         self.records += len(rows)
 

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .fsutil import fsync_dir, temp_name
+from .fsutil import atomic_write_bytes, fsync_dir
 from .schema import RECORD_SCHEMA
 from .tables import first_by_record_id
 
@@ -99,7 +99,6 @@ def write_part(records_dir: Path, slug: str, table: pa.Table, meta: dict[bytes, 
         d.mkdir(parents=True, exist_ok=True)
         fsync_dir(records_dir)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    tmp = d / temp_name()
     final = d / f"{prefix}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
     compacted = prefix == "cpart"
     buf = pa.BufferOutputStream()
@@ -107,24 +106,7 @@ def write_part(records_dir: Path, slug: str, table: pa.Table, meta: dict[bytes, 
     # zstd, dictionaries and statistics for readers that filter
     pq.write_table(table, buf, compression="zstd" if compacted else "lz4", row_group_size=ROW_GROUP_ROWS,
                    write_statistics=compacted, use_dictionary=compacted)
-    data = buf.getvalue()
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, final)
-        fsync_dir(d)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    atomic_write_bytes(final, buf.getvalue())
     return final
 
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from index.keys import rid_hash
+from index.parts import target_slug as partition_slug
 from index.record import Record
 from index.schema import RECORD_SCHEMA
 
@@ -46,9 +47,7 @@ _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 def target_slug(rec: Record) -> str:
     """Partition value of a record, the same as the store's (``index.parts.target_slug``)."""
-    from index.parts import target_slug as slug
-
-    return slug(rec.target_name, rec.target_key)
+    return partition_slug(rec.target_name, rec.target_key)
 
 
 # ------------------------------------------------------------------------------------ record build
