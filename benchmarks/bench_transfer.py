@@ -122,6 +122,17 @@ def _second_family_workloads() -> tuple[list, list]:
     return src, new
 
 
+def tune_source(db: TuningDB, target: dict, workload: dict, budget: int):
+    """How the local benchmark fills its DB: a cold search of ``budget`` measurements on a
+    source preset, starting from the family default.  Returns the TuneResult."""
+    from transfer.tuning import local_job
+
+    job = local_job(target, workload)
+    return Tuner(db, job.target, job.workload, job.space, job.backend,
+                 TuneOptions(budget=budget, seed=0, cold=True, patience=10_000, start_default=True),
+                 **job.tuner_kwargs()).run()
+
+
 def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: str) -> dict:
     from index.localcpu import preset
     from transfer.tuning import local_job
@@ -133,11 +144,8 @@ def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: st
         db = TuningDB.open(work / "db")
         src_t = preset(source_preset)
         for w in SOURCE_WORKLOADS + src2:
-            job = local_job(src_t, w)
             t0 = time.perf_counter()
-            r = Tuner(db, job.target, job.workload, job.space, job.backend,
-                      TuneOptions(budget=4 * budget, seed=0, cold=True, patience=10_000, start_default=True),
-                      **job.tuner_kwargs()).run()
+            r = tune_source(db, src_t, w, 4 * budget)
             _log(f"source {source_preset} {w}: best {r.best_cost:.3g}s [{time.perf_counter() - t0:.0f}s]", quiet)
         new_t = preset(new_preset)
         for w in NEW_WORKLOADS + new2:

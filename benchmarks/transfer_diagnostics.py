@@ -9,13 +9,14 @@ run (each looks at the held-out device's full measurements):
                      every config of the held-out device: rank of the true optimum among its
                      predictions, and the fraction of the optimum its top 20 reach
   idealised_loop     model-guided search over the *whole* space: measure the 4 best-predicted
-                     unmeasured configs, refit with the device's own measurements weighted to a
-                     fifth of the data, repeat; fraction of the optimum after 5, 10, 20, 50
+                     unmeasured configs, refit with the device's own measurements weighted as
+                     the tuner weighs them (transfer.search.own_sample_weight), repeat;
+                     fraction of the optimum after 5, 10, 20, 50
 
 and, with ``--local``, one check on this CPU: does a preset's optimum carry over to another?
 
   local seeds        each source preset tunes one matmul shape (64 measurements from the family
-                     default, cold), its 5 best configs are adapted to the new preset (as warm
+                     default, cold: bench_transfer.tune_source), its 5 best configs are adapted to the new preset (as warm
                      seeds are) and measured there, one after another; the new preset's own
                      tuned configs are among the sources, as the yardstick
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from transfer.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
 from transfer.evaluation import hindsight_mixture, load_devices  # noqa: E402
+from transfer.search import TuneOptions, own_sample_weight  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
 
@@ -68,6 +70,7 @@ def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: i
     ok = np.isfinite(cost)
     model_rank = int(np.flatnonzero(order == int(np.argmin(cost)))[0])
 
+    own_weight = TuneOptions().own_weight  # the tuner's weighting of the device's own measurements
     seen: list[int] = []
     best, curve = np.inf, []
     pred = base
@@ -76,7 +79,7 @@ def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: i
             own = [i for i in seen if ok[i]]
             X = np.vstack([Xb, Xs[own]])
             y = np.concatenate([yb, np.log(cost[own])])
-            w = np.concatenate([np.ones(len(yb)), np.full(len(own), max(1.0, 0.2 * len(yb) / max(len(own), 1)))])
+            w = np.concatenate([np.ones(len(yb)), np.full(len(own), own_sample_weight(len(yb), len(own), own_weight))])
             m = default_model(0)
             m.features_ = fs
             m.fit_matrix(X, y, sample_weight=w, holdout=0)
@@ -102,10 +105,11 @@ def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, 
     import shutil
     import tempfile
 
+    from bench_transfer import tune_source  # the local benchmark's way of tuning a source preset
+
     from index import TuningDB
     from index.localcpu import preset
     from transfer.adapt import adapt_config, hardware_scale
-    from transfer.search import TuneOptions, Tuner
     from transfer.tuning import local_job
 
     work = Path(tempfile.mkdtemp(prefix="tunedb_seedcheck_"))
@@ -114,13 +118,10 @@ def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, 
         db = TuningDB.open(work / "db")
         dst = local_job(preset(new), workload)
         for src in sources:
-            job = local_job(preset(src), workload)
-            Tuner(db, job.target, job.workload, job.space, job.backend,
-                  TuneOptions(budget=budget, seed=0, cold=True, patience=10_000, start_default=True),
-                  **job.tuner_kwargs()).run()
+            tuned = tune_source(db, preset(src), workload, budget)
+            scale = hardware_scale(tuned.target, dst.target, dst.hardware_knobs)
             rows = []
-            for r in db.best(job.target, job.workload, k=top):
-                scale = hardware_scale(job.target, dst.target, dst.hardware_knobs)
+            for r in db.best(tuned.target, tuned.workload, k=top):
                 cfg = adapt_config(r.config, dst.space, dst.defaults, None, scale)
                 m = dst.backend.measure(dst.target, dst.workload, cfg) if cfg is not None else None
                 rows.append({"config": r.config, "source_cost": r.cost, "adapted": cfg,

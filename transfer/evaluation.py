@@ -82,19 +82,14 @@ def hindsight_mixture(datas: dict[str, ReplayData], held: str, top: int = 20) ->
     import numpy as np
 
     others = [d for d in datas if d != held]
-    hd = datas[held]
-    _, opt = hd.optimum()
-
-    def ok_cost(d: ReplayData, k: str) -> float | None:
-        r = d.results.get(k)
-        return r.cost if r is not None and r.status == "ok" and r.cost else None
-
-    keys = [k for k in hd.results if ok_cost(hd, k) is not None
-            and all(ok_cost(datas[o], k) is not None for o in others)]
+    _, opt = datas[held].optimum()
+    ok = {dev: {k: r.cost for k, r in d.results.items() if r.status == "ok" and r.cost}
+          for dev, d in datas.items()}
+    keys = [k for k in ok[held] if all(k in ok[o] for o in others)]
     if len(keys) < len(others) + 2:
         return {"fraction": None, "optimum_rank": None, "configs": len(keys), "weights": {}}
-    y = np.log([ok_cost(hd, k) for k in keys])
-    X = np.column_stack([np.log([ok_cost(datas[o], k) for k in keys]) for o in others] + [np.ones(len(keys))])
+    y = np.log([ok[held][k] for k in keys])
+    X = np.column_stack([np.log([ok[o][k] for k in keys]) for o in others] + [np.ones(len(keys))])
     w, *_ = np.linalg.lstsq(X, y, rcond=None)
     order = np.argsort(X @ w, kind="stable")
     best_found = float(np.exp(y[order[:top]].min()))

@@ -51,7 +51,7 @@ class TuneOptions:
     use_model: bool = True
     retrain_every: int = 8        # refit the model after this many new evaluations of this entry
     refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
-    own_weight: float = 1.0       # this entry's evaluations weigh at least this share of the training data
+    own_weight: float = 1.0       # this entry's evaluations together weigh at least this many times the DB's records
 
 
 @dataclass
@@ -85,6 +85,13 @@ class TuneResult:
             if b is not None and b <= cost:
                 return i
         return None
+
+
+def own_sample_weight(n_db: int, n_own: int, own_weight: float) -> float:
+    """Sample weight of each of ``n_own`` records of the entry being tuned beside ``n_db`` DB
+    records of weight 1: together they weigh ``own_weight`` times the DB records, unless that
+    would make each weigh less than 1 (then 1)."""
+    return max(1.0, own_weight * n_db / max(n_own, 1))
 
 
 def _sig(cfg: Mapping[str, Any]) -> str:
@@ -251,7 +258,8 @@ class Tuner:
     # ------------------------------------------------------------------ model
     def _fit_model(self, force: bool = False) -> None:
         """(Re)fit the cost model.  Warm: the family's DB records (loaded and featurised once per
-        run) plus this entry's evaluations, weighted to count as at least a fifth of the data;
+        run) plus this entry's evaluations, weighted by ``own_sample_weight`` (together at least
+        ``own_weight`` times the DB records' weight);
         the held-out rank correlation is measured at the first fit.  Cold: this run's own
         evaluations only (from 8 on)."""
         if not self.opt.use_model:
@@ -298,7 +306,7 @@ class Tuner:
             X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
             X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
             y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
-            boost = max(1.0, self.opt.own_weight * len(cfgs) / max(len(own), 1))
+            boost = own_sample_weight(len(cfgs), len(own), self.opt.own_weight)
             w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
             model = default_model(seed=self.opt.seed)
             model.features_ = self._features
