@@ -26,9 +26,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from index import catalog, features, vectors  # noqa: E402
-from index.localcpu import preset, preset_names  # noqa: E402
-from index.targets import catalog_target  # noqa: E402
+from tunedb.index.hardware import catalog
+from tunedb.index.hardware.localcpu import preset, preset_names  # noqa: E402
+from tunedb.index.hardware.targets import catalog_target  # noqa: E402
+from tunedb.index.retrieval import features, vectors
 
 FAMILIES = ("matmul", "batch_matmul", "dense", "conv2d", "depthwise_conv2d", "conv2d_winograd", "convolution",
             "dedispersion", "imported_kernel_a", "imported_kernel_b")
@@ -70,7 +71,7 @@ def random_workloads(n: int, seed: int = 0) -> list[dict]:
 
 def synthetic_entries(n: int, seed: int = 0) -> tuple[np.ndarray, list[str], list[str], list[str]]:
     """(vectors N x DIM, target_keys, workload_keys, families) of ``n`` random entries."""
-    from index.keys import key_of
+    from tunedb.index.keys import key_of
 
     targets = [catalog_target(r) for r in catalog.devices()] + [preset(p) for p in preset_names()]
     hw = np.stack([features.normalized(features.hardware_vector(t)) for t in targets])

@@ -37,7 +37,7 @@ SHAPES = {
 
 def numpy_gflops(fam, w: dict, proto) -> float:
     """GFLOP/s of NumPy's own implementation (OpenBLAS threads as set in the environment)."""
-    from transfer.measure import time_callable
+    from tunedb.transfer.measure.timing import time_callable
 
     inputs = fam.make_inputs(w, 0)
     fn = fam.numpy_baseline(w, inputs)
@@ -47,9 +47,9 @@ def numpy_gflops(fam, w: dict, proto) -> float:
 
 
 def bench_family(name: str, sweep: int, seed: int, repeats_cv: int) -> dict:
-    from index.localcpu import preset
-    from transfer.kernels import get_family
-    from transfer.measure import LocalBackend, MeasureOptions, TimingProtocol
+    from tunedb.index.hardware.localcpu import preset
+    from tunedb.transfer.kernels import get_family
+    from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
 
     fam = get_family(name)
     w = fam.validate_workload(SHAPES[name])

@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from index import Record, RecordBatch, TuningDB  # noqa: E402
-from index.keys import canonical_json  # noqa: E402
+from tunedb.index import Record, RecordBatch, TuningDB  # noqa: E402
+from tunedb.index.keys import canonical_json  # noqa: E402
 
 
 def make_records(n: int, seed: int = 0) -> list[Record]:

@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from index import TuningDB  # noqa: E402
-from transfer.evaluation import (  # noqa: E402,F401
+from tunedb.index import TuningDB  # noqa: E402
+from tunedb.transfer.search.evaluation import (  # noqa: E402,F401
     BUDGETS,
     best_within,
     frac,
@@ -49,7 +49,7 @@ from transfer.evaluation import (  # noqa: E402,F401
     load_devices,
     random_curve,
 )
-from transfer.search import TuneOptions, Tuner  # noqa: E402
+from tunedb.transfer.search.tuner import TuneOptions, Tuner  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
 
@@ -110,7 +110,7 @@ NEW_WORKLOADS = [
 
 
 def _second_family_workloads() -> tuple[list, list]:
-    from transfer.kernels import families
+    from tunedb.transfer.kernels import families
 
     fams = families()
     fam = "softmax" if "softmax" in fams else next(f for f in fams if f not in ("matmul",))
@@ -125,7 +125,7 @@ def _second_family_workloads() -> tuple[list, list]:
 def tune_source(db: TuningDB, target: dict, workload: dict, budget: int):
     """How the local benchmark fills its DB: a cold search of ``budget`` measurements on a
     source preset, starting from the family default.  Returns the TuneResult."""
-    from transfer.tuning import local_job
+    from tunedb.transfer.search.jobs import local_job
 
     job = local_job(target, workload)
     return Tuner(db, job.target, job.workload, job.space, job.backend,
@@ -134,8 +134,8 @@ def tune_source(db: TuningDB, target: dict, workload: dict, budget: int):
 
 
 def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: str) -> dict:
-    from index.localcpu import preset
-    from transfer.tuning import local_job
+    from tunedb.index.hardware.localcpu import preset
+    from tunedb.transfer.search.jobs import local_job
 
     src2, new2 = _second_family_workloads()
     work = Path(tempfile.mkdtemp(prefix="bench_transfer_local_"))

@@ -37,9 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transfer.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
-from transfer.evaluation import hindsight_mixture, load_devices  # noqa: E402
-from transfer.search import TuneOptions, own_sample_weight  # noqa: E402
+from tunedb.transfer.search.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
+from tunedb.transfer.search.evaluation import hindsight_mixture, load_devices  # noqa: E402
+from tunedb.transfer.search.tuner import TuneOptions, own_sample_weight  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
 
@@ -107,10 +107,10 @@ def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, 
 
     from bench_transfer import tune_source  # the local benchmark's way of tuning a source preset
 
-    from index import TuningDB
-    from index.localcpu import preset
-    from transfer.adapt import adapt_config, hardware_scale
-    from transfer.tuning import local_job
+    from tunedb.index import TuningDB
+    from tunedb.index.hardware.localcpu import preset
+    from tunedb.transfer.search.adapt import adapt_config, hardware_scale
+    from tunedb.transfer.search.jobs import local_job
 
     work = Path(tempfile.mkdtemp(prefix="tunedb_seedcheck_"))
     out = {"workload": workload, "new_preset": new, "sources": {}}

@@ -1,14 +1,40 @@
-"""Records at rest: schema, keys, the Parquet store, features and the vector index.
+"""Records at rest: the record model, the store contract and its backends, hardware and retrieval.
 
-``index`` never imports ``transfer``.
+Subpackages: ``parquet`` (the Parquet directory store and its internals), ``hardware`` (catalog,
+local CPU presets, target resolution), ``retrieval`` (feature vectors, the FAISS index, nearest
+entries).  Modules here: ``record``/``batch``/``keys``/``schema``/``version`` (the record model),
+``base`` (the store contract), ``memory`` (the in-memory store), ``stores`` (opening a store by
+location).  ``tunedb.index`` never imports ``tunedb.transfer``.  Names below load lazily.
 """
 
 from __future__ import annotations
 
-from .batch import RecordBatch
-from .keys import canonical_json, key_of
-from .record import STATUSES, Record
-from .store import TuningDB
-from .version import SCHEMA_VERSION, TUNEDB_VERSION
+import importlib
+from typing import Any
 
-__all__ = ["TuningDB", "Record", "RecordBatch", "STATUSES", "canonical_json", "key_of", "SCHEMA_VERSION", "TUNEDB_VERSION"]
+from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+
+_LAZY = {
+    "TuningDB": ("tunedb.index.parquet.store", "TuningDB"),
+    "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
+    "RecordStore": ("tunedb.index.base", "RecordStore"),
+    "open_store": ("tunedb.index.stores", "open_store"),
+    "Record": ("tunedb.index.record", "Record"),
+    "STATUSES": ("tunedb.index.record", "STATUSES"),
+    "RecordBatch": ("tunedb.index.batch", "RecordBatch"),
+    "canonical_json": ("tunedb.index.keys", "canonical_json"),
+    "key_of": ("tunedb.index.keys", "key_of"),
+}
+
+__all__ = ["TuningDB", "MemoryStore", "RecordStore", "open_store", "Record", "STATUSES", "RecordBatch",
+           "canonical_json", "key_of", "SCHEMA_VERSION", "TUNEDB_VERSION"]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'tunedb.index' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

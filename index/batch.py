@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .keys import canonical_json, key_of_text, rid_hashes
-from .record import SOURCE_RE, STATUSES, Record, _as_json_object, target_display_name
-from .schema import RECORD_SCHEMA
-from .version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.keys import canonical_json, key_of_text, rid_hashes
+from tunedb.index.record import SOURCE_RE, STATUSES, Record, _as_json_object, target_display_name
+from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 #: columns of a batch: the record schema less what the store adds when it writes
 BATCH_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in ("target_slug", "committed")])

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .keys import canonical_json, hash64, key_of_text, normalise
-from .version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.keys import canonical_json, hash64, key_of_text, normalise
+from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 STATUSES = ("ok", "compile_error", "runtime_error", "wrong_result", "timeout", "invalid")
 SOURCE_RE = re.compile(r"^(measured|replay|imported:[A-Za-z0-9_.-]+|migrated:.+)$")
@@ -34,6 +34,12 @@ def target_display_name(target: Mapping[str, Any]) -> str:
         return name
     parts = [str(target[k]) for k in ("kind", "vendor", "model", "arch") if target.get(k) not in (None, "")]
     return "-".join(parts) if parts else "target"
+
+
+def target_slug(target_name: str, target_key: str) -> str:
+    """Partition value of a target: its name made path-safe, plus 16 hex digits of its key."""
+    safe = re.sub(r"[^A-Za-z0-9._]+", "_", target_name).strip("._")[:48] or "target"
+    return f"{safe}-{target_key[:16]}"
 
 
 def _as_json_object(value: Any, what: str, rid: str) -> dict:

@@ -1,14 +1,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (ROOT / ".." / "shared" / "data").resolve()
 
 
 @pytest.fixture(autouse=True)
@@ -18,20 +13,13 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
         monkeypatch.setenv("TUNEDB_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tunedb-cache"))
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None
-            ) -> subprocess.CompletedProcess:
-    """Run ``tunedb ARGS`` in a real subprocess."""
-    e = dict(os.environ)
-    if env:
-        e.update(env)
-    return subprocess.run([sys.executable, "-m", "transfer.cli", *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=timeout, env=e)
+FAULT_FAMILY = "debug_fault:DebugFaultFamily"  # tests/debug_fault.py, registered through TUNEDB_FAMILIES
 
 
-def kernel_tuner_file(device: str, kernel: str = "convolution_milo") -> Path:
-    """A Kernel Tuner cache file shipped in datasets/ (or, failing that, in ../shared/data)."""
-    for base in (ROOT / "datasets" / "kernel_tuner", SHARED_DATA / "kernel_tuner"):
-        p = base / kernel / f"{device}.json.gz"
-        if p.is_file():
-            return p
-    pytest.skip(f"Kernel Tuner data for {kernel}/{device} not found")
+@pytest.fixture
+def fault_family(monkeypatch):
+    """Register the test-only fault-injecting family for this test (and the worker processes it starts)."""
+    here = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("TUNEDB_FAMILIES", FAULT_FAMILY)
+    monkeypatch.setenv("PYTHONPATH", here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    return "debug_fault"

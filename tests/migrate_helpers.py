@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from index import TuningDB
-from index.localcpu import preset
-from transfer.measure import LocalBackend, MeasureOptions, TimingProtocol
-from transfer.search import TuneOptions, Tuner
-from transfer.tuning import local_job
+from tunedb.index import TuningDB
+from tunedb.index.hardware.localcpu import preset
+from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
+from tunedb.transfer.search.jobs import local_job
+from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT / ".." / "shared" / "data"

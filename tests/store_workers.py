@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from index import Record, TuningDB
+from tunedb.index import Record, TuningDB
 
 
 def commit_loop(path: str, tag: str, n: int, batch: int) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from transfer.adapt import AdaptReport, adapt_config, adapt_many, snap_value
-from transfer.space import Constraint, Knob, Space
+from tunedb.transfer.search.adapt import AdaptReport, adapt_config, adapt_many, snap_value
+from tunedb.transfer.search.space import Constraint, Knob, Space
 
 TILE = Knob("tile", (1, 2, 4, 8, 16, 32, 64))
 UNROLL = Knob("unroll", (1, 2, 4))
@@ -70,7 +70,7 @@ def test_adapt_many_dedups_and_everything_returned_validates():
 
 
 def test_hardware_tied_knobs_scale_with_the_target():
-    from transfer.adapt import hardware_scale
+    from tunedb.transfer.search.adapt import hardware_scale
 
     vec = Knob("vec", (4, 8, 16))
     sp = Space((vec, TILE))

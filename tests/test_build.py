@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from index.localcpu import preset
-from transfer.build import BuildError, build, build_key, build_many, generate_source, machine_lock
-from transfer.kernels import get_family
-from transfer.measure import LocalBackend, MeasureOptions, TimingProtocol, measure
+from tunedb.index.hardware.localcpu import preset
+from tunedb.transfer.kernels import get_family
+from tunedb.transfer.kernels.build import BuildError, build, build_key, build_many, generate_source, machine_lock
+from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol, measure
 
 INJECTION = '8); system("reboot"); (1'
 FAST = MeasureOptions(protocol=TimingProtocol(warmup=0, min_repeat_ms=0.5, repeat=2))
@@ -62,7 +62,7 @@ def test_each_variant_and_target_gets_its_own_path(cc_log):
 
 
 def test_two_targets_two_keys_two_builds(cc_log, tmp_path):
-    from index import TuningDB
+    from tunedb.index import TuningDB
 
     db = TuningDB.open(tmp_path / "db")
     cfg = get_family("matmul").default_config(W)
@@ -76,7 +76,7 @@ def test_two_targets_two_keys_two_builds(cc_log, tmp_path):
 
 
 def test_injection_rejected_before_any_compiler_runs(cc_log, tmp_path):
-    from index import TuningDB
+    from tunedb.index import TuningDB
 
     db = TuningDB.open(tmp_path / "db")
     cfg = {**get_family("matmul").default_config(W), "mr": INJECTION}

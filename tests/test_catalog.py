@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from index import catalog
+from tunedb.index.hardware import catalog
 
 SHARED = Path("/work/shared/data")
 

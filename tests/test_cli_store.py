@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
 
-from index import Record, TuningDB
+from tunedb.index import Record, TuningDB
+
+from helpers import run_cli
 
 T = {"kind": "cpu", "name": "cli-target"}
 W = {"family": "matmul", "M": 8, "N": 8, "K": 8}

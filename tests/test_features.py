@@ -12,8 +12,8 @@ import warnings
 import numpy as np
 import pytest
 
-from index import features as F
-from index.localcpu import preset, preset_names
+from tunedb.index.hardware.localcpu import preset, preset_names
+from tunedb.index.retrieval import features as F
 
 NUM0 = len(F.HW_KINDS) + len(F.HW_VENDORS) + len(F.HW_FAMILIES)
 
@@ -98,7 +98,7 @@ def test_workload_family_one_hot_and_hashed_buckets():
 
 
 def test_hash_buckets_are_stable_across_processes():
-    code = ("import json,sys; from index import features as F; "
+    code = ("import json,sys; from tunedb.index.retrieval import features as F; "
             "print(json.dumps(F.workload_vector({'family':'zz_kernel','kernel':'k1','n':7}).tolist()))")
     outs = set()
     for seed in ("1", "2"):

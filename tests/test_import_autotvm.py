@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from index import Record, TuningDB
-from transfer.cli import main as cli_main
-from transfer.importers import ImportFormatError, Prepared, collect, make_record
-from transfer.importers.autotvm import family_of_task, parse_target_string
+from tunedb.index import Record, TuningDB
+from tunedb.transfer.cli.main import main as cli_main
+from tunedb.transfer.interop import ImportFormatError, Prepared, collect, make_record
+from tunedb.transfer.interop.autotvm import family_of_task, parse_target_string
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 TOPHUB = DATA / "tophub"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index import TuningDB
-from transfer.cli import main as cli_main
-from transfer.importers import ImportFormatError, ImportIssue, collect, get_format
+from tunedb.index import TuningDB
+from tunedb.transfer.cli.main import main as cli_main
+from tunedb.transfer.interop import ImportFormatError, ImportIssue, collect, get_format
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from index import TuningDB
-from transfer.cli import main as cli_main
-from transfer.importers import ImportFormatError, collect
-from transfer.importers.kernel_tuner import cache_key, load_cache, space_from_cache
-from transfer.space import InvalidConfig
+from tunedb.index import TuningDB
+from tunedb.transfer.cli.main import main as cli_main
+from tunedb.transfer.interop import ImportFormatError, collect
+from tunedb.transfer.interop.kernel_tuner import cache_key, load_cache, space_from_cache
+from tunedb.transfer.search.space import InvalidConfig
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 KT = DATA / "kernel_tuner"

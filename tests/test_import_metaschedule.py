@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from index import TuningDB
-from transfer.cli import main as cli_main
-from transfer.importers import ImportFormatError, collect
-from transfer.importers.metaschedule import RECORD_FILE, WORKLOAD_FILE, config_of, workload_of
+from tunedb.index import TuningDB
+from tunedb.transfer.cli.main import main as cli_main
+from tunedb.transfer.interop import ImportFormatError, collect
+from tunedb.transfer.interop.metaschedule import RECORD_FILE, WORKLOAD_FILE, config_of, workload_of
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 MS = DATA / "metaschedule"

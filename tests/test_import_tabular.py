@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from index import TuningDB
-from transfer.cli import main as cli_main
-from transfer.importers import ImportFormatError, collect
+from tunedb.index import TuningDB
+from tunedb.transfer.cli.main import main as cli_main
+from tunedb.transfer.interop import ImportFormatError, collect
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")

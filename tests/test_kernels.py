@@ -8,11 +8,12 @@ import re
 import numpy as np
 import pytest
 
-from index.localcpu import preset
-from transfer.build import generate_source, render_template
-from transfer.kernels import DEBUG_FAULTS_ENV, families, get_family
-from transfer.measure import LocalBackend, MeasureOptions, TimingProtocol
-from transfer.space import InvalidConfig
+from tunedb.index.hardware.localcpu import preset
+from tunedb.transfer.kernels import FAMILIES_ENV, families, get_family
+from tunedb.transfer.kernels.build import generate_source
+from tunedb.transfer.kernels.templating import render_template
+from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
+from tunedb.transfer.search.space import InvalidConfig
 
 INJECTION = '8); system("reboot"); (1'
 FAST = MeasureOptions(protocol=TimingProtocol(warmup=0, min_repeat_ms=0.5, repeat=2), run_timeout_s=60)
@@ -23,17 +24,20 @@ SOFTMAX_PRIME = {"family": "softmax", "M": 7, "N": 131}
 NPMM_PRIME = {"family": "numpy_matmul", "M": 31, "N": 17, "K": 43}
 
 
-def test_registry_lists_public_families_only(monkeypatch):
-    monkeypatch.delenv(DEBUG_FAULTS_ENV, raising=False)
+def test_registry_lists_builtin_and_registered_families(monkeypatch):
+    monkeypatch.delenv(FAMILIES_ENV, raising=False)
     assert families() == ["conv2d", "matmul", "numpy_matmul", "softmax"]
     assert {get_family(n).kind for n in families()} == {"c", "numpy"}
     with pytest.raises(ValueError, match="unknown kernel family"):
-        get_family("debug_fault")  # the fault family is not reachable without the test switch
+        get_family("debug_fault")  # the fault family is not reachable unless registered
     with pytest.raises(ValueError):
         get_family("nope")
-    monkeypatch.setenv(DEBUG_FAULTS_ENV, "1")
+    monkeypatch.setenv(FAMILIES_ENV, "debug_fault:DebugFaultFamily")
     assert get_family("debug_fault").name == "debug_fault"
-    assert "debug_fault" not in families()
+    assert "debug_fault" in families()
+    monkeypatch.setenv(FAMILIES_ENV, "debug_fault")
+    with pytest.raises(ValueError, match="module:Class"):
+        families()
 
 
 @pytest.mark.parametrize("workload, match", [

@@ -8,11 +8,10 @@ import time
 
 import pytest
 
-from index import TuningDB
-from index.localcpu import cpu_info, preset
-from tests.conftest import run_cli
-from transfer.kernels import DEBUG_FAULTS_ENV, get_family
-from transfer.measure import (
+from tunedb.index import TuningDB
+from tunedb.index.hardware.localcpu import cpu_info, preset
+from tunedb.transfer.kernels import FAMILIES_ENV, get_family
+from tunedb.transfer.measure.backend import (
     LocalBackend,
     MeasureBackend,
     MeasureOptions,
@@ -20,8 +19,10 @@ from transfer.measure import (
     TimingProtocol,
     measure,
     measure_many,
-    time_callable,
 )
+from tunedb.transfer.measure.timing import time_callable
+
+from helpers import run_cli
 
 FAST = MeasureOptions(protocol=TimingProtocol(warmup=0, min_repeat_ms=0.5, repeat=3), run_timeout_s=30)
 FAULT = {"family": "debug_fault", "n": 64}
@@ -29,8 +30,7 @@ MM = {"family": "matmul", "M": 24, "N": 40, "K": 8}
 
 
 @pytest.fixture
-def faults(monkeypatch):
-    monkeypatch.setenv(DEBUG_FAULTS_ENV, "1")
+def faults(fault_family):
     return LocalBackend(MeasureOptions(protocol=FAST.protocol, run_timeout_s=3))
 
 
@@ -69,7 +69,7 @@ def test_hang_becomes_timeout_and_is_killed(faults):
 
 
 def test_fault_family_unreachable_without_switch(monkeypatch):
-    monkeypatch.delenv(DEBUG_FAULTS_ENV, raising=False)
+    monkeypatch.delenv(FAMILIES_ENV, raising=False)
     with pytest.raises(ValueError, match="unknown kernel family"):
         LocalBackend(FAST).measure(preset("cpu-native"), FAULT, {"mode": 1})
 
@@ -153,9 +153,9 @@ def test_measure_many_builds_then_runs_and_caches(tmp_path):
 
 
 def test_replay_backend_answers_from_the_recorded_data():
-    from conftest import kernel_tuner_file
+    from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 
-    from transfer.replay import KernelTunerReplayBackend, ReplayData
+    from helpers import kernel_tuner_file
 
     assert issubclass(ReplayBackend, MeasureBackend) and issubclass(LocalBackend, MeasureBackend)
     with pytest.raises(TypeError):
@@ -212,7 +212,7 @@ def test_foreign_family_passes_through_to_a_non_local_backend(tmp_path):
         name = "constant"
 
         def measure(self, target, workload, config):
-            from index import Record
+            from tunedb.index import Record
 
             return Record(target, workload, config, costs=[1e-3], source="replay")
 

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from index import TuningDB
-from index.keys import canonical_json, key_of
-from index.localcpu import preset
-from tests.conftest import run_cli
-from tests.migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, WORKLOADS, build_source_db, copy_db
-from transfer.adapt import adapt_config
-from transfer.kernels import family_of
-from transfer.migrate import migrate
+from tunedb.index import TuningDB
+from tunedb.index.hardware.localcpu import preset
+from tunedb.index.keys import canonical_json, key_of
+from tunedb.transfer.kernels import family_of
+from tunedb.transfer.migration.migrate import migrate
+from tunedb.transfer.search.adapt import adapt_config
+
+from helpers import run_cli
+from migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, WORKLOADS, build_source_db, copy_db
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_migrate_local_presets_then_rerun_is_resumable(db):
         fam = family_of(w)
         space, default = fam.space(w), fam.default_config(w)
         src_best = db.best(preset(SRC), w, k=2)
-        from transfer.adapt import hardware_scale
+        from tunedb.transfer.search.adapt import hardware_scale
 
         scale = hardware_scale(preset(SRC), preset(DST), fam.hardware_knobs) or None  # vec scales with the ISA
         adapted = [adapt_config(r.config, space, default, scale=scale) for r in src_best]
@@ -156,8 +157,8 @@ needs_data = pytest.mark.skipif(not (CONV_DIR / "A100.json.gz").is_file() or not
 
 @needs_data
 def test_migrate_between_replay_devices(tmp_path):
-    from transfer.importers import collect
-    from transfer.replay import ReplayData
+    from tunedb.transfer.interop import collect
+    from tunedb.transfer.measure.replay import ReplayData
 
     db = TuningDB.open(tmp_path / "db")
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
@@ -188,7 +189,7 @@ def test_migrate_between_replay_devices(tmp_path):
 
 @needs_data
 def test_cli_migrate_replay_json(tmp_path):
-    from transfer.importers import collect
+    from tunedb.transfer.interop import collect
 
     db = TuningDB.open(tmp_path / "db")
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
@@ -237,7 +238,7 @@ def test_cli_migrate_user_errors(db, args, message):
 
 def test_cli_executor_ray_without_ray_is_one_line(db):
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from transfer.cli import main\n"
+            "from tunedb.transfer.cli.main import main\n"
             f"raise SystemExit(main(['migrate', '--db', {str(db.path)!r}, '--from', {SRC!r}, '--to', {DST!r}, "
             "'--executor', 'ray']))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

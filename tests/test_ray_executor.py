@@ -9,12 +9,13 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
 
-from index import TuningDB  # noqa: E402
-from index.localcpu import preset  # noqa: E402
-from tests.migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, build_source_db, copy_db  # noqa: E402
-from transfer.executors import ExecutorUnavailable, Finalise, RayExecutor, new_run_id, target_resource  # noqa: E402
-from transfer.measure import LocalBackend  # noqa: E402
-from transfer.migrate import migrate  # noqa: E402
+from tunedb.index import TuningDB  # noqa: E402
+from tunedb.index.hardware.localcpu import preset  # noqa: E402
+from tunedb.transfer.measure.backend import LocalBackend  # noqa: E402
+from tunedb.transfer.migration.executors import ExecutorUnavailable, Finalise, RayExecutor, new_run_id, target_resource  # noqa: E402
+from tunedb.transfer.migration.migrate import migrate  # noqa: E402
+
+from migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, build_source_db, copy_db  # noqa: E402
 
 pytestmark = pytest.mark.slow
 A4000 = "NVIDIA RTX A4000"
@@ -72,7 +73,7 @@ def test_retried_task_commits_once(ray_cluster, tmp_path):
     ex = RayExecutor()
     fin = Finalise(new_run_id(), source=f"migrated:{SRC}")
     w = {"family": "matmul", "M": 16, "N": 16, "K": 16}
-    from transfer.kernels import family_of
+    from tunedb.transfer.kernels import family_of
 
     cfg = family_of(w).default_config(w)
     first = ex.measure(LocalBackend(FAST), preset(DST), w, [cfg], fin, on_record=db.commit)
@@ -94,7 +95,7 @@ def test_target_no_node_owns_is_a_clear_error(ray_cluster):
 
 @pytest.mark.skipif(not (CONV_DIR / "A4000.json.gz").is_file(), reason="../shared/data/kernel_tuner is absent")
 def test_replay_migration_through_ray(ray_cluster, tmp_path):
-    from transfer.importers import collect
+    from tunedb.transfer.interop import collect
 
     db = TuningDB.open(tmp_path / "db")
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
@@ -110,7 +111,7 @@ def test_cli_executor_ray_starts_its_own_instance(source_db, tmp_path):
     """``tunedb migrate --executor ray`` in a fresh process: Ray runs the measurements, exit 0."""
     import json
 
-    from tests.conftest import run_cli
+    from helpers import run_cli
 
     path = copy_db(source_db[0], tmp_path / "db")
     wl = tmp_path / "w.txt"

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from index import Record, TuningDB
-from index.keys import canonical_json, key_of
+from tunedb.index import Record, TuningDB
+from tunedb.index.keys import canonical_json, key_of
 
 T = {"kind": "cpu", "name": "t"}
 W = {"family": "matmul", "M": 4}
@@ -18,7 +18,7 @@ def test_keys_are_canonical_and_stable_across_processes():
     b = {"a": 0.5, "b": [1.0, 2, {"x": True, "y": 1.0}]}
     assert canonical_json(a) == canonical_json(b) == '{"a":0.5,"b":[1,2,{"x":true,"y":1}]}'
     assert key_of(a) == key_of(b)
-    out = subprocess.run([sys.executable, "-c", "from index.keys import key_of; print(key_of({'a':0.5,'b':[1,2,{'x':True,'y':1}]}))"],
+    out = subprocess.run([sys.executable, "-c", "from tunedb.index.keys import key_of; print(key_of({'a':0.5,'b':[1,2,{'x':True,'y':1}]}))"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == key_of(a)
     assert key_of({"a": 1}) != key_of({"a": 2})

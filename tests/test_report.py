@@ -7,14 +7,15 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
-from index import TuningDB
-from transfer.data import convolution_files, dataset_path
-from transfer.importers import collect
-from transfer.replay import KernelTunerReplayBackend, ReplayData
-from transfer.report import entry_curves, load_runs
-from transfer.search import TuneOptions, Tuner
+from tunedb.datasets import convolution_files, dataset_path
+from tunedb.index import TuningDB
+from tunedb.transfer.apps.report import entry_curves, load_runs
+from tunedb.transfer.interop import collect
+from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
+from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+from helpers import run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_FIGURES = {"warm_vs_cold.png", "convergence.png", "hit_rate.png", "records_over_time.png",

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import Record, TuningDB, features, vectors
-from index.localcpu import preset
-from index.retrieval import parse_weights
-from index.targets import resolve_target
+from tunedb.index import Record, TuningDB
+from tunedb.index.hardware.localcpu import preset
+from tunedb.index.hardware.targets import resolve_target
+from tunedb.index.retrieval import features, vectors
+from tunedb.index.retrieval.nearest import parse_weights
 
 A100 = {"kind": "gpu", "name": "NVIDIA A100-PCIE-40GB"}
 A6000 = {"kind": "gpu", "name": "NVIDIA RTX A6000"}
@@ -193,7 +194,7 @@ def test_new_entries_are_found_without_a_full_rebuild(db):
     assert _index_file(db).name == idx_before  # same FAISS file: the entry went in incrementally
     assert man["n_total"] == man["n_main"] + 1 and len(man["parts"]) == 2
     # another process sees it too (and loads rather than rebuilds)
-    code = ("import json,sys; from index import TuningDB; db=TuningDB.open(sys.argv[1]); "
+    code = ("import json,sys; from tunedb.index import TuningDB; db=TuningDB.open(sys.argv[1]); "
             "m=db.nearest({'kind':'gpu','name':'NVIDIA A100-PCIE-40GB'}, json.loads(sys.argv[2]), k=1)[0]; "
             "print(json.dumps([m.workload, m.similarity]))")
     out = subprocess.run([sys.executable, "-c", code, str(db.path), json.dumps(new_w)], capture_output=True,
@@ -220,7 +221,7 @@ def test_forced_hnsw_index_gives_the_same_neighbours(db):
 
 # ------------------------------------------------------------------------------ CLI
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transfer.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tunedb", *args], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1])
 
 

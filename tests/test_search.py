@@ -12,12 +12,13 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, kernel_tuner_file, run_cli
 
-from index import TuningDB
-from transfer.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
-from transfer.replay import KernelTunerReplayBackend, ReplayData
-from transfer.search import TuneOptions, Tuner
+from tunedb.index import TuningDB
+from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
+from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
+from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+from helpers import ROOT, kernel_tuner_file, run_cli
 
 SOURCES = ("A100", "A6000", "MI250X", "W7800")
 HELD = "A4000"
@@ -138,7 +139,7 @@ def test_resume_after_sigkill_does_not_remeasure(tmp_path):
     f = kernel_tuner_file(HELD)
     db = tmp_path / "db"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "transfer.cli", "tune", "--cold", "--replay", str(f), "--budget",
+    p = subprocess.Popen([sys.executable, "-m", "tunedb", "tune", "--cold", "--replay", str(f), "--budget",
                           "400", "--db", str(db), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -193,8 +194,8 @@ def test_hindsight_mixture_ranks_an_exact_mix_first_and_a_close_gpu_well(replay)
     import copy
     import math
 
-    from index.record import Record
-    from transfer.evaluation import hindsight_mixture
+    from tunedb.index.record import Record
+    from tunedb.transfer.search.evaluation import hindsight_mixture
 
     datas = {d: replay[d] for d in ("A6000", "MI250X", "W7800")}
     # a device whose log times are exactly 0.7 * A6000 + 0.3 * MI250X - 0.1 (where both ran)

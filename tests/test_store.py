@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from index import Record, TuningDB
+from tunedb.index import Record, TuningDB
 
 HERE = Path(__file__).resolve().parent
 T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12"}
@@ -42,7 +42,7 @@ def test_lookup_best_and_reopen(tmp_path):
         best = d.best(T1, W, k=3)
         assert [r.config["tile"] for r in best] == [0, 1, 2]
         assert all(r.status == "ok" for r in best)
-    s = TuningDB.open(tmp_path / "db").stats()
+    s = TuningDB.open(tmp_path / "db").stats().to_dict()
     assert (s["records"], s["targets"], s["workloads"], s["entries"]) == (21, 1, 1, 1)
     assert s["size_bytes"] > 0 and s["files"] >= 1
 
@@ -56,14 +56,14 @@ def test_lookup_latest_measurement_wins_and_hit_rate(tmp_path):
     db2 = TuningDB.open(tmp_path / "db")
     assert db2.lookup(T1, W, {"tile": 1}).cost == 1.0
     assert db2.lookup(T1, W, {"tile": 2}) is None
-    s = db2.stats()
+    s = db2.stats().to_dict()
     assert (s["lookups"], s["hits"], s["hit_rate"]) == (2, 1, 0.5)
     assert [r.cost for r in db2.best(T1, W, k=5)] == [1.0]  # one per config
 
 
 def test_other_process_commits_seen_after_refresh(tmp_path):
     db = TuningDB.open(tmp_path / "db")
-    code = ("from index import TuningDB, Record; db = TuningDB.open(r'%s');"
+    code = ("from tunedb.index import TuningDB, Record; db = TuningDB.open(r'%s');"
             "db.commit(Record({'kind':'cpu','name':'p'}, {'family':'f'}, {'x': 1}, [0.5]))" % (tmp_path / "db"))
     subprocess.run([sys.executable, "-c", code], check=True)
     assert db.lookup({"kind": "cpu", "name": "p"}, {"family": "f"}, {"x": 1}) is None
@@ -92,10 +92,10 @@ def test_compact_dedup_forget_invalidate(tmp_path):
         db.commit(recs(4, base=1e-3 * (i + 1)))  # same configs, other costs
     dup = Record(T1, W, {"tile": 0}, [1e-3, 1.1e-3])
     db.commit([dup, Record(T1, W, {"tile": 0}, [1e-3, 1.1e-3])])  # an identical repeat
-    files_before = db.stats()["files"]
+    files_before = db.stats().files
     st = db.compact()
     assert st["files_before"] == files_before and st["files_after"] == 1
-    assert len(db) == 22 and db.stats()["files"] == 1
+    assert len(db) == 22 and db.stats().files == 1
     st = db.dedup()
     assert st["removed"] == 2  # the two repeats of (tile 0, [1e-3, 1.1e-3]) beyond the first
     assert len(db) == 20
@@ -109,7 +109,7 @@ def test_compact_dedup_forget_invalidate(tmp_path):
     assert db.lookup(T1, W, {"tile": 7}) is None and db.best(T1, W) == []
     db.commit(Record(T1, W, {"tile": 7}, [0.5]))
     assert TuningDB.open(tmp_path / "db").lookup(T1, W, {"tile": 7}).cost == 0.5
-    assert TuningDB.open(tmp_path / "db").stats()["stale_targets"] == [key]
+    assert TuningDB.open(tmp_path / "db").stats().stale_targets == [key]
     db.forget(target=T1)
     assert len(TuningDB.open(tmp_path / "db")) == 0
 
@@ -132,7 +132,7 @@ def test_automatic_compaction_past_threshold(tmp_path):
         db.commit(r)
     assert len(db) == 40  # a compaction during commit must not double-count the handle's own records
     db.refresh()
-    assert db.stats()["files"] < 40 and len(db) == 40
+    assert db.stats().files < 40 and len(db) == 40
 
 
 def test_crash_mid_compaction_never_double_counts(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from index import Record, RecordBatch, TuningDB
+from tunedb.index import Record, RecordBatch, TuningDB
 
 ROOT = Path(__file__).resolve().parents[1]
 T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12"}
@@ -105,7 +105,7 @@ def test_small_commits_go_to_a_journal_that_other_processes_read_and_close_folds
     assert len(journals) == 1 and parquet_files(path) == []
     p = child("""
         import sys
-        from index import TuningDB
+        from tunedb.index import TuningDB
         db = TuningDB.open(sys.argv[1])
         print(len(db), db.lookup({"kind": "cpu", "name": "alpha", "compiler": "gcc 12"},
               {"family": "matmul", "M": 64, "N": 64, "K": 64}, {"tile": 3}).record_id)
@@ -132,7 +132,7 @@ def test_torn_journal_tail_after_a_crash_is_ignored_and_the_journal_folded(tmp_p
     path = tmp_path / "db"
     p = child("""
         import os, sys
-        from index import Record, TuningDB
+        from tunedb.index import Record, TuningDB
         db = TuningDB.open(sys.argv[1])
         for i in range(3):
             db.commit(Record({"kind": "cpu", "name": "alpha"}, {"family": "f"}, {"i": i}, [1.0]))
@@ -155,7 +155,7 @@ def test_journal_of_a_killed_writer_is_folded_by_the_next_reader(tmp_path):
     TuningDB.open(path)
     p = child("""
         import sys, time
-        from index import Record, TuningDB
+        from tunedb.index import Record, TuningDB
         db = TuningDB.open(sys.argv[1])
         for i in range(4):
             db.commit(Record({"kind": "cpu", "name": "alpha"}, {"family": "f"}, {"i": i}, [1.0]))
@@ -172,7 +172,7 @@ def test_journal_of_a_killed_writer_is_folded_by_the_next_reader(tmp_path):
         db.refresh()
         time.sleep(0.05)
     assert not list((path / "journal").glob("*.jsonl")) and len(db) == 4
-    assert json.loads(json.dumps(db.stats()))["records"] == 4
+    assert json.loads(json.dumps(db.stats().to_dict()))["records"] == 4
 
 
 def test_journaled_records_obey_invalidate_and_forget(tmp_path):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, run_cli
 
-from index import TuningDB
-from transfer.importers import collect
+from tunedb.index import TuningDB
+from tunedb.transfer.interop import collect
+
+from helpers import ROOT, run_cli
 
 CUDA_LOG = ROOT / "datasets" / "tophub" / "cuda_v0.10.log"
 

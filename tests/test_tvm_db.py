@@ -18,14 +18,14 @@ from tvm import te  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.database import JSONDatabase  # noqa: E402
 
-from index import TuningDB  # noqa: E402
-from transfer.importers import metaschedule as ms_import  # noqa: E402
-from transfer.tvm_db import (  # noqa: E402
+from tunedb.index import TuningDB  # noqa: E402
+from tunedb.transfer.integrations.tvm_db import (  # noqa: E402
     TunedbDatabase,
     local_builder,
     normalise_target_json,
     strip_postproc,
 )
+from tunedb.transfer.interop import metaschedule as ms_import  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MS_DATA = (ROOT / ".." / "shared" / "data" / "metaschedule").resolve()
@@ -92,7 +92,7 @@ def decisions(sch, db, mod: tvm.IRModule) -> dict:
 
 # --------------------------------------------------------------------------- no TVM needed
 def test_importing_the_module_does_not_import_tvm():
-    code = "import sys, transfer.tvm_db as m; assert 'tvm' not in sys.modules, 'tvm imported'; print(m.strip_postproc)"
+    code = "import sys, tunedb.transfer.integrations.tvm_db as m; assert 'tvm' not in sys.modules, 'tvm imported'; print(m.strip_postproc)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
 

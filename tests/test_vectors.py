@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import features, vectors
+from tunedb.index.retrieval import features, vectors
 
 
 def _unit(rng: np.random.Generator, n: int, d: int = features.DIM) -> np.ndarray:

@@ -4,19 +4,22 @@ A *family* turns a workload dict (``{"family": "matmul", "M": 512, ...}``) and a
 (one point of ``family.space(workload)``) into something runnable:
 
 * C families (``kind == "c"``) render C source from this project's own template, pasting in
-  only integers that ``Space.validate`` accepted (see ``transfer.build.render_template``);
+  only integers that ``Space.validate`` accepted (see ``templating.render_template``);
   the runner loads the built shared object and calls its ``kernel`` symbol through ctypes.
 * NumPy families (``kind == "numpy"``) run a Python/NumPy function whose speed depends on the
   config (no build step).
 
-Registry: ``families()`` lists the public family names, ``get_family(name)`` returns the family
-object (``ValueError`` for an unknown name).  The test-only ``debug_fault`` family (a config can
-segfault, hang or answer wrongly) is returned only while the environment variable
-``TUNEDB_DEBUG_FAULTS`` is ``"1"``; the test-suite sets it, nothing in a record can.
+Registry: ``families()`` lists the family names, ``get_family(name)`` returns the family object
+(``ValueError`` for an unknown name).  Besides the built-in families, the environment variable
+``TUNEDB_FAMILIES`` may name extra ones as comma-separated ``module:Class`` entries (the class is
+instantiated once; its ``name`` is its key).  The variable is read from the environment only,
+never from a record, and the isolated worker inherits it, so a family registered this way runs
+like a built-in one (the test suite registers its fault-injecting family this way).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -24,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..space import Space
+from tunedb.transfer.search.space import Space
 
-DEBUG_FAULTS_ENV = "TUNEDB_DEBUG_FAULTS"
+FAMILIES_ENV = "TUNEDB_FAMILIES"
 
 #: largest accepted number of elements of any single array of a workload (guards memory)
 MAX_ELEMENTS = 1 << 27
@@ -143,40 +146,49 @@ class KernelFamily:
         raise NotImplementedError
 
 
+def _builtin() -> list[KernelFamily]:
+    from tunedb.transfer.kernels.conv2d import Conv2dFamily
+    from tunedb.transfer.kernels.matmul import MatmulFamily
+    from tunedb.transfer.kernels.npmatmul import NumpyMatmulFamily
+    from tunedb.transfer.kernels.softmax import SoftmaxFamily
+
+    return [MatmulFamily(), Conv2dFamily(), SoftmaxFamily(), NumpyMatmulFamily()]
+
+
+def _plugins(spec: str) -> list[KernelFamily]:
+    out = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        mod, sep, cls = entry.partition(":")
+        if not sep or not mod or not cls:
+            raise ValueError(f"{FAMILIES_ENV}: entry {entry!r} is not module:Class")
+        fam = getattr(importlib.import_module(mod), cls)()
+        if not isinstance(fam, KernelFamily) or not fam.name:
+            raise ValueError(f"{FAMILIES_ENV}: {entry} is not a named KernelFamily")
+        out.append(fam)
+    return out
+
+
+_CACHE: dict[str, dict[str, KernelFamily]] = {}
+
+
 def _registry() -> dict[str, KernelFamily]:
-    from .conv2d import Conv2dFamily
-    from .matmul import MatmulFamily
-    from .npmatmul import NumpyMatmulFamily
-    from .softmax import SoftmaxFamily
-
-    fams: list[KernelFamily] = [MatmulFamily(), Conv2dFamily(), SoftmaxFamily(), NumpyMatmulFamily()]
-    return {f.name: f for f in fams}
-
-
-_FAMILIES: dict[str, KernelFamily] | None = None
+    spec = os.environ.get(FAMILIES_ENV, "")
+    if spec not in _CACHE:
+        _CACHE[spec] = {f.name: f for f in _builtin() + _plugins(spec)}
+    return _CACHE[spec]
 
 
 def families() -> list[str]:
-    """Names of the public kernel families (the test-only fault family is never listed)."""
-    global _FAMILIES
-    if _FAMILIES is None:
-        _FAMILIES = _registry()
-    return sorted(_FAMILIES)
+    """Names of the registered kernel families (built-in and ``TUNEDB_FAMILIES`` plug-ins)."""
+    return sorted(_registry())
 
 
 def get_family(name: Any) -> KernelFamily:
     """The family called ``name``; ValueError when there is none."""
-    global _FAMILIES
-    if _FAMILIES is None:
-        _FAMILIES = _registry()
-    if isinstance(name, str):
-        if name in _FAMILIES:
-            return _FAMILIES[name]
-        if name == "debug_fault" and os.environ.get(DEBUG_FAULTS_ENV) == "1":
-            from .debug_fault import DebugFaultFamily
-
-            return DebugFaultFamily()
-    raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(families())}")
+    fams = _registry()
+    if isinstance(name, str) and name in fams:
+        return fams[name]
+    raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(sorted(fams))}")
 
 
 def family_of(workload: Any) -> KernelFamily:
@@ -186,4 +198,4 @@ def family_of(workload: Any) -> KernelFamily:
     return get_family(workload["family"])
 
 
-__all__ = ["KernelFamily", "families", "get_family", "family_of", "DEBUG_FAULTS_ENV", "MAX_ELEMENTS"]
+__all__ = ["KernelFamily", "families", "get_family", "family_of", "FAMILIES_ENV", "MAX_ELEMENTS"]

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..space import Constraint, Knob, Space
-from . import KernelFamily
+from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.templating import render_template
+from tunedb.transfer.search.space import Constraint, Knob, Space
 
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -182,8 +183,6 @@ class Conv2dFamily(KernelFamily):
         return lambda: _conv_nchw(x, wt, w["stride"], w["pad"])
 
     def source(self, workload: Any, config: Mapping[str, Any]) -> str:
-        from ..build import render_template
-
         w = self.validate_workload(workload)
         values = {"TK": config["tile_k"], "TQ": config["tile_q"], "ORDER": config["order"],
                   "VDIM": config["vec_dim"], "UNROLL": config["unroll"], "NHWC": int(w["layout"] == "NHWC")}

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..space import Constraint, Knob, Space
-from . import KernelFamily
+from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.templating import render_template
+from tunedb.transfer.search.space import Constraint, Knob, Space
 
 #: loop orders of the cache-blocking loops, outermost first (n = nc loop, k = kc loop, m = mc loop)
 ORDERS = ("nkm", "nmk", "knm", "kmn", "mnk", "mkn")
@@ -233,8 +234,6 @@ class MatmulFamily(MatmulMath, KernelFamily):
 
 
     def source(self, workload: Any, config: Mapping[str, Any]) -> str:
-        from ..build import render_template
-
         order = ORDERS[config["order"]]
         levels = [_DIM_INDEX[ch] for ch in order]
         values = {k.upper(): config[k] for k in ("mr", "nr", "vec", "mc", "nc", "kc", "pack", "unroll")}

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..space import Knob, Space
-from . import KernelFamily
-from .matmul import MatmulMath
+from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.matmul import MatmulMath
+from tunedb.transfer.search.space import Knob, Space
 
 BLOCKS = (8, 16, 32, 64, 128, 256, 512, 1024)
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..space import Knob, Space
-from . import KernelFamily
+from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.templating import render_template
+from tunedb.transfer.search.space import Knob, Space
 
 TEMPLATE = r"""
 /* tunedb softmax kernel: generated from transfer/kernels/softmax.py; integers only */
@@ -200,8 +201,6 @@ class SoftmaxFamily(KernelFamily):
         return lambda: _softmax(x)
 
     def source(self, workload: Any, config: Mapping[str, Any]) -> str:
-        from ..build import render_template
-
         values = {"VEC": config["vec"], "ACCS": config["accs"], "FAST": config["fast_exp"],
                   "ONLINE": config["online"], "ROWS": config["rows"]}
         return render_template(TEMPLATE, values)

@@ -1,0 +1,81 @@
+"""tunedb: a tuning-record database for compiler auto-tuners, with a transfer engine for new hardware.
+
+The public API (everything else is internal and may change)::
+
+    import tunedb
+    db = tunedb.open("tunedb-data")                    # a Parquet directory (created if missing)
+    target = tunedb.local_target("cpu-native-t1")      # a target dict for this machine
+    res = tunedb.tune(db, target, {"family": "matmul", "M": 256, "N": 256, "K": 256}, budget=16)
+    db.lookup(target, res.workload, res.best_config)   # -> Record: never measured twice
+    db.close()
+
+``open`` returns a :class:`RecordStore` (the contract every backend implements:
+``tunedb.index.base``); :class:`MemoryStore` is the in-memory one.  Names are imported on first
+use, so ``import tunedb`` itself loads no heavy dependency (pyarrow, FAISS, LightGBM, TVM, Ray).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+
+__version__ = TUNEDB_VERSION
+
+#: public name -> (module, attribute); resolved lazily by __getattr__
+_LAZY = {
+    "open": ("tunedb.index.stores", "open_store"),
+    "RecordStore": ("tunedb.index.base", "RecordStore"),
+    "Entry": ("tunedb.index.base", "Entry"),
+    "StoreStats": ("tunedb.index.base", "StoreStats"),
+    "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
+    "TuningDB": ("tunedb.index.parquet.store", "TuningDB"),
+    "Record": ("tunedb.index.record", "Record"),
+    "RecordBatch": ("tunedb.index.batch", "RecordBatch"),
+    "STATUSES": ("tunedb.index.record", "STATUSES"),
+    "local_target": ("tunedb.index.hardware.localcpu", "local_target"),
+    "resolve_target": ("tunedb.index.hardware.targets", "resolve_target"),
+    "Tuner": ("tunedb.transfer.search.tuner", "Tuner"),
+    "TuneOptions": ("tunedb.transfer.search.tuner", "TuneOptions"),
+    "TuneResult": ("tunedb.transfer.search.tuner", "TuneResult"),
+    "tune": ("tunedb.transfer.search.tuner", "tune"),
+    "local_job": ("tunedb.transfer.search.jobs", "local_job"),
+    "measure": ("tunedb.transfer.measure.backend", "measure"),
+}
+
+__all__ = [
+    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "TuningDB",
+    "Record", "RecordBatch", "STATUSES",
+    "local_target", "resolve_target",
+    "Tuner", "TuneOptions", "TuneResult", "tune", "local_job", "measure",
+    "SCHEMA_VERSION", "TUNEDB_VERSION", "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'tunedb' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily
+    from tunedb.index.base import Entry, RecordStore, StoreStats
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.hardware.localcpu import local_target
+    from tunedb.index.hardware.targets import resolve_target
+    from tunedb.index.memory import MemoryStore
+    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.record import STATUSES, Record
+    from tunedb.index.stores import open_store as open
+    from tunedb.transfer.measure.backend import measure
+    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult, tune

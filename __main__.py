@@ -1,0 +1,7 @@
+"""``python -m tunedb`` is the ``tunedb`` command."""
+
+from __future__ import annotations
+
+from tunedb.transfer.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""The record store contract: what every tunedb backend does, stated once.
+
+A *record store* holds tuning records (:class:`~tunedb.index.record.Record`): measurements of a
+``config`` of a ``workload`` on a ``target``.  Search, measurement, migration, the cost model, the
+report and the TVM database talk to a store only through this class, so any backend that
+implements it plugs in.  Backends: :class:`tunedb.index.parquet.store.TuningDB` (a Parquet
+directory, the embedded default and the truth) and :class:`tunedb.index.memory.MemoryStore`
+(in-process, nothing on disk: tests, notebooks, evaluation loops).
+
+Arguments
+    ``target`` may be a target dict, a :class:`Record` (its target is used), a ``target_key``
+    (32 hex digits) or a ``target_name`` known to the store; ``workload`` a workload dict, a
+    Record or a ``workload_key``; ``config`` a config dict or a ``config_key``.  Dicts are
+    compared by canonical JSON (``tunedb.index.keys``), so key order and ``1.0`` vs ``1`` do not
+    matter while ``True`` and ``1`` stay apart.  A name or key the store does not know raises
+    ``ValueError`` where the method says so.
+
+Units
+    Costs are seconds per run of the kernel (``Record.costs``, one per repeat; ``Record.cost`` is
+    their mean); ``compile_s`` and ``wall_s`` are seconds; timestamps are UTC.
+
+Errors
+    ``ValueError`` for bad input (an invalid record, an unknown target where one is required),
+    with one line saying why; ``OSError`` when the medium fails (disk full, permission): the
+    failed call has then written nothing that a later read will see.
+
+Durability
+    :meth:`commit` is all-or-nothing and durable when it returns: a crash (even SIGKILL) after
+    the return never loses the records; a crash before it leaves none or all of them.
+
+Concurrency
+    A handle may be shared by threads (every method is thread-safe).  Whether several processes
+    may write one store is the backend's promise (the Parquet directory: yes, any number; the
+    memory store lives in one process).  A handle sees other processes' commits after
+    :meth:`refresh`.
+
+Record identity
+    ``record_id`` identifies a measurement: committing a record whose id is already stored is a
+    no-op for reads (the first one stays), so retried and re-imported commits never double-count.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.record import Record
+    from tunedb.index.retrieval.nearest import Match
+
+_KEY_RE = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One (target, workload) of a store and what it holds.  ``best_cost`` in seconds (None
+    when no record is ``ok``)."""
+
+    target_key: str
+    target_name: str
+    target: dict
+    workload_key: str
+    family: str
+    workload: dict
+    records: int
+    ok_records: int
+    best_cost: float | None
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """What ``tunedb stats`` shows.  ``size_bytes`` of the store's own storage (0 in memory);
+    ``lookups``/``hits`` count this handle's :meth:`RecordStore.lookup` calls."""
+
+    records: int
+    targets: int
+    workloads: int
+    entries: int
+    files: int
+    size_bytes: int
+    stale_targets: list[str]
+    lookups: int
+    hits: int
+    location: str
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.lookups if self.lookups else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["hit_rate"] = self.hit_rate
+        return d
+
+
+class RecordStore(ABC):
+    """The contract of a tuning-record store (see the module docstring for arguments, units,
+    errors, durability and concurrency).  Subclasses implement the abstract methods; the others
+    have correct (if not the fastest) defaults built on them."""
+
+    #: this handle's lookups and the ones that found a record (see :meth:`stats`)
+    lookups: int = 0
+    hits: int = 0
+
+    # ------------------------------------------------------------------ writing
+    @abstractmethod
+    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
+        """Store ``records`` (one Record, a RecordBatch or an iterable of Records).
+
+        Every record is validated first: ``ValueError`` naming the first bad record and nothing
+        stored.  Returns how many were new (records whose id is already stored are skipped).
+        Durable and visible to this handle's reads when it returns."""
+
+    @abstractmethod
+    def invalidate(self, target: Any) -> str:
+        """Mark ``target`` stale (e.g. after a toolchain upgrade): records committed before now
+        stop answering :meth:`lookup` and :meth:`best` and drop out of ``include_stale=False``
+        reads; later commits answer again.  Returns the target_key; ``ValueError`` for a target
+        the store does not hold."""
+
+    @abstractmethod
+    def compact(self) -> dict:
+        """Reorganise storage for faster reads; never changes what reads return.  Returns counts
+        (at least ``rows_before`` and ``rows_after``)."""
+
+    @abstractmethod
+    def dedup(self) -> dict:
+        """Remove repeated identical measurements (same target, workload, config, status and
+        costs; the earliest stays).  Returns counts including ``removed``."""
+
+    @abstractmethod
+    def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
+               target: Any = None) -> dict:
+        """Retention.  ``target``: only that target (all its records unless other options are
+        given); ``keep_top``: per entry keep the k best ``ok`` records (failed ones stay: they stop
+        retries); ``older_than_days``: drop records measured longer ago.  ``ValueError`` without
+        any option, for ``keep_top < 0`` or an unknown target.  Returns counts including
+        ``removed``."""
+
+    # ------------------------------------------------------------------ point reads
+    @abstractmethod
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The stored measurement of (target, workload, config), or None.  Failed measurements
+        answer too (they are never retried); when a triple was measured more than once the one
+        committed last answers; stale records never answer.  Counts in ``lookups``/``hits``."""
+
+    def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
+        """:meth:`lookup` of each config of one (target, workload), in order."""
+        return [self.lookup(target, workload, c) for c in configs]
+
+    @abstractmethod
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        """The ``k`` best ``ok`` records of (target, workload): ascending cost, one per config (its
+        fastest measurement), stale records excluded.  ``[]`` when there are none or ``k <= 0``."""
+
+    # ------------------------------------------------------------------ bulk reads
+    @abstractmethod
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+        """Every record (optionally of one target and/or workload) as a new Arrow table with the
+        columns of ``tunedb.index.schema.RECORD_SCHEMA`` (JSON fields as canonical JSON text),
+        one row per record_id, in commit order."""
+
+    def iter_records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True
+                     ) -> Iterator[Record]:
+        """The rows of :meth:`records` as Records."""
+        from tunedb.index.record import Record
+
+        for row in self.records(target, workload, include_stale=include_stale).to_pylist():
+            yield Record.from_row(row)
+
+    def entries(self) -> pa.Table:
+        """One row per (target, workload) of the live (non-stale) records, as an Arrow table:
+        target_key, target_name, target, workload_key, family, workload (JSON text), records,
+        ok_records, best_cost (seconds, null when none ok); sorted by (target_name, workload_key)."""
+        from tunedb.index import tables
+
+        return tables.entries(self.records(include_stale=False))
+
+    def entry_list(self) -> list[Entry]:
+        """:meth:`entries` as :class:`Entry` objects (target and workload parsed)."""
+        import json
+
+        return [Entry(**{**row, "target": json.loads(row["target"]), "workload": json.loads(row["workload"])})
+                for row in self.entries().to_pylist()]
+
+    def targets(self) -> list[dict]:
+        """Every target holding records: ``target_key``, ``target_name``, ``target`` (dict) and
+        ``records`` (count), sorted by (target_name, target_key)."""
+        import json
+
+        t = self.records()
+        counts: dict[str, list] = {}
+        for tk, name, tj in zip(t.column("target_key").to_pylist(), t.column("target_name").to_pylist(),
+                                t.column("target").to_pylist()):
+            c = counts.setdefault(tk, [name, tj, 0])
+            c[2] += 1
+        out = [{"target_key": tk, "target_name": n, "target": json.loads(tj), "records": c}
+               for tk, (n, tj, c) in counts.items()]
+        return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
+
+    def find_target(self, name_or_key: str) -> dict | None:
+        """The target dict of a stored target, by ``target_key``, ``target_name`` (the latest
+        when several share a name) or a unique key prefix of at least 6 digits; else None."""
+        ts = self.targets()
+        for t in ts:
+            if t["target_key"] == name_or_key:
+                return t["target"]
+        named = [t["target"] for t in ts if t["target_name"] == name_or_key]
+        if named:
+            return named[-1]
+        if len(name_or_key) >= 6:
+            pref = [t["target"] for t in ts if t["target_key"].startswith(name_or_key)]
+            if len(pref) == 1:
+                return pref[0]
+        return None
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of stored records (stale ones included)."""
+
+    @abstractmethod
+    def stats(self) -> StoreStats:
+        """Counts of the store and of this handle's lookups (see :class:`StoreStats`)."""
+
+    # ------------------------------------------------------------------ derived data
+    @abstractmethod
+    def cache_dir(self) -> Path:
+        """A directory this store's derived, rebuildable caches may use (the vector index,
+        persisted models).  Deleting it loses nothing; it is created on demand."""
+
+    @abstractmethod
+    def change_token(self) -> tuple:
+        """A cheap value that changes whenever what reads return may have changed (commits,
+        maintenance, invalidations, here or - after :meth:`refresh` - in other processes).
+        Caches of derived data compare it to decide whether they are stale."""
+
+    def nearest(self, target: Any, workload: Any, k: int = 5, **kwargs: Any) -> list[Match]:
+        """The ``k`` entries most similar to (target, workload); see
+        ``tunedb.index.retrieval.nearest.nearest`` for the options."""
+        from tunedb.index.retrieval.nearest import nearest
+
+        return nearest(self, target, workload, k, **kwargs)
+
+    # ------------------------------------------------------------------ life cycle
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store lives, as a user would name it (a directory path, ``memory:...``)."""
+
+    def refresh(self) -> None:  # noqa: B027 - a no-op by default, not abstract
+        """See other processes' commits (a no-op for a store only this process writes)."""
+
+    def close(self) -> None:  # noqa: B027 - a no-op by default, not abstract
+        """Finish pending background work (everything committed stays durable either way); the
+        handle stays usable."""
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def is_key(text: Any) -> bool:
+    """Whether ``text`` is a 32-hex-digit key (target_key, workload_key, config_key)."""
+    return isinstance(text, str) and _KEY_RE.fullmatch(text) is not None
+
+
+__all__ = ["RecordStore", "Entry", "StoreStats", "is_key"]

@@ -1,0 +1,1 @@
+"""The hardware side: the device catalog, local CPU presets and target resolution."""

@@ -1,0 +1,260 @@
+"""An in-memory record store: the whole contract of ``tunedb.index.base.RecordStore``, nothing
+on disk but a private cache directory for derived data.
+
+For tests, notebooks and evaluation loops that need a throw-away store (``tunedb.open("memory:")``).
+Records live in this process only: "durable" means "kept until the handle is gone".  Thread-safe
+(one lock); one process.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tunedb.index.base import RecordStore, StoreStats, is_key
+from tunedb.index.batch import RecordBatch
+from tunedb.index.keys import canonical_json, key_of_text
+from tunedb.index.record import Record, target_slug
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class MemoryStore(RecordStore):
+    """A record store held in this process (see the module docstring)."""
+
+    def __init__(self, name: str = "") -> None:
+        self._name = name
+        self._lock = threading.RLock()
+        self._recs: list[Record] = []        # commit order, one per record_id
+        self._committed: list[int] = []      # commit time of each, integer microseconds (UTC)
+        self._rids: set[str] = set()
+        self._by_lookup: dict[int, int] = {}  # lookup_key -> index of the latest record
+        self._by_entry: dict[int, list[int]] = {}
+        self._invalidated: dict[str, int] = {}  # target_key -> invalidation time (us)
+        self._version = 0
+        self._cache: Path | None = None
+        self.lookups = 0
+        self.hits = 0
+
+    # ------------------------------------------------------------------ keys of arguments
+    def _target_key(self, target: Any) -> str:
+        if isinstance(target, Record):
+            return target.target_key
+        if isinstance(target, str):
+            if is_key(target):
+                return target
+            found = self.find_target(target)
+            if found is None:
+                raise ValueError(f"unknown target {target!r}")
+            return key_of_text(canonical_json(found))
+        return key_of_text(canonical_json(target))
+
+    @staticmethod
+    def _other_key(value: Any, what: str) -> str:
+        if isinstance(value, Record):
+            return value.workload_key if what == "workload" else value.config_key
+        if is_key(value):
+            return value
+        return key_of_text(canonical_json(value))
+
+    def _stale(self, i: int) -> bool:
+        inv = self._invalidated.get(self._recs[i].target_key)
+        return inv is not None and self._committed[i] <= inv
+
+    # ------------------------------------------------------------------ writing
+    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
+        if isinstance(records, RecordBatch):
+            records.check()
+            recs = records.to_records()
+        elif isinstance(records, Record):
+            recs = [records]
+        else:
+            recs = list(records)
+        for r in recs:
+            if not isinstance(r, Record):
+                raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
+            r.validate()
+        new = 0
+        with self._lock:
+            now = max(_now_us(), self._committed[-1] + 1 if self._committed else 0)
+            for r in recs:
+                if r.record_id in self._rids:
+                    continue
+                self._rids.add(r.record_id)
+                i = len(self._recs)
+                self._recs.append(r)
+                self._committed.append(now)
+                self._by_lookup[r.lookup_key] = i
+                self._by_entry.setdefault(r.entry_key, []).append(i)
+                new += 1
+            self._version += 1
+        return new
+
+    def invalidate(self, target: Any) -> str:
+        tkey = self._target_key(target)
+        with self._lock:
+            if not any(r.target_key == tkey for r in self._recs):
+                raise ValueError(f"unknown target {target!r}")
+            self._invalidated[tkey] = max(_now_us(), self._committed[-1] if self._committed else 0)
+            self._version += 1
+        return tkey
+
+    def _rewrite(self, keep: np.ndarray) -> dict:
+        """Keep the records where ``keep`` is true (indices of ``self._recs``) and rebuild the maps."""
+        before = len(self._recs)
+        recs = [r for r, k in zip(self._recs, keep) if k]
+        committed = [c for c, k in zip(self._committed, keep) if k]
+        self._recs, self._committed = [], []
+        self._rids, self._by_lookup, self._by_entry = set(), {}, {}
+        for r, c in zip(recs, committed):
+            self._rids.add(r.record_id)
+            self._by_lookup[r.lookup_key] = len(self._recs)
+            self._by_entry.setdefault(r.entry_key, []).append(len(self._recs))
+            self._recs.append(r)
+            self._committed.append(c)
+        self._version += 1
+        return {"rows_before": before, "rows_after": len(self._recs), "removed": before - len(self._recs),
+                "files_before": 0, "files_after": 0}
+
+    def compact(self) -> dict:
+        with self._lock:
+            n = len(self._recs)
+            return {"rows_before": n, "rows_after": n, "files_before": 0, "files_after": 0}
+
+    def dedup(self) -> dict:
+        from tunedb.index.retention import dedup_mask
+
+        with self._lock:
+            return self._rewrite(dedup_mask(self._table(range(len(self._recs)))))
+
+    def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
+               target: Any = None) -> dict:
+        from tunedb.index.retention import retention_mask
+
+        if keep_top is None and older_than_days is None and target is None:
+            raise ValueError("forget needs keep_top, older_than_days or target")
+        if keep_top is not None and keep_top < 0:
+            raise ValueError("keep_top must be >= 0")
+        with self._lock:
+            n = len(self._recs)
+            chosen = np.ones(n, bool)
+            if target is not None:
+                tkey = self._target_key(target)
+                chosen = np.array([r.target_key == tkey for r in self._recs], bool)
+                if not chosen.any():
+                    raise ValueError(f"unknown target {target!r}")
+            cutoff = None if older_than_days is None else _now_us() - int(older_than_days * 86400e6)
+            drop_all = target is not None and keep_top is None and older_than_days is None
+            idx = np.flatnonzero(chosen)
+            keep = np.ones(n, bool)
+            keep[idx] = retention_mask(self._table(idx.tolist()), keep_top=keep_top, cutoff_us=cutoff,
+                                       drop_all=drop_all)
+            return self._rewrite(keep)
+
+    # ------------------------------------------------------------------ reads
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        from tunedb.index.keys import hash64
+
+        lk = hash64(self._target_key(target), self._other_key(workload, "workload"), self._other_key(config, "config"))
+        with self._lock:
+            self.lookups += 1
+            i = self._by_lookup.get(lk)
+            if i is None or self._stale(i):
+                return None
+            self.hits += 1
+            return self._recs[i]
+
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        from tunedb.index.keys import hash64
+
+        if k <= 0:
+            return []
+        ek = hash64(self._target_key(target), self._other_key(workload, "workload"))
+        with self._lock:
+            cands = [self._recs[i] for i in self._by_entry.get(ek, ()) if self._recs[i].ok and not self._stale(i)]
+        cands.sort(key=lambda r: r.cost)
+        out, seen = [], set()
+        for r in cands:
+            if r.config_key not in seen:
+                seen.add(r.config_key)
+                out.append(r)
+                if len(out) == k:
+                    break
+        return out
+
+    def _table(self, indices: Iterable[int]) -> Any:
+        import pyarrow as pa
+
+        from tunedb.index.keys import rid_hash
+        from tunedb.index.schema import RECORD_SCHEMA
+
+        rows = []
+        for i in indices:
+            r = self._recs[i]
+            row = r.to_row()
+            row.update(target_slug=target_slug(r.target_name, r.target_key), rid_hash=rid_hash(r.record_id),
+                       committed=pa.scalar(self._committed[i], pa.timestamp("us", tz="UTC")).as_py(),
+                       session=r.session)
+            rows.append(row)
+        return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
+
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> Any:
+        tkey = self._target_key(target) if target is not None else None
+        wkey = self._other_key(workload, "workload") if workload is not None else None
+        with self._lock:
+            idx = [i for i, r in enumerate(self._recs)
+                   if (tkey is None or r.target_key == tkey) and (wkey is None or r.workload_key == wkey)
+                   and (include_stale or not self._stale(i))]
+            return self._table(idx)
+
+    def targets(self) -> list[dict]:
+        with self._lock:
+            counts: dict[str, list] = {}
+            for r in self._recs:
+                c = counts.setdefault(r.target_key, [r.target_name, r.target, 0])
+                c[2] += 1
+        out = [{"target_key": tk, "target_name": n, "target": dict(t), "records": c} for tk, (n, t, c) in counts.items()]
+        return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._recs)
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            live = [i for i in range(len(self._recs)) if not self._stale(i)]
+            tk = {self._recs[i].target_key for i in live}
+            wk = {self._recs[i].workload_key for i in live}
+            ek = {self._recs[i].entry_key for i in live}
+            return StoreStats(records=len(self._recs), targets=len(tk), workloads=len(wk), entries=len(ek), files=0,
+                              size_bytes=0, stale_targets=sorted(self._invalidated), lookups=self.lookups,
+                              hits=self.hits, location=self.location)
+
+    # ------------------------------------------------------------------ derived data, life cycle
+    def cache_dir(self) -> Path:
+        with self._lock:
+            if self._cache is None:
+                self._cache = Path(tempfile.mkdtemp(prefix="tunedb-memory-"))
+                weakref.finalize(self, shutil.rmtree, str(self._cache), True)
+            return self._cache
+
+    def change_token(self) -> tuple:
+        with self._lock:
+            return (id(self), self._version, len(self._recs))
+
+    @property
+    def location(self) -> str:
+        return f"memory:{self._name}" if self._name else "memory:"
+
+
+__all__ = ["MemoryStore"]

@@ -1,0 +1,189 @@
+"""The in-memory index of a store handle: the index columns of every live file as numpy arrays.
+
+Each published file (and each journal, per target) contributes one ``Chunk``: its
+``INDEX_COLUMNS`` as numpy arrays.  ``build`` concatenates the chunks of the live files into
+one set of arrays, de-duplicated by record_id (first occurrence wins), marks stale rows (their
+target was invalidated after they were committed) and sorts them for the two queries:
+
+* lookup: all rows by (lookup_key, committed, timestamp) -- the last live row of a key answers;
+* best: live ``ok`` rows by (entry_key, cost).
+
+Costs are seconds (NaN stored as +inf so it sorts last); ``committed``, ``timestamp`` and
+invalidation times are integer microseconds since the epoch (UTC).  Pure functions: the
+store holds the results and calls these under its handle lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tunedb.index.parquet.parts import META_SUPERSEDES, META_TARGET, META_TARGET_KEY, META_TARGET_NAME
+from tunedb.index.schema import INDEX_COLUMNS
+
+
+class Chunk:
+    """Index columns of one immutable Parquet file (or of one target's rows of a journal)."""
+
+    __slots__ = ("path", "target_key", "n", "cols", "supersedes")
+
+    def __init__(self, path: Path, target_key: str, cols: dict, supersedes: list[str]):
+        self.path = path
+        self.target_key = target_key
+        self.cols = cols
+        self.n = len(cols["lookup_key"])
+        self.supersedes = supersedes
+
+
+def index_cols(t: pa.Table) -> dict[str, np.ndarray]:
+    """The in-memory index columns (numpy) of a record table."""
+    cols = {
+        "lookup_key": t.column("lookup_key").to_numpy(),
+        "entry_key": t.column("entry_key").to_numpy(),
+        "cost": t.column("cost").to_numpy(zero_copy_only=False).astype(np.float64),
+        "ok": pc.equal(t.column("status"), "ok").to_numpy(zero_copy_only=False).astype(bool),
+        "rid_hash": t.column("rid_hash").to_numpy(),
+        "committed": t.column("committed").cast(pa.int64()).to_numpy(),
+        "timestamp": t.column("timestamp").cast(pa.int64()).to_numpy(),
+    }
+    cols["cost"] = np.where(np.isnan(cols["cost"]), np.inf, cols["cost"])
+    return cols
+
+
+def read_chunk(path: Path) -> tuple[Chunk, tuple[str, str] | None]:
+    """The chunk of Parquet file ``path``, and its target's (name, canonical JSON) when the
+    file's metadata names it (else None)."""
+    pf = pq.ParquetFile(path, memory_map=True)
+    md = pf.schema_arrow.metadata or {}
+    tkey = md.get(META_TARGET_KEY, b"").decode()
+    sup = json.loads(md[META_SUPERSEDES].decode()) if META_SUPERSEDES in md else []
+    target = (md.get(META_TARGET_NAME, b"").decode(), md[META_TARGET].decode()) if META_TARGET in md else None
+    t = pf.read(columns=INDEX_COLUMNS, use_threads=pf.metadata.num_rows > 50_000)
+    return Chunk(path, tkey, index_cols(t), sup), target
+
+
+def live_files(chunks: Mapping[str, Chunk]) -> tuple[list[str], list[str]]:
+    """(live chunk keys, superseded chunk keys), both sorted: a file is superseded when a
+    compacted file of its directory lists its name."""
+    superseded = set()
+    for key, ch in chunks.items():
+        d = os.path.dirname(key)
+        for name in ch.supersedes:
+            superseded.add(os.path.join(d, name))
+    return sorted(k for k in chunks if k not in superseded), sorted(superseded & set(chunks))
+
+
+class Arrays(NamedTuple):
+    """The index over the live files (see module docstring).
+
+    ``a``: column -> array, one entry per de-duplicated row, plus ``file`` (index into the
+    live file list), ``row`` (row in that file) and ``live`` (not stale).  ``by_lookup`` /
+    ``by_entry``: row orders for lookup and best, ``*_sorted`` the keys in that order;
+    ``rid_sorted``: every row's rid hash, sorted."""
+
+    a: dict[str, np.ndarray]
+    by_lookup: np.ndarray
+    lookup_sorted: np.ndarray
+    by_entry: np.ndarray
+    entry_sorted: np.ndarray
+    rid_sorted: np.ndarray
+
+
+def build(chunks: list[Chunk], invalidated: Mapping[str, int]) -> Arrays:
+    """The index of ``chunks`` (the live files, in file-index order); ``invalidated`` maps a
+    target_key to when it was invalidated (microseconds)."""
+    n = sum(c.n for c in chunks)
+    if n == 0:
+        z = np.zeros(0, np.int64)
+        a = {"lookup_key": z, "entry_key": z, "cost": np.zeros(0), "ok": np.zeros(0, bool),
+             "rid_hash": z, "committed": z, "timestamp": z, "file": np.zeros(0, np.int32),
+             "row": np.zeros(0, np.int32)}
+    else:
+        a = {k: np.concatenate([c.cols[k] for c in chunks]) for k in chunks[0].cols}
+        a["file"] = np.repeat(np.arange(len(chunks), dtype=np.int32), [c.n for c in chunks])
+        a["row"] = np.concatenate([np.arange(c.n, dtype=np.int32) for c in chunks])
+        # de-duplicate by record_id (first occurrence wins); a plain sort finds out whether
+        # there is anything to do (10x cheaper than the argsort of np.unique)
+        srt = np.sort(a["rid_hash"])
+        if (srt[1:] == srt[:-1]).any():
+            _, first = np.unique(a["rid_hash"], return_index=True)
+            first.sort()
+            a = {k: v[first] for k, v in a.items()}
+            srt = np.sort(a["rid_hash"])
+    # stale rows: their target was invalidated after they were committed
+    live = np.ones(len(a["lookup_key"]), bool)
+    if invalidated:
+        tk = np.array([c.target_key for c in chunks], dtype=object)
+        inv_by_file = np.array([invalidated.get(k, -1) for k in tk], dtype=np.int64) if len(tk) else \
+            np.zeros(0, np.int64)
+        if len(inv_by_file):
+            live = a["committed"] > inv_by_file[a["file"]]
+    a["live"] = live
+    # lookup: sorted by (lookup_key, committed, timestamp)
+    by_lookup = np.lexsort((a["timestamp"], a["committed"], a["lookup_key"]))
+    # best: live ok rows sorted by (entry_key, cost)
+    okrows = np.flatnonzero(a["ok"] & live)
+    order = np.lexsort((a["cost"][okrows], a["entry_key"][okrows]))
+    by_entry = okrows[order]
+    return Arrays(a, by_lookup, a["lookup_key"][by_lookup], by_entry, a["entry_key"][by_entry],
+                  srt if n else np.zeros(0, np.int64))
+
+
+def last_positions(a: Mapping[str, np.ndarray], by_lookup: np.ndarray) -> dict[int, int]:
+    """lookup_key -> (file index << 32 | row) of its latest live row (vectorised)."""
+    order = by_lookup[a["live"][by_lookup]]  # live rows, lookup order
+    ks = a["lookup_key"][order]
+    if not len(ks):
+        return {}
+    last = order[np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])]  # rows, last of each key
+    packed = (a["file"][last].astype(np.int64) << 32) | a["row"][last].astype(np.int64)
+    return dict(zip(a["lookup_key"][last].tolist(), packed.tolist()))
+
+
+def fresh_mask(rh: np.ndarray, known_sorted: Iterable[np.ndarray], known_set: set[int]) -> np.ndarray:
+    """True for each rid hash of ``rh`` in none of the sorted arrays ``known_sorted`` nor in
+    ``known_set``, and the first of its repeats within ``rh``."""
+    keep = np.ones(len(rh), bool)
+    if len(rh) > 1:
+        srt = np.sort(rh)
+        if (srt[1:] == srt[:-1]).any():  # repeated ids within the commit: keep the first
+            keep[:] = False
+            keep[np.unique(rh, return_index=True)[1]] = True
+    for known in known_sorted:
+        if len(known):
+            pos = np.minimum(np.searchsorted(known, rh), len(known) - 1)
+            keep &= known[pos] != rh
+    if known_set:
+        if len(rh) <= 64:
+            keep &= np.array([h not in known_set for h in rh.tolist()], bool)
+        else:
+            keep &= ~np.isin(rh, np.fromiter(known_set, np.int64, len(known_set)))
+    return keep
+
+
+def best_rows(a: Mapping[str, np.ndarray], by_entry: np.ndarray, entry_sorted: np.ndarray, ek: int,
+              k: int) -> list[tuple[float, int]]:
+    """(cost, row) of the ``k`` cheapest live ok rows of entry ``ek``, one per lookup_key
+    (config), ascending cost."""
+    lo = int(np.searchsorted(entry_sorted, ek, "left"))
+    hi = int(np.searchsorted(entry_sorted, ek, "right"))
+    cands: list[tuple[float, int]] = []
+    seen_cfg: set[int] = set()
+    lks = a["lookup_key"]
+    for j in range(lo, hi):
+        i = int(by_entry[j])
+        if int(lks[i]) in seen_cfg:
+            continue
+        seen_cfg.add(int(lks[i]))
+        cands.append((float(a["cost"][i]), i))
+        if len(cands) >= k:
+            break
+    return cands

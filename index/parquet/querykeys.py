@@ -1,0 +1,91 @@
+"""Keys of query arguments: canonical JSON and keys of targets and workloads, memoised.
+
+``lookup``/``best`` take targets and workloads as dicts or Records, often the same ones
+again and again; canonicalising and hashing them each time would dominate a lookup (whose
+budget is tens of microseconds).  ``KeyMemo`` remembers, each cache bounded:
+
+* ``canon``: (canonical JSON, key) of a dict or a Record's target/workload.  Flat dicts are
+  memoised by value: (items, value types) -- the types keep ``True``, ``1`` and ``1.0``
+  apart, which compare equal but are different JSON;
+* ``text_key``: the key of a canonical JSON text;
+* ``prefix``: the BLAKE2b state of a lookup key's (target_key, workload_key) prefix, so a
+  lookup hashes only the config key;
+* ``json``: the parsed dict of a target/workload JSON text (shared by the Records built).
+
+Not locked: each step is a single dict operation, safe under the GIL for concurrent callers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tunedb.index.keys import canonical_json, key_of_text
+from tunedb.index.record import Record
+
+
+class KeyMemo:
+    """Memoised canonicalisation and keys of query arguments (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._json_cache: dict[str, dict] = {}
+        self._text_keys: dict[str, str] = {}
+        self._canon_cache: dict[tuple, tuple[str, str]] = {}
+        self._prefix_cache: dict[tuple[str, str], Any] = {}  # (target_key, workload_key) -> BLAKE2b state
+
+    def json(self, text: str) -> dict:
+        """``json.loads(text)``, shared: callers must not modify the dict."""
+        d = self._json_cache.get(text)
+        if d is None:
+            d = json.loads(text)
+            if len(self._json_cache) < 100_000:
+                self._json_cache[text] = d
+        return d
+
+    def text_key(self, text: str) -> str:
+        """``key_of_text(text)``."""
+        k = self._text_keys.get(text)
+        if k is None:
+            if len(self._text_keys) > 10_000:
+                self._text_keys.clear()
+            k = self._text_keys[text] = key_of_text(text)
+        return k
+
+    def canon(self, obj: Any, what: str) -> tuple[str, str]:
+        """(canonical JSON, key) of a target/workload (``what``) given as a dict or a Record."""
+        if isinstance(obj, Record):
+            return (obj.target_json, obj.target_key) if what == "target" else (obj.workload_json, obj.workload_key)
+        fp = None
+        if type(obj) is dict:
+            try:
+                fp = (what, tuple(obj.items()), tuple(map(type, obj.values())))
+                hit = self._canon_cache.get(fp)
+            except TypeError:  # unhashable values (nested lists or objects)
+                fp = hit = None
+            if hit is not None:
+                return hit
+        elif hasattr(obj, "to_json_dict"):
+            obj = obj.to_json_dict()
+        if not isinstance(obj, Mapping):
+            raise TypeError(f"{what} must be a dict, a Record or a {what}_key, not {type(obj).__name__}")
+        text = canonical_json(obj)
+        res = (text, self.text_key(text))
+        if fp is not None:
+            if len(self._canon_cache) > 10_000:
+                self._canon_cache.clear()
+            self._canon_cache[fp] = res
+        return res
+
+    def prefix(self, tkey: str, wkey: str) -> Any:
+        """BLAKE2b state (8-byte digest) of the lookup-key prefix of (tkey, wkey): ``copy()`` it,
+        ``update`` it with the config key's bytes, and its digest read as a little-endian signed
+        integer is ``hash64(tkey, wkey, ckey)``."""
+        pair = (tkey, wkey)
+        prefix = self._prefix_cache.get(pair)
+        if prefix is None:
+            if len(self._prefix_cache) > 200_000:
+                self._prefix_cache.clear()
+            prefix = self._prefix_cache[pair] = hashlib.blake2b(f"{tkey}\0{wkey}\0".encode(), digest_size=8)
+        return prefix

@@ -1,0 +1,746 @@
+"""The record store: a directory of Parquet files, hive-partitioned by target.
+
+Layout of a DB directory::
+
+    tunedb.json                         marker (format, schema version)
+    records/target_slug=<slug>/part-<ns>-<id>.parquet    one file per commit and target
+    records/target_slug=<slug>/cpart-<ns>-<id>.parquet   compacted files (list what they supersede)
+    journal/<host>-<pid>-<id>.jsonl     write-ahead journals of small commits (see index.journal)
+    invalidations/part-*.parquet        (target_key, invalidated_at): stale-marking, append-only
+    derived/                            rebuildable caches (vector index, ...)
+    _lock                               advisory lock held by compaction and other rewrites
+
+Contract
+--------
+* ``commit`` validates every record first (ValueError naming field and record; nothing
+  written).  Up to ``JOURNAL_MAX`` records are appended to the handle's journal and fsync'ed;
+  more are written as one new file per target under a name readers ignore (``_tmp-``),
+  fsynced, renamed into place, directory fsynced.  Either way durable when it returns.
+  A ``RecordBatch`` (index.batch) is the columnar bulk form; large commits are indexed in
+  memory at the next query rather than in ``commit``.
+  Writers never modify a published file, so any number of processes may append to one
+  DB without a lock.  A commit spanning several targets is published target by target.
+* Readers de-duplicate by ``record_id``.  A compacted file names the files it supersedes in
+  its Parquet metadata; readers ignore superseded files, so a crash in the middle of a
+  compaction never double-counts.
+* A handle sees its own commits at once and other processes' commits after ``refresh()``
+  (or a new ``open``).  Returned Records are immutable; returned tables are fresh copies.
+* Thread safety: one handle may be shared by threads (an internal lock guards its state).
+* Costs and times are seconds; timestamps UTC.
+
+This module is the handle (opening, refreshing, committing, maintenance and queries); the
+pieces it is built from each have their own module: ``index.parts`` (part files: naming,
+durable publishing, compression layouts, partition rewrites), ``index.journal`` and
+``index.journal_fold`` (write-ahead journals: file format; reading and folding),
+``index.memindex`` (the in-memory index arrays), ``index.rowcache`` (decoded rows for
+building Records), ``index.retention`` (what dedup and forget keep) and
+``index.invalidations`` (stale-marking).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tunedb.index import tables
+from tunedb.index.base import RecordStore, StoreStats
+from tunedb.index.batch import RecordBatch
+from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash
+from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts
+from tunedb.index.parquet.fsutil import file_lock, remove_dead_temp, tree_bytes
+from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
+from tunedb.index.parquet.journal import JournalWriter
+from tunedb.index.parquet.journal_fold import journal_row, journal_table
+from tunedb.index.parquet.layout import MARKER as MARKER
+from tunedb.index.parquet.memindex import Chunk
+from tunedb.index.parquet.parts import META_SUPERSEDES as META_SUPERSEDES
+from tunedb.index.parquet.parts import META_TARGET as META_TARGET
+from tunedb.index.parquet.parts import META_TARGET_KEY as META_TARGET_KEY
+from tunedb.index.parquet.parts import META_TARGET_NAME as META_TARGET_NAME
+from tunedb.index.parquet.parts import target_slug as _slug
+from tunedb.index.parquet.querykeys import KeyMemo
+from tunedb.index.parquet.rowcache import TableCache, record_at
+from tunedb.index.record import Record
+from tunedb.index.retention import dedup_mask, retention_mask
+from tunedb.index.schema import RECORD_SCHEMA
+
+_OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _fold_at_exit() -> None:
+    """Fold the journals of handles still open at interpreter exit (best effort: a journal
+    left behind is folded by the next process that opens the DB)."""
+    for db in list(_OPEN_HANDLES):
+        try:
+            db.close()
+        except Exception:
+            pass
+
+
+class TuningDB(RecordStore):
+    """A tuning-record database in one directory: the Parquet backend of
+    ``tunedb.index.base.RecordStore`` (see the module docstring for its layout)."""
+
+    # tunables (class attributes: a test or a caller may override them per handle)
+    JOURNAL_MAX = 64      # records: a commit up to this size is appended to the handle's journal
+    JOURNAL_FOLD = 1_000  # records: a journal this long is folded into Parquet part files
+    SMALL_COMMIT = 2_000  # records: a commit up to this size goes to the overlay, a larger one is indexed lazily
+    AUTO_COMPACT_FILES = 64      # files in one partition that trigger an automatic compaction
+    AUTO_COMPACT_MAX_BYTES = 1 << 20  # automatic compaction merges only files smaller than this
+    TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~600 bytes a row)
+    OVERLAY_LIMIT = 200_000       # own-commit records kept outside the sorted arrays before a rebuild
+
+    # ------------------------------------------------------------------ opening
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.records_dir = self.path / "records"
+        self.inval_dir = self.path / "invalidations"
+        self.derived_dir = self.path / "derived"
+        self.journal_dir = self.path / "journal"
+        self._journal: JournalWriter | None = None
+        self._mem: dict[str, pa.Table] = {}  # journal chunk key -> its rows (journals are not Parquet)
+        self._journal_state: journal_fold.JournalState = {}  # journal path -> (size read, chunk keys)
+        self.session = uuid.uuid4().hex[:16]
+        self._lock = threading.RLock()
+        self._chunks: dict[str, Chunk] = {}
+        self._tables = TableCache()  # decoded rows of files, by path
+        self.lookups = 0
+        self.hits = 0
+        self._invalidated: dict[str, int] = {}
+        self._target_meta: dict[str, tuple[str, str]] = {}  # target_key -> (name, json)
+        self._overlay: dict[int, Record] = {}
+        self._overlay_entries: dict[int, list[Record]] = {}
+        self._overlay_rids: set[int] = set()
+        self._commits_since_scan: dict[str, int] = {}
+        self._keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
+        self._compact_due: set = set()
+        self._last_pos: dict[int, int] | None = None
+        self._rid_sorted = np.zeros(0, np.int64)
+        self._pending_rids: list[np.ndarray] = []  # sorted rid hashes of large commits not yet indexed
+        self._dirty = False  # large commits wait to be indexed (see _sync)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, create: bool = True) -> "TuningDB":
+        """Open the DB at ``path`` (created when missing and ``create``)."""
+        p = layout.prepare(path, create)
+        db = cls(p)
+        db.refresh()
+        _OPEN_HANDLES.add(db)
+        return db
+
+    def close(self) -> None:
+        """Fold this handle's journal into Parquet and drop caches (the handle stays usable)."""
+        with self._lock:
+            self._fold_own_journal()
+            self._tables.clear()
+
+    def __del__(self) -> None:
+        # a handle dropped without close() still folds its journal (like a file flushing)
+        try:
+            if getattr(self, "_journal", None) is not None:
+                self._fold_own_journal()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "TuningDB":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- scanning
+    def _read_chunk(self, path: Path) -> Chunk:
+        ch, target = memindex.read_chunk(path)
+        if target is not None and ch.target_key and ch.target_key not in self._target_meta:
+            self._target_meta[ch.target_key] = target
+        return ch
+
+    def refresh(self) -> None:
+        """Re-scan the directory: pick up other processes' commits and compactions (and fold
+        the journals of writers that are gone)."""
+        with self._lock:
+            self._fold_abandoned_journals()
+            # a shared lock keeps compactions (exclusive) from deleting files while we list and
+            # read them; appends take no lock, so they never wait for readers
+            with file_lock(self.path / "_lock", shared=True):
+                for attempt in range(20):
+                    try:
+                        self._refresh_once()
+                        break
+                    except FileNotFoundError:
+                        time.sleep(0.005 * (attempt + 1))
+                else:
+                    self._refresh_once()
+            if self._superseded:
+                self._try_remove_superseded()
+
+    def _refresh_once(self) -> None:
+        files_by_dir, temps = parts.scan_partitions(self.records_dir)
+        for t in temps:
+            remove_dead_temp(t)
+        seen = set()
+        for files in files_by_dir.values():
+            for f in files:
+                key = str(f)
+                seen.add(key)
+                if key not in self._chunks:
+                    self._chunks[key] = self._read_chunk(f)
+        seen.update(self._scan_journals())
+        for key in list(self._chunks):
+            if key not in seen:
+                del self._chunks[key]
+                self._tables.drop(key)
+                self._mem.pop(key, None)
+        self._set_live_files()
+        self._invalidated = invalidations.load(self.inval_dir)
+        self._rebuild_arrays()
+        self._dirty = False
+        self._overlay.clear()
+        self._overlay_entries.clear()
+        self._overlay_rids.clear()
+        self._commits_since_scan.clear()
+
+    # ------------------------------------------------------------- journals
+    def _scan_journals(self) -> list[str]:
+        """(Re)read every journal that changed since the last scan; its rows become one
+        in-memory chunk per target.  Returns the chunk keys of all journals."""
+        # FileNotFoundError: a journal was folded meanwhile; the refresh retries
+        state, stale, fresh = journal_fold.scan_journals(self.journal_dir, self._journal_state)
+        for k in stale:
+            self._chunks.pop(k, None)
+            self._tables.drop(k)
+            self._mem.pop(k, None)
+        for k, tkey, group in fresh:
+            md = group.column("target_name")[0].as_py(), group.column("target")[0].as_py()
+            self._target_meta.setdefault(tkey, md)
+            self._mem[k] = group
+            self._chunks[k] = Chunk(Path(k), tkey, memindex.index_cols(group), [])
+        self._journal_state = state
+        return [k for _, keys in state.values() for k in keys]
+
+    def _journal_append(self, recs: list[Record], committed: int) -> None:
+        j = self._journal
+        if j is None or j.pid != os.getpid():  # (a forked child never appends to its parent's)
+            j = self._journal = JournalWriter(self.journal_dir)
+        j.append([journal_row(r, committed, self.session) for r in recs])
+        if j.records >= self.JOURNAL_FOLD:
+            self._fold_own_journal()
+
+    def _fold(self, path: Path) -> None:
+        """Fold journal ``path`` into Parquet part files, then delete it (see ``fold_journal``)."""
+        journal_fold.fold_journal(path, lambda slug, table, meta: self._write_table(slug, table, meta, "part"))
+
+    def _fold_own_journal(self) -> None:
+        j, self._journal = self._journal, None
+        if j is None:
+            return
+        try:
+            if j.pid == os.getpid():
+                self._fold(j.path)
+        finally:
+            j.close()
+
+    def _fold_abandoned_journals(self) -> None:
+        own = self._journal.path if self._journal is not None else None
+        journal_fold.fold_abandoned(self.journal_dir, own, self._fold)
+
+    # ------------------------------------------------------- in-memory index
+    def _set_live_files(self) -> None:
+        self._live_files, self._superseded = memindex.live_files(self._chunks)
+
+    def _rebuild_arrays(self) -> None:
+        files = self._live_files
+        (self._a, self._by_lookup, self._lookup_sorted, self._by_entry, self._entry_sorted,
+         self._rid_sorted) = memindex.build([self._chunks[f] for f in files], self._invalidated)
+        self._last_pos = None
+        self._file_list = files
+        self._pending_rids = []
+
+    def _try_remove_superseded(self) -> None:
+        lock = self.path / "_lock"
+        with file_lock(lock, blocking=False) as held:
+            if not held:
+                return
+            for f in self._superseded:
+                try:
+                    os.unlink(f)
+                except FileNotFoundError:
+                    pass
+
+    # ------------------------------------------------------------ committing
+    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
+        """Validate and durably write ``records`` (Records or a ``RecordBatch``); returns how
+        many were new.
+
+        Records whose record_id this handle already holds are skipped (idempotent
+        re-commit).  Raises ValueError naming the field and the record when any record
+        is invalid; then nothing of the commit is written.
+        """
+        if isinstance(records, RecordBatch):
+            batch: RecordBatch | None = records
+            batch.check()
+            recs: list[Record] = []
+            rh = batch.table.column("rid_hash").to_numpy()
+        else:
+            batch = None
+            recs = [records] if isinstance(records, Record) else list(records)
+            for r in recs:
+                if not isinstance(r, Record):
+                    raise TypeError(f"commit takes Record objects or a RecordBatch, got {type(r).__name__}")
+            if len(recs) > self.SMALL_COMMIT:  # validated vectorised, with the same messages
+                batch = RecordBatch.from_records(recs)
+                rh = batch.table.column("rid_hash").to_numpy()
+            else:
+                for r in recs:
+                    r.validate()
+                rh = np.fromiter((rid_hash(r.record_id) for r in recs), np.int64, len(recs))
+        if not len(rh):
+            return 0
+        with self._lock:
+            keep = self._fresh_mask(rh)
+            n_new = int(keep.sum())
+            if not n_new:
+                return 0
+            committed = parts.now_us()
+            if n_new <= self.SMALL_COMMIT:
+                if batch is not None and not recs:
+                    recs = batch.table.filter(pa.array(keep)) if n_new < len(keep) else batch.table
+                    recs = RecordBatch(recs, batch.target_meta).to_records()
+                else:
+                    recs = [r for r, k in zip(recs, keep.tolist()) if k]
+                self._commit_small(recs, committed)
+            else:
+                if batch is None:
+                    batch = RecordBatch.from_records(recs)
+                tkeys, codes = batch.target_groups()
+                table = batch.table
+                if n_new < len(keep):
+                    table, codes = table.filter(pa.array(keep)), codes[keep]
+                self._commit_large(table, tkeys, codes, batch.target_meta, committed)
+            due, self._compact_due = self._compact_due, set()
+            for d in due:  # after the in-memory state is updated: a compaction refreshes it
+                self._maybe_auto_compact(d)
+            if len(self._overlay) > self.OVERLAY_LIMIT:
+                self.refresh()
+            return n_new
+
+    def _fresh_mask(self, rh: np.ndarray) -> np.ndarray:
+        """True for each rid hash this handle does not hold yet (first occurrence within ``rh``)."""
+        if len(self._pending_rids) > 1:  # one sorted array to search, not one per large commit
+            self._pending_rids = [np.sort(np.concatenate(self._pending_rids))]
+        return memindex.fresh_mask(rh, [self._rid_sorted, *self._pending_rids], self._overlay_rids)
+
+    def _commit_small(self, recs: list[Record], committed: int) -> None:
+        """Write ``recs`` (to the journal, or one file per target) and keep them in the overlay."""
+        for r in recs:
+            self._target_meta.setdefault(r.target_key, (r.target_name, r.target_json))
+        if len(recs) <= self.JOURNAL_MAX and self._journal_writable():
+            self._journal_append(recs, committed)
+            self._overlay_add(recs)
+            return
+        by_target: dict[str, list[Record]] = {}
+        for r in recs:
+            by_target.setdefault(r.target_key, []).append(r)
+        for tkey, group in by_target.items():
+            first = group[0]
+            # one C++ conversion of the rows (27 per-column conversions cost more for a few rows)
+            table = journal_table([journal_row(r, committed, self.session) for r in group])
+            self._write_table(_slug(first.target_name, tkey), table,
+                              parts.target_file_meta(tkey, first.target_name, first.target_json), "part")
+        self._overlay_add(recs)
+
+    def _journal_writable(self) -> bool:
+        if self._journal is not None:
+            return True
+        return self.journal_dir.is_dir() and os.access(self.journal_dir, os.W_OK)
+
+    def _overlay_add(self, recs: list[Record]) -> None:
+        for r in recs:
+            self._overlay[r.lookup_key] = r
+            self._overlay_entries.setdefault(r.entry_key, []).append(r)
+        self._overlay_rids.update(rid_hash(r.record_id) for r in recs)
+
+    def _commit_large(self, table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict,
+                      committed: int) -> None:
+        """Write ``table`` (one file per target) and index its files lazily (next query)."""
+        written = parts.write_targets(self.records_dir, table, tkeys, codes, target_meta, committed)
+        for tkey, path, full in written:
+            self._target_meta.setdefault(tkey, target_meta[tkey])
+            self._count_commit(path.parent, "part")
+            self._chunks[str(path)] = Chunk(path, tkey, memindex.index_cols(full), [])
+            self._pending_rids.append(np.sort(full.column("rid_hash").to_numpy()))
+        self._dirty = True
+
+    def _sync(self) -> None:
+        """Index the files of large commits (deferred from ``commit`` to the next query)."""
+        if self._dirty:
+            self._dirty = False
+            self._set_live_files()
+            self._rebuild_arrays()
+
+    def _write_table(self, slug: str, table: pa.Table, meta: dict, prefix: str) -> Path:
+        path = parts.write_part(self.records_dir, slug, table, meta, prefix)
+        self._count_commit(path.parent, prefix)
+        return path
+
+    def _count_commit(self, d: Path, prefix: str) -> None:
+        self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
+        if prefix == "part" and self._commits_since_scan[str(d)] % 16 == 0:
+            self._compact_due.add(d)
+
+    def _maybe_auto_compact(self, d: Path) -> None:
+        n = parts.count_parts(d)
+        if n is not None and n > self.AUTO_COMPACT_FILES:
+            # no refresh: the handle's arrays still hold the same records; a row whose file
+            # was merged away is found again by the refresh-and-retry of lookup/best
+            self._rewrite_partitions([d], keep=None, blocking=False, small_only=True, refresh=False)
+
+    # ----------------------------------------------------------- rewriting
+    def _rewrite_partitions(self, dirs: list[Path], keep, *, blocking: bool = True,
+                            min_files: int = 2, small_only: bool = False, refresh: bool = True) -> dict:
+        """Rewrite each partition into one compacted file, keeping rows where ``keep(table)``
+        is true (all rows when None).  Runs under the DB lock; concurrent appends are never
+        touched (only files listed at the start are merged; see ``parts.rewrite_partition``)."""
+        stats = {"partitions": 0, "files_before": 0, "files_after": 0, "rows_before": 0, "rows_after": 0}
+        with file_lock(self.path / "_lock", blocking=blocking) as held:
+            if not held:
+                return stats
+            for d in dirs:
+                st = parts.rewrite_partition(self.records_dir, Path(d), keep, min_files=min_files,
+                                             small_only=small_only, small_bytes=self.AUTO_COMPACT_MAX_BYTES,
+                                             written=lambda p: self._count_commit(p.parent, "cpart"))
+                if st is not None:
+                    for k in stats:
+                        stats[k] += st[k]
+        if refresh:
+            self.refresh()
+        return stats
+
+    def _fold_journals(self) -> None:
+        """Fold this handle's journal and abandoned ones, so a rewrite sees their records."""
+        with self._lock:
+            self._fold_own_journal()
+            self._fold_abandoned_journals()
+
+    def _all_partition_dirs(self) -> list[Path]:
+        return parts.partition_dirs(self.records_dir)
+
+    def _partition_dirs_of(self, target: Any) -> list[Path]:
+        tkey = self._target_key(target)
+        return [p for p in self._all_partition_dirs() if p.name.endswith(tkey[:16])]
+
+    def compact(self) -> dict:
+        """Merge the files of every partition into one (under the DB lock).  Returns counts."""
+        self._fold_journals()
+        return self._rewrite_partitions(self._all_partition_dirs(), keep=None)
+
+    def dedup(self) -> dict:
+        """Remove repeated identical measurements: same (target, workload, config), status
+        and costs; the earliest is kept.  Returns counts (``removed``)."""
+        self._fold_journals()
+        st = self._rewrite_partitions(self._all_partition_dirs(), keep=dedup_mask)
+        st["removed"] = st["rows_before"] - st["rows_after"]
+        return st
+
+    def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
+               target: Any = None) -> dict:
+        """Retention.  ``target``: drop that target's records (all of them unless other options
+        are given, which then apply to that target only).  ``keep_top``: per (target, workload)
+        keep the k best ``ok`` records (failed measurements are kept: they stop retries).
+        ``older_than_days``: drop records measured longer ago than that."""
+        self._fold_journals()
+        if keep_top is None and older_than_days is None and target is None:
+            raise ValueError("forget needs keep_top, older_than_days or target")
+        if keep_top is not None and keep_top < 0:
+            raise ValueError("keep_top must be >= 0")
+        dirs = self._partition_dirs_of(target) if target is not None else self._all_partition_dirs()
+        if target is not None and not dirs:
+            raise ValueError(f"unknown target {target!r}")
+        cutoff = None
+        if older_than_days is not None:
+            cutoff = parts.now_us() - int(older_than_days * 86400e6)
+        drop_all = target is not None and keep_top is None and older_than_days is None
+
+        def keep(t: pa.Table) -> np.ndarray:
+            return retention_mask(t, keep_top=keep_top, cutoff_us=cutoff, drop_all=drop_all)
+        st = self._rewrite_partitions(dirs, keep=keep, min_files=1)
+        st["removed"] = st["rows_before"] - st["rows_after"]
+        return st
+
+    def invalidate(self, target: Any) -> str:
+        """Mark ``target`` stale (e.g. after a toolchain upgrade): its records committed until
+        now no longer answer ``lookup``/``best``; later measurements do.  Returns its key."""
+        tkey = self._target_key(target)
+        if tkey not in self._target_meta and not self._partition_dirs_of(tkey):
+            raise ValueError(f"unknown target {target!r}")
+        invalidations.append(self.inval_dir, tkey, self._target_meta.get(tkey, ("", ""))[0])
+        self.refresh()
+        return tkey
+
+    # --------------------------------------------------------------- queries
+    def _target_key(self, target: Any) -> str:
+        """Key of a target given as a dict, a Record, a target_key or a target_name."""
+        if isinstance(target, str):
+            if re.fullmatch(r"[0-9a-f]{32}", target):
+                return target
+            found = self.find_target(target)
+            if found is None:
+                raise ValueError(f"unknown target {target!r}")
+            return key_of_text(canonical_json(found))
+        return self._keys.canon(target, "target")[1]
+
+    def _workload_key(self, workload: Any) -> str:
+        """Key of a workload given as a dict, a Record or a workload_key."""
+        if isinstance(workload, str) and re.fullmatch(r"[0-9a-f]{32}", workload):
+            return workload
+        return self._keys.canon(workload, "workload")[1]
+
+    def _materialise(self, i: int, known: tuple | None = None) -> Record:
+        """Record of row ``i`` of the in-memory arrays (see ``_materialise_at``)."""
+        a = self._a
+        return self._materialise_at(int(a["file"][i]), int(a["row"][i]), int(a["lookup_key"][i]), known)
+
+    def _materialise_at(self, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
+        """Record of ``row`` of live file ``fidx`` (its decoded table; see ``rowcache.record_at``
+        for ``known``).  FileNotFoundError: the file was merged away; the caller refreshes and
+        retries."""
+        path = self._file_list[fidx]
+        t = self._tables.get(path, self._mem, self.TABLE_CACHE_ROWS)
+        return record_at(t, row, lk, known, self._keys.json)
+
+    def _last_row_of(self, lk: int) -> int | None:
+        """(file index << 32 | row) of the latest live record with lookup_key ``lk`` (the map
+        is built lazily, vectorised, on the first lookup after a rebuild)."""
+        if self._last_pos is None:
+            self._last_pos = memindex.last_positions(self._a, self._by_lookup)
+        return self._last_pos.get(lk)
+
+    def _entry_of(self, target: Any, workload: Any) -> tuple:
+        """(target JSON, workload JSON, target_key, workload_key, BLAKE2b state of the lookup-key
+        prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
+        value, the prefix by the key pair (see ``index.querykeys``).  JSON texts and dicts are
+        None when given as keys or names."""
+        keys = self._keys
+        if isinstance(target, str):
+            tj, tkey, tdict = None, self._target_key(target), None
+        else:
+            tj, tkey = keys.canon(target, "target")
+            tdict = keys.json(tj)
+        if isinstance(workload, str):
+            wj, wkey, wdict = None, self._workload_key(workload), None
+        else:
+            wj, wkey = keys.canon(workload, "workload")
+            wdict = keys.json(wj)
+        prefix = keys.prefix(tkey, wkey)
+        return tj, wj, tkey, wkey, prefix, tdict, wdict
+
+    def _retrying(self, query, *args: Any) -> Any:
+        """``query(*args)``, refreshed and repeated when a compaction merged away a file one of
+        its rows lived in (FileNotFoundError), up to three times."""
+        for _attempt in range(3):
+            try:
+                return query(*args)
+            except FileNotFoundError:
+                self.refresh()
+        return query(*args)
+
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
+        return self._retrying(self._lookup, target, workload, config)
+
+    def _lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The cached measurement of (target, workload, config), or None.
+
+        Failed measurements are returned too (so they are never retried).  When a triple
+        was measured more than once the latest measurement answers.  Records of an
+        invalidated target committed before its invalidation never answer."""
+        tj, wj, tkey, wkey, prefix, tdict, wdict = self._entry_of(target, workload)
+        if isinstance(config, str):
+            cj, ckey = None, config
+        else:
+            # a flat dict of plain scalars is its own normal form: a copy of it is the Record's
+            # config (no parsing of cj)
+            cj, flat = canonical_json_flat(config)
+            ckey = key_of_text(cj)
+        h = prefix.copy()  # == hash64(tkey, wkey, ckey), without re-hashing the two fixed keys
+        h.update(ckey.encode())
+        lk = int.from_bytes(h.digest(), "little", signed=True)
+        with self._lock:
+            self._sync()
+            self.lookups += 1
+            r = self._overlay.get(lk)
+            if r is not None:
+                self.hits += 1
+                return r
+            pos = self._last_row_of(lk)
+            if pos is None:
+                return None
+            self.hits += 1
+            known = None
+            if tj is not None and wj is not None and cj is not None:
+                known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
+            return self._materialise_at(pos >> 32, pos & 0xFFFFFFFF, lk, known)
+
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        """The ``k`` best ``ok`` records of (target, workload), ascending cost, one per config
+        (its fastest measurement)."""
+        return self._retrying(self._best, target, workload, k)
+
+    def _best(self, target: Any, workload: Any, k: int) -> list[Record]:
+        if k <= 0:
+            return []
+        ek = hash64(self._target_key(target), self._workload_key(workload))
+        with self._lock:
+            self._sync()
+            cands = memindex.best_rows(self._a, self._by_entry, self._entry_sorted, ek, k)
+            out = [(c, self._materialise(i)) for c, i in cands]
+            for r in self._overlay_entries.get(ek, ()):
+                if r.ok:
+                    out.append((r.cost, r))
+        out.sort(key=lambda cr: cr[0])
+        res, cfgs = [], set()
+        for _, r in out:
+            if r.config_key in cfgs:
+                continue
+            cfgs.add(r.config_key)
+            res.append(r)
+            if len(res) == k:
+                break
+        return res
+
+    def _live_paths(self) -> list[str]:
+        with self._lock:
+            self._sync()
+            overlay_pending = bool(self._overlay)
+        if overlay_pending:
+            self.refresh()
+        return list(self._live_files)
+
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+        """All records (optionally of one target and/or workload) as a new pyarrow Table,
+        de-duplicated by record_id, with the columns of ``index.schema.RECORD_SCHEMA``."""
+        with file_lock(self.path / "_lock", shared=True):
+            for _attempt in range(20):
+                paths = self._live_paths()
+                try:
+                    read = [self._mem[p] if p in self._mem else pq.read_table(p) for p in paths]
+                    break
+                except FileNotFoundError:
+                    self.refresh()
+            else:
+                raise RuntimeError("DB kept changing while reading")
+        if not read:
+            return RECORD_SCHEMA.empty_table()
+        t = pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
+        if target is not None:
+            t = t.filter(pc.equal(t.column("target_key"), self._target_key(target)))
+        if workload is not None:
+            t = t.filter(pc.equal(t.column("workload_key"), self._workload_key(workload)))
+        t = tables.first_by_record_id(t)
+        if not include_stale:
+            t = tables.drop_stale(t, self._invalidated)
+        return t
+
+    def entries(self) -> pa.Table:
+        """One row per (target_key, workload_key): target_key, target_name, target, workload_key,
+        family, workload, records, ok_records, best_cost (seconds; null when none ok)."""
+        return tables.entries(self.records(include_stale=False))
+
+    def targets(self) -> list[dict]:
+        """Every target holding live records: target_key, target_name, target (dict), records."""
+        with self._lock:
+            self._sync()
+            a = self._a
+            counts: dict[str, int] = {}
+            if len(a["file"]):
+                per_file = np.bincount(a["file"][a["live"]], minlength=len(self._file_list))
+                for f, c in zip(self._file_list, per_file.tolist()):
+                    tk = self._chunks[f].target_key
+                    counts[tk] = counts.get(tk, 0) + c
+            for r in self._overlay.values():
+                counts[r.target_key] = counts.get(r.target_key, 0) + 1
+            out = []
+            for tk, c in counts.items():
+                if c == 0:
+                    continue
+                name, tj = self._target_meta.get(tk, ("", "{}"))
+                out.append({"target_key": tk, "target_name": name, "target": json.loads(tj), "records": c})
+        return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
+
+    def find_target(self, name_or_key: str) -> dict | None:
+        """Target dict of a target in this DB, by target_name or target_key (or a unique key prefix)."""
+        with self._lock:
+            meta = dict(self._target_meta)
+            for r in self._overlay.values():
+                meta.setdefault(r.target_key, (r.target_name, r.target_json))
+        if name_or_key in meta:
+            return json.loads(meta[name_or_key][1])
+        by_name = [tj for tk, (n, tj) in meta.items() if n == name_or_key]
+        if len(by_name) >= 1:
+            return json.loads(by_name[-1])
+        if len(name_or_key) >= 6:
+            pref = [tj for tk, (n, tj) in meta.items() if tk.startswith(name_or_key)]
+            if len(pref) == 1:
+                return json.loads(pref[0])
+        return None
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._sync()
+            return int(len(self._a["lookup_key"]) + len(self._overlay))
+
+    def stats(self) -> StoreStats:
+        """records, targets, workloads, entries, files, size_bytes, stale_targets, and this
+        session's lookups, hits and hit_rate."""
+        with self._lock:
+            if self._overlay:
+                self.refresh()
+            self._sync()
+            a = self._a
+            live_ek = a["entry_key"][a["live"]]
+            files = list(self._live_files)
+            tkeys = {self._chunks[f].target_key for f, c in zip(files, np.bincount(
+                a["file"][a["live"]], minlength=len(files)).tolist()) if c} if len(a["file"]) else set()
+        size = tree_bytes(self.records_dir, self.journal_dir)
+        n_work = 0
+        if len(live_ek):
+            t = self.records(include_stale=False)
+            n_work = len(pc.unique(t.column("workload_key")))
+        return StoreStats(records=len(self), targets=len(tkeys), workloads=n_work, entries=int(len(np.unique(live_ek))),
+                          files=len(files), size_bytes=int(size), stale_targets=sorted(self._invalidated),
+                          lookups=self.lookups, hits=self.hits, location=str(self.path))
+
+    # ------------------------------------------------------------- derived data
+    def cache_dir(self) -> Path:
+        """``<db>/derived``: rebuildable caches (the vector index)."""
+        return self.derived_dir
+
+    def change_token(self) -> tuple:
+        """Record count and the names of the record and invalidation files (commits,
+        compactions, forgets and invalidations change them) and of the journals' sizes."""
+        names: list[str] = []
+        for base in (self.records_dir, self.inval_dir):
+            for root, _, files in os.walk(base):
+                names.extend(os.path.join(root, f) for f in files if not f.startswith("_"))
+        return (len(self), hash(tuple(sorted(names))))
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+

@@ -1,0 +1,668 @@
+"""FAISS cosine index over entry vectors, persisted as derived data of a DB.
+
+One vector per entry (a distinct ``(target_key, workload_key)``): ``features.entry_vector``,
+unit length, so inner product = cosine.  Searched with FAISS: ``IndexFlatIP`` (exact) for
+small DBs, ``IndexHNSWFlat`` (inner product) above ``FLAT_MAX`` entries; chosen
+automatically, overridable (``kind="flat"``/``"hnsw"``, or ``TUNEDB_INDEX_KIND``).  FAISS
+ids are row numbers of the embeddings table.
+
+In memory (:class:`VectorIndex`): the FAISS *main* index covers rows ``[0, n_main)``; rows
+added since (the *delta*) are searched exactly with numpy and merged into the main index
+once there are more than ``max(DELTA_MIN, DELTA_FRACTION * n_main)`` of them (HNSW adds
+incrementally; it never removes, so an entry that disappears from the DB triggers a rebuild
+that reuses the stored vectors).
+
+On disk (``db.cache_dir() / "vectors"``), derived data only; Parquet records are the truth:
+
+* ``emb-<gen>-<part>.parquet`` - target_key, workload_key, family, vector (float32 x DIM),
+  in row order; every incremental add writes one more part.
+* ``main-<gen>.faiss``         - the FAISS main index over the first ``n_main`` rows.
+* ``manifest.json``           - what the files cover: feature_version, catalog hash, dim,
+  kind and parameters, the parts (rows, bytes, CRC-32) and the index file (bytes, CRC-32).
+
+:func:`sync` makes the stored index match ``db.entries()``: it loads the files, verifies
+sizes and checksums (a missing, truncated, garbage or other-``FEATURE_VERSION`` file is
+rebuilt, never an error), adds new entries incrementally and rebuilds when entries were
+removed.  Writers hold ``vectors/.lock``; a write that fails (read-only DB) only warns: the
+in-memory index still answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tunedb.index.hardware import catalog
+from tunedb.index.hardware.catalog import catalog_hash
+from tunedb.index.parquet.fsutil import atomic_write_bytes, file_lock
+from tunedb.index.retrieval import features
+
+FORMAT = "tunedb-vectors"
+FORMAT_VERSION = 1
+INDEX_KINDS = ("flat", "hnsw")
+FLAT_MAX = 50_000          # auto: exact flat index up to this many entries, HNSW above
+HNSW_M = 32                # HNSW graph degree
+EF_CONSTRUCTION = 80       # HNSW build beam
+EF_SEARCH = 64             # HNSW search beam (raised to k when k is larger)
+EXACT_SUBSET = 4_096       # filtered queries whose candidate subset is this small are answered exactly
+DELTA_MIN = 10_000         # delta rows searched exactly before they are merged into the main index
+DELTA_FRACTION = 0.05
+SUBDIR = "vectors"
+MANIFEST = "manifest.json"
+
+
+def choose_kind(n: int, kind: str | None = None) -> str:
+    """Index kind for ``n`` entries: ``kind`` if given (flat/hnsw), else the
+    ``TUNEDB_INDEX_KIND`` environment variable, else flat up to ``FLAT_MAX`` and HNSW above."""
+    k = (kind or os.environ.get("TUNEDB_INDEX_KIND") or "auto").lower()
+    if k == "auto":
+        return "flat" if n <= FLAT_MAX else "hnsw"
+    if k not in INDEX_KINDS:
+        raise ValueError(f"unknown index kind {k!r}: expected auto, flat or hnsw")
+    return k
+
+
+def _as_matrix(x: np.ndarray, dim: int) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    if x.shape[1] != dim:
+        raise ValueError(f"vectors have {x.shape[1]} dimensions, the index has {dim}")
+    return x
+
+
+class _Codes:
+    """String -> small int codes (families, target keys) for vectorised filtering."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def encode(self, values: list[str]) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.int32)
+        for i, v in enumerate(values):
+            c = self.index.get(v)
+            if c is None:
+                c = self.index[v] = len(self.index)
+            out[i] = c
+        return out
+
+
+class VectorIndex:
+    """Unit vectors with entry keys, searchable by inner product (see module docstring).
+
+    Not safe for concurrent mutation; concurrent ``search`` calls are safe (a lock guards
+    ``add``)."""
+
+    def __init__(self, dim: int, kind: str, *, hnsw_m: int = HNSW_M, ef_construction: int = EF_CONSTRUCTION,
+                 ef_search: int = EF_SEARCH) -> None:
+        if kind not in INDEX_KINDS:
+            raise ValueError(f"unknown index kind {kind!r}")
+        self.dim, self.kind = dim, kind
+        self.hnsw_m, self.ef_construction, self.ef_search = hnsw_m, ef_construction, ef_search
+        self.index = self._new_faiss()
+        self.n_main = 0
+        self._delta = np.zeros((0, dim), dtype=np.float32)
+        self.target_keys: list[str] = []
+        self.workload_keys: list[str] = []
+        self.families: list[str] = []
+        self._fam = _Codes()
+        self._tk = _Codes()
+        self.fam_codes = np.zeros(0, dtype=np.int32)
+        self.tk_codes = np.zeros(0, dtype=np.int32)
+        self.pos: dict[tuple[str, str], int] = {}
+        self._fam_rows: dict[int, np.ndarray] = {}
+        self._fam_masks: dict[int, np.ndarray] = {}
+        self._main_view: np.ndarray | None = None
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ building
+    def _new_faiss(self) -> faiss.Index:
+        if self.kind == "flat":
+            return faiss.IndexFlatIP(self.dim)
+        idx = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        idx.hnsw.efConstruction = self.ef_construction
+        idx.hnsw.efSearch = self.ef_search
+        return idx
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, target_keys: list[str], workload_keys: list[str], families: list[str],
+              kind: str | None = None, **params: Any) -> "VectorIndex":
+        """An index over ``vectors`` (N x dim, unit rows) and their entry keys; ``kind`` None =
+        automatic (``choose_kind``)."""
+        x = _as_matrix(vectors, vectors.shape[1] if vectors.ndim == 2 else features.DIM)
+        vi = cls(x.shape[1], choose_kind(len(x), kind), **params)
+        vi._append_meta(target_keys, workload_keys, families)
+        if len(x):
+            vi.index.add(x)
+        vi.n_main = len(x)
+        return vi
+
+    def _append_meta(self, tks: list[str], wks: list[str], fams: list[str]) -> None:
+        if not (len(tks) == len(wks) == len(fams)):
+            raise ValueError("target_keys, workload_keys and families must have the same length")
+        base = len(self.target_keys)
+        self.target_keys.extend(tks)
+        self.workload_keys.extend(wks)
+        self.families.extend(fams)
+        self.fam_codes = np.concatenate([self.fam_codes, self._fam.encode(list(fams))])
+        self.tk_codes = np.concatenate([self.tk_codes, self._tk.encode(list(tks))])
+        for i, key in enumerate(zip(tks, wks)):
+            self.pos[key] = base + i
+        self._fam_rows.clear()
+        self._fam_masks.clear()
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.target_keys)
+
+    def add(self, vectors: np.ndarray, target_keys: list[str], workload_keys: list[str], families: list[str]) -> bool:
+        """Append rows (searchable at once, exactly, as delta rows).  Returns True when the delta
+        was merged into the main FAISS index (the index file then needs rewriting)."""
+        x = _as_matrix(vectors, self.dim)
+        if not (len(x) == len(target_keys) == len(workload_keys) == len(families)):
+            raise ValueError(f"{len(x)} vectors but {len(target_keys)}/{len(workload_keys)}/{len(families)} keys")
+        with self._lock:
+            self._delta = np.concatenate([self._delta, x]) if len(self._delta) else x.copy()
+            self._append_meta(target_keys, workload_keys, families)
+            if len(self._delta) > max(DELTA_MIN, DELTA_FRACTION * self.n_main):
+                self.merge()
+                return True
+        return False
+
+    def merge(self) -> None:
+        """Move the delta rows into the main FAISS index (HNSW: incremental insertion)."""
+        with self._lock:
+            if len(self._delta):
+                self.index.add(np.ascontiguousarray(self._delta))
+                self.n_main += len(self._delta)
+                self._delta = np.zeros((0, self.dim), dtype=np.float32)
+                self._main_view = None
+
+    # ------------------------------------------------------------------ vectors
+    def _main_vectors(self) -> np.ndarray:
+        """Zero-copy view of the main index's stored vectors (n_main x dim)."""
+        if self._main_view is None or len(self._main_view) != self.n_main:
+            store = self.index if self.kind == "flat" else faiss.downcast_index(self.index.storage)
+            if self.n_main == 0:
+                self._main_view = np.zeros((0, self.dim), dtype=np.float32)
+            else:
+                flat = faiss.rev_swig_ptr(store.get_xb(), self.n_main * self.dim)
+                self._main_view = np.asarray(flat).reshape(self.n_main, self.dim)
+        return self._main_view
+
+    def vectors(self, rows: np.ndarray | list[int] | None = None) -> np.ndarray:
+        """Copies of stored vectors (all rows when ``rows`` is None)."""
+        main = self._main_vectors()
+        if rows is None:
+            return np.concatenate([main, self._delta]) if len(self._delta) else main.copy()
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        m = rows < self.n_main
+        out[m] = main[rows[m]]
+        out[~m] = self._delta[rows[~m] - self.n_main]
+        return out
+
+    def memory_bytes(self) -> int:
+        """Approximate bytes held: stored vectors, graph links (HNSW) and key tables."""
+        n = self.ntotal
+        b = n * self.dim * 4 + n * 8  # vectors + family/target codes
+        if self.kind == "hnsw":
+            h = self.index.hnsw
+            b += h.neighbors.size() * 4 + h.levels.size() * 4 + h.offsets.size() * 8
+        b += n * (2 * 81 + 8 * 2 + 100)  # two 32-char key strings, list slots, the key -> row dict entry
+        return int(b)
+
+    # ------------------------------------------------------------------ search
+    def _family_rows(self, code: int) -> np.ndarray:
+        r = self._fam_rows.get(code)
+        if r is None:
+            r = self._fam_rows[code] = np.flatnonzero(self.fam_codes == code)
+        return r
+
+    def _exact(self, q: np.ndarray, k: int, rows: np.ndarray | None, ok) -> tuple[np.ndarray, np.ndarray]:
+        if rows is None:
+            main = self._main_vectors()
+            s = main @ q[0] if len(main) else np.zeros(0, np.float32)
+            if len(self._delta):
+                s = np.concatenate([s, self._delta @ q[0]])
+            rows = np.arange(len(s))
+        else:
+            s = self.vectors(rows) @ q[0] if len(rows) else np.zeros(0, np.float32)
+        keep = ok(rows)
+        rows, s = rows[keep], s[keep]
+        if len(s) > k:
+            part = np.argpartition(-s, k - 1)[:k]
+            rows, s = rows[part], s[part]
+        order = np.argsort(-s, kind="stable")
+        return rows[order].astype(np.int64), s[order].astype(np.float32)
+
+    def _faiss(self, q: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
+        kk = min(kk, self.n_main)
+        if kk <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        if self.kind == "hnsw":
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(self.ef_search, kk)
+            d, i = self.index.search(q, kk, params=params)
+        else:
+            d, i = self.index.search(q, kk)
+        m = i[0] >= 0
+        return i[0][m].astype(np.int64), d[0][m]
+
+    def search(self, q: np.ndarray, k: int, *, family: str | None = None, exclude_target: str | None = None,
+               skip_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and inner products of the ``k`` best rows for query ``q`` (descending).
+
+        ``family``: only rows of that workload family; ``exclude_target``: no rows of that
+        target_key; ``skip_rows``: row numbers never returned.  Filters run inside FAISS (an
+        ``IDSelectorBitmap``); exact for a flat index and for a family of at most
+        ``EXACT_SUBSET`` rows (numpy over those rows); an HNSW walk that finds fewer than ``k``
+        allowed rows falls back to exact search."""
+        q = _as_matrix(q, self.dim)
+        n = self.ntotal
+        if k <= 0 or n == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        fam_code = None
+        if family is not None:
+            fam_code = self._fam.index.get(family)
+            if fam_code is None:
+                return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        ex_code = self._tk.index.get(exclude_target) if exclude_target is not None else None
+        skip = np.asarray(skip_rows, dtype=np.int64) if skip_rows is not None and len(skip_rows) else None
+
+        def ok(rows: np.ndarray) -> np.ndarray:
+            m = np.ones(len(rows), dtype=bool)
+            if fam_code is not None:
+                m &= self.fam_codes[rows] == fam_code
+            if ex_code is not None:
+                m &= self.tk_codes[rows] != ex_code
+            if skip is not None:
+                m &= ~np.isin(rows, skip)
+            return m
+
+        filtered = fam_code is not None or ex_code is not None or skip is not None
+        with self._lock:
+            subset = self._family_rows(fam_code) if fam_code is not None else None
+            if subset is not None and len(subset) <= EXACT_SUBSET:
+                return self._exact(q, k, subset, ok)
+            if not filtered:
+                rows, s = self._faiss(q, k)
+            else:
+                rows, s = self._faiss_filtered(q, k, fam_code, ex_code, skip, subset)
+                if len(rows) < k and self.kind == "hnsw":
+                    # the graph walk found too few rows passing the filters: answer exactly
+                    main_rows = subset[subset < self.n_main] if subset is not None else np.arange(self.n_main)
+                    rows, s = self._exact(q, k, main_rows, ok)
+            if len(self._delta):
+                r2, s2 = self._exact(q, k, np.arange(self.n_main, self.ntotal), ok)
+                rows, s = np.concatenate([rows, r2]), np.concatenate([s, s2])
+            order = np.argsort(-s, kind="stable")[:k]
+            return rows[order], s[order]
+
+    def _allowed_main(self, fam_code: int | None, ex_code: int | None, skip: np.ndarray | None) -> np.ndarray:
+        """Boolean mask over the main rows of the rows the filters allow."""
+        n = self.n_main
+        if fam_code is not None:
+            m = self._fam_masks.get(fam_code)
+            if m is None or len(m) != n:
+                m = self._fam_masks[fam_code] = self.fam_codes[:n] == fam_code
+            m = m.copy()
+        else:
+            m = np.ones(n, dtype=bool)
+        if ex_code is not None:
+            m &= self.tk_codes[:n] != ex_code
+        if skip is not None:
+            sk = skip[skip < n]
+            m[sk] = False
+        return m
+
+    def _faiss_filtered(self, q: np.ndarray, k: int, fam_code, ex_code, skip, subset) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS search of the main index restricted by an ``IDSelectorBitmap`` (exact for flat;
+        for HNSW the search beam grows as the filter gets more selective)."""
+        if self.n_main == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        mask = self._allowed_main(fam_code, ex_code, skip)
+        allowed = int(np.count_nonzero(mask))
+        if allowed == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        bitmap = np.packbits(mask, bitorder="little")
+        sel = faiss.IDSelectorBitmap(self.n_main, faiss.swig_ptr(bitmap))
+        kk = min(k, allowed)
+        if self.kind == "hnsw":
+            params = faiss.SearchParametersHNSW()
+            sel_frac = allowed / self.n_main
+            params.efSearch = int(min(4096, max(self.ef_search, kk, 2 * kk / sel_frac)))
+        else:
+            params = faiss.SearchParameters()
+        params.sel = sel
+        d, i = self.index.search(q, kk, params=params)
+        del bitmap
+        m = i[0] >= 0
+        return i[0][m].astype(np.int64), d[0][m]
+
+
+# ====================================================================== persistence
+def _crc(path: Path) -> tuple[int, int]:
+    """(CRC-32, size in bytes) of a file."""
+    c, n = 0, 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 22)
+            if not b:
+                break
+            c = zlib.crc32(b, c)
+            n += len(b)
+    return c, n
+
+
+def _emb_table(x: np.ndarray, tks: list[str], wks: list[str], fams: list[str]) -> pa.Table:
+    flat = pa.array(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), pa.float32())
+    vec = pa.FixedSizeListArray.from_arrays(flat, x.shape[1] if x.ndim == 2 else features.DIM)
+    return pa.table({"target_key": pa.array(tks, pa.string()), "workload_key": pa.array(wks, pa.string()),
+                     "family": pa.array(fams, pa.string()), "vector": vec})
+
+
+def _write_file(path: Path, writer) -> dict:
+    tmp = path.with_name(f"_tmp-{uuid.uuid4().hex[:12]}-{path.name}")
+    try:
+        writer(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    crc, size = _crc(path)
+    return {"file": path.name, "crc": crc, "bytes": size}
+
+
+@functools.lru_cache(maxsize=1)
+def _code_hash() -> str:
+    """Hash of the feature code (features.py, catalog.py): an edited formula without a
+    FEATURE_VERSION bump still invalidates stored vectors."""
+    h = hashlib.blake2b(digest_size=8)
+    for mod in (features, catalog):
+        try:
+            h.update(Path(mod.__file__).read_bytes())
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
+def _expected_meta(dim: int) -> dict:
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "feature_version": features.FEATURE_VERSION,
+            "catalog": catalog_hash(), "features_code": _code_hash(), "dim": dim,
+            # local presets are resolved through this machine's CPUID: another host re-embeds
+            "host_cpuid": catalog.local_cpuid()}
+
+
+MAX_PARTS = 16  # embedding part files before they are rewritten as one
+
+
+def save(vi: VectorIndex, d: Path, *, full: bool, manifest: dict | None) -> dict:
+    """Write ``vi`` to directory ``d``: everything (``full``) or only the rows not yet in
+    ``manifest``'s parts plus a new manifest (the parts are rewritten as one when there are
+    more than ``MAX_PARTS``).  Returns the new manifest.  Caller holds the lock."""
+    d.mkdir(parents=True, exist_ok=True)
+    gen = f"{time.time_ns():x}"
+    if not full and manifest is not None and len(manifest["parts"]) >= MAX_PARTS:
+        x = vi.vectors()
+        part = _write_file(d / f"emb-{gen}-0000.parquet",
+                           lambda p: pq.write_table(_emb_table(x, vi.target_keys, vi.workload_keys, vi.families), p))
+        part["rows"] = len(x)
+        manifest = {**manifest, "parts": [part]}
+    if full or manifest is None:
+        x = vi.vectors()
+        part = _write_file(d / f"emb-{gen}-0000.parquet",
+                           lambda p: pq.write_table(_emb_table(x, vi.target_keys, vi.workload_keys, vi.families), p))
+        part["rows"] = len(x)
+        parts = [part]
+        idx = _write_file(d / f"main-{gen}.faiss", lambda p: faiss.write_index(vi.index, str(p)))
+    else:
+        parts = list(manifest["parts"])
+        have = sum(p["rows"] for p in parts)
+        if have < vi.ntotal:
+            rows = np.arange(have, vi.ntotal)
+            x = vi.vectors(rows)
+            sl = slice(have, vi.ntotal)
+            part = _write_file(d / f"emb-{gen}-{len(parts):04d}.parquet", lambda p: pq.write_table(
+                _emb_table(x, vi.target_keys[sl], vi.workload_keys[sl], vi.families[sl]), p))
+            part["rows"] = len(rows)
+            parts.append(part)
+        idx = manifest["index"]
+    man = {**_expected_meta(vi.dim), "kind": vi.kind, "n_main": vi.n_main, "n_total": vi.ntotal,
+           "params": {"hnsw_m": vi.hnsw_m, "ef_construction": vi.ef_construction, "ef_search": vi.ef_search},
+           "parts": parts, "index": idx, "written_at": time.time()}
+    atomic_write_bytes(d / MANIFEST, json.dumps(man, indent=1).encode())
+    keep = {p["file"] for p in parts} | {idx["file"], MANIFEST, ".lock"}
+    for f in d.iterdir():
+        if f.name not in keep and not f.name.startswith("_tmp-"):
+            try:
+                f.unlink()
+            except OSError:
+                pass
+    return man
+
+
+def load(d: Path) -> tuple[VectorIndex, dict] | None:
+    """The index stored in ``d`` and its manifest, or None when missing, corrupt, truncated,
+    stale in format/feature_version/catalog, or inconsistent.  Never raises for bad files."""
+    try:
+        man = json.loads((d / MANIFEST).read_text())
+        exp = _expected_meta(features.DIM)
+        if any(man.get(k) != v for k, v in exp.items()) or man.get("kind") not in INDEX_KINDS:
+            return None
+        tables = []
+        for p in man["parts"]:
+            path = d / p["file"]
+            if _crc(path) != (p["crc"], p["bytes"]):
+                return None
+            t = pq.read_table(path)
+            if t.num_rows != p["rows"]:
+                return None
+            tables.append(t)
+        ip = d / man["index"]["file"]
+        if _crc(ip) != (man["index"]["crc"], man["index"]["bytes"]):
+            return None
+        index = faiss.read_index(str(ip))
+        n_main = int(man["n_main"])
+        if index.ntotal != n_main or index.d != features.DIM:
+            return None
+        t = pa.concat_tables(tables) if tables else _emb_table(np.zeros((0, features.DIM), np.float32), [], [], [])
+        if t.num_rows < n_main:
+            return None
+        prm = man.get("params", {})
+        vi = VectorIndex(features.DIM, man["kind"], hnsw_m=int(prm.get("hnsw_m", HNSW_M)),
+                         ef_construction=int(prm.get("ef_construction", EF_CONSTRUCTION)),
+                         ef_search=int(prm.get("ef_search", EF_SEARCH)))
+        vi.index = index
+        vi.n_main = n_main
+        vi._append_meta(t.column("target_key").to_pylist(), t.column("workload_key").to_pylist(),
+                        t.column("family").to_pylist())
+        if t.num_rows > n_main:
+            vec = t.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            x = np.asarray(vec, dtype=np.float32).reshape(-1, features.DIM)
+            vi._delta = np.ascontiguousarray(x[n_main:])
+        return vi, man
+    except Exception:  # noqa: BLE001 - any damage to derived data means "rebuild"
+        return None
+
+
+# ============================================================================ DB sync
+@dataclass
+class _State:
+    vi: VectorIndex
+    manifest: dict | None
+    manifest_mtime: int | None
+    files: tuple
+    token: tuple
+    entries: pa.Table
+    entry_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # entries row -> index row
+    index_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # index row -> entries row
+
+
+class _NothingToWrite(Exception):
+    pass
+
+
+_CACHE: dict[str, _State] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _mtime(p: Path) -> int | None:
+    try:
+        return p.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _files_sig(d: Path, man: dict | None) -> tuple:
+    """(name, size, mtime) of the manifest and the files it names: a changed, truncated or
+    deleted file changes it, so the next query reloads (and rebuilds when it is damaged)."""
+    names = [MANIFEST]
+    if man:
+        names += [p["file"] for p in man.get("parts", [])] + [man.get("index", {}).get("file", "")]
+    out = []
+    for n in names:
+        try:
+            s = (d / n).stat()
+            out.append((n, s.st_size, s.st_mtime_ns))
+        except OSError:
+            out.append((n, -1, -1))
+    return tuple(out)
+
+
+def _embed_entries(entries: pa.Table, rows: np.ndarray) -> np.ndarray:
+    tj = entries.column("target").to_pylist()
+    wj = entries.column("workload").to_pylist()
+    out = np.empty((len(rows), features.DIM), dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for j, i in enumerate(rows.tolist()):
+            out[j] = features.entry_vector(features.hardware_vector(json.loads(tj[i])),
+                                           features.workload_vector(json.loads(wj[i])))
+    return out
+
+
+def sync(db: Any, kind: str | None = None) -> _State:
+    """The vector index of ``db``, matching ``db.entries()`` (built, loaded, extended or
+    rebuilt as needed) - see the module docstring.  ``kind``: None/``auto``, ``flat``, ``hnsw``."""
+    d = Path(db.cache_dir()) / SUBDIR
+    key = str(d.resolve())
+    requested = (kind or os.environ.get("TUNEDB_INDEX_KIND") or "auto").lower()
+    choose_kind(1, requested)  # validates
+    with _CACHE_LOCK:
+        st = _CACHE.get(key)
+        token = db.change_token()
+        mt = _mtime(d / MANIFEST)
+        if (st is not None and st.token == token and st.manifest_mtime == mt
+                and st.files == _files_sig(d, st.manifest) and (requested == "auto" or st.vi.kind == requested)):
+            return st
+        entries = db.entries()
+        n = entries.num_rows
+        tks = entries.column("target_key").to_pylist()
+        wks = entries.column("workload_key").to_pylist()
+        fams = entries.column("family").to_pylist()
+        same_files = st is not None and st.files == _files_sig(d, st.manifest)
+        vi, man = (st.vi, st.manifest) if same_files and st.manifest_mtime == mt and mt is not None else (None, None)
+        old = None
+        if vi is None:
+            loaded = load(d)
+            if loaded is not None:
+                vi, man = loaded
+        want = choose_kind(n, None if requested == "auto" else requested)
+        full = dirty = False
+        if vi is not None:
+            current = set(zip(tks, wks))
+            removed = len(vi.pos) > len(current) or any(k not in current for k in vi.pos)
+            wrong_kind = requested != "auto" and vi.kind != requested
+            if removed or wrong_kind:
+                old = vi
+                vi, full = None, True
+            else:
+                new_rows = np.array([i for i, k in enumerate(zip(tks, wks)) if k not in vi.pos], dtype=np.int64)
+                if len(new_rows):
+                    dirty = True
+                    merged = vi.add(_embed_entries(entries, new_rows), [tks[i] for i in new_rows],
+                                    [wks[i] for i in new_rows], [fams[i] for i in new_rows])
+                    if merged and vi.kind == "flat" and want == "hnsw" and requested == "auto":
+                        old, vi, full = vi, None, True
+                    else:
+                        full = merged
+        else:
+            old, full = None, True
+        if vi is None:
+            # (re)build, reusing vectors already computed for entries that are still there
+            x = np.empty((n, features.DIM), dtype=np.float32)
+            need = []
+            for i, k in enumerate(zip(tks, wks)):
+                j = old.pos.get(k) if old is not None else None
+                if j is None:
+                    need.append(i)
+                else:
+                    x[i] = old.vectors([j])[0]
+            if need:
+                need_a = np.array(need, dtype=np.int64)
+                x[need_a] = _embed_entries(entries, need_a)
+            vi = VectorIndex.build(x, tks, wks, fams, want)
+        mt_new = mt
+        try:
+            if not (dirty or full or man is None):
+                raise _NothingToWrite
+            d.mkdir(parents=True, exist_ok=True)
+            with file_lock(d / ".lock", timeout_s=60.0):
+                if _mtime(d / MANIFEST) == mt or full or man is None:
+                    man = save(vi, d, full=full or man is None, manifest=man)
+                    mt_new = _mtime(d / MANIFEST)
+                else:
+                    mt_new = None  # another process wrote meanwhile: reload next time
+        except _NothingToWrite:
+            pass
+        except (OSError, TimeoutError) as e:
+            warnings.warn(f"could not write the vector index to {d}: {e}; using it from memory", RuntimeWarning,
+                          stacklevel=2)
+            mt_new = None
+        index_rows = np.array([vi.pos.get(k, -1) for k in zip(tks, wks)], dtype=np.int64)
+        inv = np.full(vi.ntotal, -1, dtype=np.int64)
+        ok_rows = index_rows >= 0
+        inv[index_rows[ok_rows]] = np.flatnonzero(ok_rows)
+        st = _State(vi=vi, manifest=man, manifest_mtime=mt_new, files=_files_sig(d, man) if mt_new else (),
+                    token=token, entries=entries,
+                    entry_rows=index_rows, index_rows=inv)
+        _CACHE[key] = st
+        return st
+
+
+def clear_cache() -> None:
+    """Forget every in-process index (the next query reloads from disk)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def recall_at_k(approx: np.ndarray, exact_rows: np.ndarray, exact_scores: np.ndarray, approx_scores: np.ndarray,
+                k: int, tol: float = 1e-6) -> float:
+    """Recall@k that tolerates ties: an approximate hit counts when it is one of the exact
+    top-k rows or its score is at least the exact k-th score minus ``tol``."""
+    if k <= 0 or len(exact_rows) == 0:
+        return 1.0
+    kth = float(exact_scores[min(k, len(exact_scores)) - 1])
+    ex = set(exact_rows[:k].tolist())
+    hits = sum(1 for r, s in zip(approx[:k].tolist(), approx_scores[:k].tolist()) if r in ex or s >= kth - tol)
+    return hits / min(k, len(exact_rows))
+
+
+__all__ = ["VectorIndex", "choose_kind", "sync", "load", "save", "clear_cache", "recall_at_k", "FLAT_MAX",
+           "INDEX_KINDS"]

@@ -1,0 +1,1 @@
+"""End-to-end workflows the command line offers: the demo and the HTML report."""

@@ -1,0 +1,604 @@
+"""``tunedb report``: a self-contained HTML page (plus PNG figures) of what a DB knows.
+
+Everything plotted comes from the DB's records or from tuning-run JSON the user passes in
+(``--runs``); nothing is simulated, and a figure without data is omitted with a note saying why.
+
+Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display needed):
+
+``convergence.png``
+    per workload (the ones with the most records), one line per target: the best cost so far
+    (seconds, log scale) against the number of that entry's records, in timestamp order (for
+    imported records: the order of the source file).
+``warm_vs_cold.png`` (needs ``--runs``)
+    per workload, the best cost so far against evaluations of each tuning run in the runs
+    JSON, labelled warm (the run had seeds from the DB) or cold (it had none), or with the
+    run's own ``label``.
+``hit_rate.png`` (needs ``--runs``)
+    per run in the order given, the share of its evaluations answered from the DB
+    (``cache_hits / evaluations``) and the cumulative share.  Lookups are not persisted in
+    the DB, so this is only drawn from run JSON.
+``records_over_time.png``
+    cumulative number of records against their timestamp, one line per record source.
+``records_per_target.png``
+    live records per target (bar chart).
+``saturation.png``
+    per entry with at least 3 ok records: the entry's final best cost divided by its best cost
+    so far (1.0 = the best the DB has) against the number of its records, with the median over
+    entries.
+``similarity.png``
+    cosine similarity of the targets' hardware vectors (``index.features.hardware_vector``).
+
+The page also has a table of the best config of each entry (most records first).
+Costs are seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tunedb.transfer.cli.util import fmt_seconds
+
+MAX_CONVERGENCE_WORKLOADS = 6
+MAX_LINES_PER_PANEL = 8
+MAX_BAR_TARGETS = 40
+MAX_HEATMAP_TARGETS = 30
+MAX_TABLE_ROWS = 60
+MIN_SATURATION_RECORDS = 3
+
+
+# ----------------------------------------------------------------------------- data
+@dataclass
+class EntryCurve:
+    """Best-so-far cost of one (target, workload) entry over its records in timestamp order."""
+
+    target_key: str
+    target_name: str
+    workload_key: str
+    workload: dict
+    records: int
+    ok_records: int
+    best_so_far: list[float | None]   # after record 1, 2, ... (None until the first ok record)
+    best_config: dict | None = None
+    best_cost: float | None = None
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def family(self) -> str:
+        return str(self.workload.get("family", ""))
+
+
+@dataclass
+class TuneRun:
+    """One tuning run read from run JSON: its history is ``[[evaluation, best_so_far], ...]``."""
+
+    target: str
+    workload: dict
+    label: str
+    history: list
+    evaluations: int
+    cache_hits: int | None      # None when the run JSON does not say (demo histories)
+    measurements: int | None
+    source: str = ""
+
+
+@dataclass
+class RunsData:
+    """Tuning runs plus the passes of a ``tunedb demo`` output (hit rates of whole passes)."""
+
+    runs: list[TuneRun] = field(default_factory=list)
+    hit_points: list[dict] = field(default_factory=list)   # {"label", "evaluations", "cache_hits"}, in given order
+    notes: list[str] = field(default_factory=list)
+
+
+def short_workload(w: Mapping[str, Any], limit: int = 60) -> str:
+    """``family:k=v,...`` (truncated to ``limit`` characters)."""
+    rest = ",".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in w.items()
+                    if k != "family")
+    text = f"{w.get('family', '?')}:{rest}" if rest else str(w.get("family", "?"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def entry_curves(table: Any) -> list[EntryCurve]:
+    """One :class:`EntryCurve` per (target_key, workload_key) of a records table
+    (``TuningDB.records()``), records ordered by timestamp (ties: table order)."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    tk = table.column("target_key").to_pylist()
+    wk = table.column("workload_key").to_pylist()
+    names = table.column("target_name").to_pylist()
+    wjs = table.column("workload").to_pylist()
+    cfgs = table.column("config").to_pylist()
+    srcs = table.column("source").to_pylist()
+    status = table.column("status").to_pylist()
+    cost = table.column("cost").to_pylist()
+    ts = table.column("timestamp").cast("int64").to_pylist()
+    committed = table.column("committed").cast("int64").to_pylist()
+    when = np.array([t if t is not None else (c if c is not None else 0) for t, c in zip(ts, committed)], np.int64)
+    order = np.lexsort((np.arange(n), when))
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i in order.tolist():
+        groups[(tk[i], wk[i])].append(i)
+    out: list[EntryCurve] = []
+    for (t, w), rows in groups.items():
+        best: float | None = None
+        best_i: int | None = None
+        curve: list[float | None] = []
+        for i in rows:
+            c = cost[i]
+            if status[i] == "ok" and c is not None and math.isfinite(c) and (best is None or c < best):
+                best, best_i = float(c), i
+            curve.append(best)
+        out.append(EntryCurve(
+            target_key=t, target_name=names[rows[0]] or t[:8], workload_key=w, workload=json.loads(wjs[rows[0]]),
+            records=len(rows), ok_records=sum(1 for i in rows if status[i] == "ok" and cost[i] is not None),
+            best_so_far=curve, best_config=None if best_i is None else json.loads(cfgs[best_i]), best_cost=best,
+            sources=sorted({srcs[i] for i in rows})))
+    out.sort(key=lambda e: (-e.records, e.target_name, e.workload_key))
+    return out
+
+
+def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
+    if isinstance(doc, list):
+        for d in doc:
+            _runs_from_doc(d, where, out)
+        return
+    if not isinstance(doc, Mapping):
+        out.notes.append(f"{where}: skipped a JSON value that is not an object")
+        return
+    if isinstance(doc.get("new"), list) and ("first_run" in doc or "source" in doc):  # tunedb demo
+        preset = str(doc.get("new_preset", ""))
+        had_history = False
+        for row in doc["new"]:
+            for label in ("warm", "cold"):
+                hist = row.get(f"{label}_history")
+                if not isinstance(hist, list):
+                    continue
+                had_history = True
+                out.runs.append(TuneRun(target=preset, workload=dict(row.get("workload") or {}), label=label,
+                                        history=hist, evaluations=len(hist), cache_hits=None,
+                                        measurements=None, source=where))
+        if not had_history:
+            out.notes.append(f"{where}: this demo output holds no warm/cold histories (the demo's --json "
+                             "output leaves them out), so its warm-vs-cold curves cannot be drawn")
+        for key, label in (("first_run", "demo pass 1"), ("second_run", "demo pass 2")):
+            p = doc.get(key)
+            if isinstance(p, Mapping) and p.get("evaluations"):
+                out.hit_points.append({"label": label, "evaluations": int(p["evaluations"]),
+                                   "cache_hits": int(p.get("cache_hits") or 0)})
+        return
+    if isinstance(doc.get("workloads"), list) and "totals" in doc:  # tunedb warm-start
+        for row in doc["workloads"]:
+            _runs_from_doc({**row, "target": doc.get("target", ""), "label": row.get("label") or doc.get("label")},
+                           where, out)
+        return
+    hist = doc.get("history")
+    if isinstance(hist, list):  # tunedb tune / TuneResult.to_json()
+        seeds = doc.get("seeds") or []
+        label = str(doc.get("label") or ("warm" if seeds else "cold"))
+        hits = int(doc.get("cache_hits") or 0)
+        meas = int(doc.get("measurements") or 0)
+        run = TuneRun(target=str(doc.get("target") or ""), workload=dict(doc.get("workload") or {}),
+                      label=label, history=hist, evaluations=int(doc.get("evaluations") or hits + meas),
+                      cache_hits=hits, measurements=meas, source=where)
+        out.runs.append(run)
+        if run.evaluations > 0:
+            out.hit_points.append({"label": f"{len(out.hit_points) + 1}: {label} {run.workload.get('family', '')}",
+                                   "evaluations": run.evaluations, "cache_hits": hits})
+        return
+    out.notes.append(f"{where}: skipped an object that is neither a tune, warm-start nor demo result")
+
+
+def load_runs(paths: Iterable[str | Path]) -> RunsData:
+    """Read run JSON files: ``tunedb tune --json`` / ``warm-start --json`` / ``demo --json``
+    outputs (or ``TuneResult.to_json()``), one object per file, a JSON list, or JSON lines.
+    Raises ValueError (one line) for a file that cannot be read or parsed."""
+    out = RunsData()
+    for p in paths:
+        path = Path(p)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ValueError(f"cannot read runs file {path}: {e.strerror}") from None
+        try:
+            docs = [json.loads(text)]
+        except json.JSONDecodeError:
+            docs = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        docs.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ValueError(f"runs file {path} line {n} is not JSON: {e.msg}") from None
+        for d in docs:
+            _runs_from_doc(d, path.name, out)
+    return out
+
+
+# -------------------------------------------------------------------------- figures
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure  # the Agg canvas; pyplot (and a display) is never used
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    return fig
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.savefig(path, format="png")
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(n, 3)
+    return math.ceil(n / cols), cols
+
+
+def plot_convergence(curves: list[EntryCurve], path: Path) -> list[str] | None:
+    """Best cost so far per entry, one panel per workload; returns the workloads drawn or None."""
+    by_wl: dict[str, list[EntryCurve]] = defaultdict(list)
+    for e in curves:
+        if e.ok_records >= MIN_SATURATION_RECORDS and e.best_cost is not None:
+            by_wl[e.workload_key].append(e)
+    if not by_wl:
+        return None
+    chosen = sorted(by_wl, key=lambda k: (-sum(e.records for e in by_wl[k]), k))[:MAX_CONVERGENCE_WORKLOADS]
+    rows, cols = _grid(len(chosen))
+    fig = _figure(4.4 * cols, 3.3 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    titles = []
+    for ax, wk in zip(axes.flat, chosen):
+        ents = sorted(by_wl[wk], key=lambda e: -e.records)[:MAX_LINES_PER_PANEL]
+        for e in ents:
+            xs = [i + 1 for i, b in enumerate(e.best_so_far) if b is not None]
+            ys = [b for b in e.best_so_far if b is not None]
+            ax.step(xs, ys, where="post", label=e.target_name, linewidth=1.4)
+        ax.set_xscale("log" if max(e.records for e in ents) > 200 else "linear")
+        ax.set_yscale("log")
+        title = short_workload(ents[0].workload, 48)
+        titles.append(title)
+        _style_convergence_panel(ax, title, "records of the entry (timestamp order)")
+    for ax in list(axes.flat)[len(chosen):]:
+        ax.set_visible(False)
+    _save(fig, path)
+    return titles
+
+
+def _style_convergence_panel(ax, title: str, xlabel: str) -> None:
+    """Title, axis labels, legend and grid of one best-cost-so-far panel."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("best cost so far (s)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
+def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
+    """Best cost so far against evaluations of each run, one panel per workload; returns panels."""
+    by_wl: dict[str, list[TuneRun]] = defaultdict(list)
+    for r in runs:
+        if any(b is not None for _, b in r.history):
+            by_wl[json.dumps(r.workload, sort_keys=True)].append(r)
+    if not by_wl:
+        return 0
+    keys = list(by_wl)[: 3 * MAX_CONVERGENCE_WORKLOADS]
+    rows, cols = _grid(len(keys))
+    fig = _figure(4.4 * cols, 3.3 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    styles = {"warm": dict(linewidth=2.0), "cold": dict(linewidth=1.4, linestyle="--")}
+    for ax, k in zip(axes.flat, keys):
+        for r in by_wl[k][:MAX_LINES_PER_PANEL]:
+            pts = [(int(i), float(b)) for i, b in r.history if b is not None]
+            name = f"{r.label} ({r.target})" if r.target else r.label
+            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=name,
+                    **styles.get(r.label.split(" ")[0] if r.label else "", {}))
+        ax.set_yscale("log")
+        _style_convergence_panel(ax, short_workload(by_wl[k][0].workload, 48),
+                                 "evaluations (measurements + cache hits)")
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    _save(fig, path)
+    return len(keys)
+
+
+def plot_hit_rate(data: RunsData, path: Path) -> int:
+    """Share of evaluations answered from the DB per run (in the order given) and cumulatively."""
+    points = [(p["label"], p["evaluations"], p["cache_hits"]) for p in data.hit_points if p["evaluations"] > 0]
+    if not points:
+        return 0
+    rates = [h / e for _, e, h in points]
+    cum_e = np.cumsum([e for _, e, _ in points])
+    cum_h = np.cumsum([h for _, _, h in points])
+    fig = _figure(max(5.0, 0.45 * len(points) + 3), 3.4)
+    ax = fig.add_subplot()
+    x = np.arange(len(points))
+    ax.bar(x, rates, color="tab:green", alpha=0.7, label="hit rate of the run")
+    ax.plot(x, cum_h / cum_e, color="black", marker="o", linewidth=1.2, label="cumulative hit rate")
+    for i, (_, e, h) in enumerate(points):
+        ax.annotate(f"{h}/{e}", (i, rates[i]), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    ax.set_xticks(x, [p[0] if len(p[0]) <= 40 else p[0][:39] + "…" for p in points], rotation=30, ha="right",
+                  fontsize=7)
+    ax.set_ylim(0, 1.12)
+    ax.set_ylabel("evaluations answered from the DB", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+    return len(points)
+
+
+def plot_records_over_time(table: Any, path: Path) -> bool:
+    """Cumulative records against their timestamps, one line per source."""
+    if table.num_rows == 0:
+        return False
+    ts = table.column("timestamp").cast("int64").to_pylist()
+    committed = table.column("committed").cast("int64").to_pylist()
+    srcs = table.column("source").to_pylist()
+    by_src: dict[str, list[int]] = defaultdict(list)
+    for t, c, s in zip(ts, committed, srcs):
+        v = t if t is not None else c
+        if v is not None:
+            by_src[s or "?"].append(v)
+    if not by_src:
+        return False
+    fig = _figure(6.5, 3.4)
+    ax = fig.add_subplot()
+    for s, vals in sorted(by_src.items()):
+        vals.sort()
+        when = [_dt.datetime.fromtimestamp(v / 1e6, tz=_dt.timezone.utc) for v in vals]
+        ax.step(when, np.arange(1, len(vals) + 1), where="post", label=f"{s} ({len(vals)})")
+    ax.set_ylabel("records (cumulative)", fontsize=8)
+    ax.set_xlabel("record timestamp (UTC)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    fig.autofmt_xdate()
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+    return True
+
+
+def plot_records_per_target(targets: list[dict], path: Path) -> int:
+    """Horizontal bars: live records per target (the ones with the most records)."""
+    ts = sorted(targets, key=lambda t: (-t["records"], t["target_name"]))[:MAX_BAR_TARGETS]
+    if not ts:
+        return 0
+    fig = _figure(6.5, max(2.2, 0.28 * len(ts) + 1.0))
+    ax = fig.add_subplot()
+    y = np.arange(len(ts))[::-1]
+    counts = [t["records"] for t in ts]
+    ax.barh(y, counts, color="tab:blue")
+    ax.set_yticks(y, [t["target_name"] or t["target_key"][:8] for t in ts], fontsize=7)
+    if max(counts) / max(min(counts), 1) > 100:
+        ax.set_xscale("log")
+    for yi, c in zip(y, counts):
+        ax.annotate(str(c), (c, yi), textcoords="offset points", xytext=(3, -3), fontsize=6)
+    ax.set_xlabel("records", fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    _save(fig, path)
+    return len(ts)
+
+
+def saturation_series(curves: list[EntryCurve]) -> list[list[float]]:
+    """Per entry with >= MIN_SATURATION_RECORDS ok records: final best / best so far, after each record
+    (0 before the first ok record)."""
+    out = []
+    for e in curves:
+        if e.ok_records < MIN_SATURATION_RECORDS or not e.best_cost:
+            continue
+        out.append([0.0 if b is None else e.best_cost / b for b in e.best_so_far])
+    return out
+
+
+def plot_saturation(curves: list[EntryCurve], path: Path) -> int:
+    """Fraction of the entry's best against its number of records, with the median over entries."""
+    series = saturation_series(curves)
+    if not series:
+        return 0
+    fig = _figure(6.5, 3.6)
+    ax = fig.add_subplot()
+    for s in series[:200]:
+        ax.plot(np.arange(1, len(s) + 1), s, color="tab:gray", alpha=0.25, linewidth=0.8)
+    longest = max(len(s) for s in series)
+    med_x, med_y = [], []
+    for n in range(longest):
+        vals = [s[n] for s in series if len(s) > n]
+        if len(vals) < min(3, len(series)):
+            break
+        med_x.append(n + 1)
+        med_y.append(float(np.median(vals)))
+    if med_x:
+        ax.plot(med_x, med_y, color="tab:red", linewidth=2.0, label=f"median over {len(series)} entries")
+    ax.set_xscale("log" if longest > 50 else "linear")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("records of the entry (timestamp order)", fontsize=8)
+    ax.set_ylabel("entry's best cost / best so far", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+    return len(series)
+
+
+def hardware_similarity(targets: list[dict]) -> tuple[list[str], np.ndarray] | None:
+    """(names, cosine matrix) of the targets' hardware vectors; None when features are unavailable."""
+    try:
+        from tunedb.index.retrieval.features import hardware_vector
+    except ImportError:
+        return None
+    names, vecs = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unknown devices are embedded from their tokens (a warning each)
+        for t in targets:
+            v = np.asarray(hardware_vector(t["target"]), dtype=np.float64)
+            nrm = np.linalg.norm(v)
+            vecs.append(v / nrm if nrm > 0 else v)
+            names.append(t["target_name"] or t["target_key"][:8])
+    m = np.array(vecs)
+    return names, np.clip(m @ m.T, -1.0, 1.0)
+
+
+def plot_similarity(targets: list[dict], path: Path) -> int:
+    """Heatmap of hardware cosine similarity of the targets with the most records."""
+    ts = sorted(targets, key=lambda t: (-t["records"], t["target_name"]))[:MAX_HEATMAP_TARGETS]
+    if len(ts) < 2:
+        return 0
+    res = hardware_similarity(ts)
+    if res is None:
+        return 0
+    names, sim = res
+    n = len(names)
+    size = max(4.0, 0.32 * n + 2.5)
+    fig = _figure(size + 1.0, size)
+    ax = fig.add_subplot()
+    im = ax.imshow(sim, vmin=-1, vmax=1, cmap="RdBu_r")
+    ax.set_xticks(range(n), names, rotation=90, fontsize=7)
+    ax.set_yticks(range(n), names, fontsize=7)
+    if n <= 14:
+        for i in range(n):
+            for j in range(n):
+                ax.text(j, i, f"{sim[i, j]:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if abs(sim[i, j]) > 0.6 else "black")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="cosine of hardware vectors")
+    _save(fig, path)
+    return n
+
+
+# ----------------------------------------------------------------------------- page
+def _fmt_s(s: float | None) -> str:
+    return fmt_seconds(s, missing="–", micro="µs")
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
+color:#222;padding:0 1em}
+h1{margin-bottom:.2em} h2{margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+figure{margin:1em 0} figure img{max-width:100%;border:1px solid #eee}
+figcaption,.note{color:#555;font-size:.9em} .note{background:#f7f7f2;border-left:3px solid #cc9;padding:.4em .8em}
+table{border-collapse:collapse;font-size:.85em} td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;
+vertical-align:top} th{background:#f3f3f3} td.num{text-align:right} code{font-size:.9em}
+"""
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td class=\"num\">{c}</td>" if i in numeric else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def build_report(db: Any, out_dir: str | Path, runs: RunsData | None = None) -> dict:
+    """Write ``index.html`` and its PNG figures into ``out_dir`` (created); returns
+    ``{"out": str(out_dir), "files": [names relative to out_dir], "notes": [...], "summary": {...}}``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = runs or RunsData()
+    table = db.records(include_stale=False)
+    targets = db.targets()
+    curves = entry_curves(table)
+    files: list[str] = []
+    notes: list[str] = list(runs.notes)
+    sections: list[str] = []
+
+    def figure(name: str, title: str, caption: str, drawn: Any, missing: str) -> None:
+        if drawn:
+            files.append(name)
+            sections.append(f"<h2>{html.escape(title)}</h2><figure><img src=\"{name}\" alt=\"{html.escape(title)}\">"
+                            f"<figcaption>{caption}</figcaption></figure>")
+        else:
+            (out / name).unlink(missing_ok=True)
+            notes.append(f"{title}: {missing}")
+            sections.append(f"<h2>{html.escape(title)}</h2><p class=\"note\">{html.escape(missing)}</p>")
+
+    drawn = plot_warm_vs_cold(runs.runs, out / "warm_vs_cold.png") if runs.runs else 0
+    figure("warm_vs_cold.png", "Warm start vs cold search",
+           "Best cost so far (seconds, log scale) against evaluations of each tuning run given with "
+           "<code>--runs</code>; <b>warm</b> runs were seeded from the database's nearest entries, <b>cold</b> runs "
+           "had no seeds (or the label stored with the run).", drawn,
+           "no tuning-run histories given: pass --runs with the JSON output of 'tunedb tune', "
+           "'tunedb warm-start' (with and without --cold) or a demo output that includes its histories")
+    conv = plot_convergence(curves, out / "convergence.png")
+    figure("convergence.png", "Convergence per workload (from the database)",
+           "For the workloads with the most records: best cost so far (seconds, log scale) of each target's entry "
+           "against the number of its records in timestamp order (imported records keep their file order). "
+           "Warm and cold runs of the same target and workload share one entry in the database, so this view "
+           "cannot tell them apart; see the figure above.", conv,
+           f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
+    drawn = plot_hit_rate(runs, out / "hit_rate.png")
+    figure("hit_rate.png", "Hit rate over time",
+           "Share of each run's evaluations answered from the database instead of measured (bars; labels are "
+           "hits/evaluations) and the cumulative share (line), in the order the runs were given.", drawn,
+           "lookups are not stored in the database, so the hit rate can only come from run outputs: pass --runs "
+           "with 'tunedb tune/warm-start/demo --json' outputs")
+    if runs.hit_points:
+        sections.append(_table(["run", "evaluations", "answered from the DB", "hit rate"], [
+            [html.escape(p["label"]), str(p["evaluations"]), str(p["cache_hits"]),
+             f"{p['cache_hits'] / p['evaluations']:.0%}" if p["evaluations"] else "–"] for p in runs.hit_points],
+            {1, 2, 3}))
+    drawn = plot_records_over_time(table, out / "records_over_time.png")
+    figure("records_over_time.png", "Records over time",
+           "Cumulative number of records against their timestamps (UTC), one line per source "
+           "(measured, replay, imported:&lt;format&gt;, migrated:&lt;target&gt;).", drawn, "the database holds no records")
+    drawn = plot_records_per_target(targets, out / "records_per_target.png")
+    figure("records_per_target.png", "Records per target",
+           f"Live records per target (the {MAX_BAR_TARGETS} targets with the most records).", drawn,
+           "the database holds no records")
+    drawn = plot_saturation(curves, out / "saturation.png")
+    figure("saturation.png", "Saturation: best cost against number of records",
+           f"Each grey line is one entry with at least {MIN_SATURATION_RECORDS} ok records: the entry's best cost "
+           "divided by its best so far after each of its records (1.0 = the best the database knows); red: the "
+           "median over entries (drawn while at least 3 entries have that many records).", drawn,
+           f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
+    drawn = plot_similarity(targets, out / "similarity.png")
+    figure("similarity.png", "Similarity of targets",
+           "Cosine similarity of the targets' hardware feature vectors (<code>index.features.hardware_vector</code>), "
+           "the hardware half of what <code>tunedb nearest</code> ranks by.", drawn,
+           "fewer than two targets (or index.features is not available)")
+
+    best_rows = []
+    for e in [c for c in curves if c.best_cost is not None][:MAX_TABLE_ROWS]:
+        cfg = json.dumps(e.best_config, sort_keys=True)
+        shown = cfg if len(cfg) <= 160 else cfg[:159] + "…"
+        best_rows.append([html.escape(e.target_name), html.escape(short_workload(e.workload)), str(e.records),
+                          str(e.ok_records), _fmt_s(e.best_cost),
+                          f"<code title=\"{html.escape(cfg)}\">{html.escape(shown)}</code>"])
+    n_ok_entries = sum(1 for c in curves if c.best_cost is not None)
+    sections.append("<h2>Best configs</h2>" + (
+        _table(["target", "workload", "records", "ok", "best cost", "best config"], best_rows, {2, 3, 4})
+        + (f"<p class=\"note\">Showing {len(best_rows)} of {n_ok_entries} entries with an ok record (most records "
+           "first).</p>" if n_ok_entries > len(best_rows) else "")
+        if best_rows else "<p class=\"note\">no entry has an ok record</p>"))
+
+    families = sorted({c.family for c in curves})
+    sources: dict[str, int] = defaultdict(int)
+    for s in table.column("source").to_pylist():
+        sources[s] += 1
+    summary = {"records": table.num_rows, "targets": len(targets), "entries": len(curves),
+               "entries_with_ok": n_ok_entries, "families": families, "sources": dict(sorted(sources.items())),
+               "runs": len(runs.runs)}
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    head = _table(["", ""], [
+        ["database", f"<code>{html.escape(str(db.path))}</code>"],
+        ["records (live)", str(table.num_rows)], ["targets", str(len(targets))],
+        ["entries (target × workload)", f"{len(curves)} ({n_ok_entries} with an ok record)"],
+        ["workload families", html.escape(", ".join(families) or "–")],
+        ["sources", html.escape(", ".join(f"{k}: {v}" for k, v in sorted(sources.items())) or "–")],
+        ["tuning runs given (--runs)", str(len(runs.runs))]])
+    note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tunedb report</title>"
+            f"<style>{_CSS}</style></head><body><h1>tunedb report</h1><p class=\"note\">Generated {stamp} by "
+            "<code>tunedb report</code>. Every number comes from the database's records or the tuning-run outputs "
+            "passed with <code>--runs</code>; costs are seconds.</p>" + head + "".join(sections)
+            + (f"<h2>Notes</h2><ul>{note_html}</ul>" if notes else "") + "</body></html>\n")
+    (out / "index.html").write_text(page, encoding="utf-8")
+    files.insert(0, "index.html")
+    return {"out": str(out), "files": files, "notes": notes, "summary": summary}

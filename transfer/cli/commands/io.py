@@ -1,0 +1,117 @@
+"""``tunedb import`` and ``tunedb export``.
+
+``tunedb import {autotvm,metaschedule,kernel-tuner,parquet,jsonl} PATH... [--strict] [--device NAME]``
+parses every path first, then commits all records in one ``db.commit`` call (all-or-nothing).
+Skipped lines are counted and the first few reported with ``file:line``; with ``--strict`` any
+skipped line fails the import and nothing is written.  Record ids are deterministic per
+source line/entry, so importing the same file twice does not duplicate records.
+``--json`` prints ``{imported, new, skipped, errors, skipped_by_kind, files, format, seconds}``
+(``imported`` = records parsed and committed, ``new`` = those the DB did not hold yet).
+
+``tunedb export --format {autotvm,metaschedule,kernel-tuner,parquet,jsonl} OUT [--target T]``
+writes the DB's records (or one target's) in that format; ``--json`` prints
+``{exported, skipped, files, format, skipped_reasons}``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tunedb.transfer.cli.util import UserError, emit
+from tunedb.transfer.interop import FORMATS, ExportFormatError, ImportFormatError, collect
+
+DEVICE_FORMATS = ("autotvm", "metaschedule", "kernel-tuner")
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("import", parents=[common], help="import tuning logs (AutoTVM, MetaSchedule, Kernel Tuner, "
+                                                        "tunedb parquet/jsonl)")
+    p.add_argument("format", choices=list(FORMATS), help="input format")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="files (or MetaSchedule/Parquet directories)")
+    p.add_argument("--strict", action="store_true", help="fail, writing nothing, if any line is skipped")
+    p.add_argument("--device", default=None, metavar="NAME",
+                   help="device name for the records (overrides the file's; not for parquet/jsonl)")
+    p.set_defaults(func=run_import)
+
+    e = sub.add_parser("export", parents=[common], help="export records to another tuner's format or parquet/jsonl")
+    e.add_argument("--format", required=True, choices=list(FORMATS), dest="format", help="output format")
+    e.add_argument("out", metavar="OUT", help="output file or directory")
+    e.add_argument("--target", default=None, metavar="T", help="only this target (name or key)")
+    e.set_defaults(func=run_export)
+
+
+def _open_db(path: str, create: bool):
+    from tunedb.index import TuningDB
+
+    p = Path(path)
+    if not create and not p.is_dir():
+        raise UserError(f"no tunedb database at {path}")
+    try:
+        return TuningDB.open(p)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot open database {path}: {e}") from None
+
+
+def run_import(args) -> int:
+    fmt = args.format
+    if args.device is not None and fmt not in DEVICE_FORMATS:
+        raise UserError(f"--device applies to {', '.join(DEVICE_FORMATS)} imports, not {fmt}")
+    if args.device is not None and not args.device.strip():
+        raise UserError("--device needs a non-empty name")
+    for p in args.paths:
+        if not Path(p).exists():
+            raise UserError(f"cannot read {p}: no such file or directory")
+    t0 = time.perf_counter()
+    try:
+        records, report = collect(fmt, args.paths, device=args.device.strip() if args.device else None)
+    except ImportFormatError as e:
+        raise UserError(str(e)) from None
+    if args.strict and report.skipped:
+        first = report.errors[0] if report.errors else {"where": "?", "error": "?"}
+        raise UserError(f"--strict: {report.skipped} line(s) skipped, nothing written "
+                        f"(first: {first['where']}: {first['error']})")
+    db = _open_db(args.db, create=True)
+    new = 0
+    if records:
+        try:
+            new = db.commit(records)
+        except ValueError as e:
+            raise UserError(f"import rejected, nothing written: {e}") from None
+    seconds = time.perf_counter() - t0
+    payload = dict(report.to_json(), format=fmt, new=int(new or 0), seconds=round(seconds, 3))
+    human = (f"imported {report.imported} record(s) ({payload['new']} new) from {report.files} {fmt} input(s), "
+             f"skipped {report.skipped}")
+    for err in report.errors:
+        human += f"\n  skipped {err['where']}: {err['error']}"
+    emit(args, payload, human)
+    return 0
+
+
+def _records_of(db, target: str | None) -> list:
+    from tunedb.transfer.interop.tabular import records_from_table
+
+    kwargs = {}
+    if target is not None:
+        t = db.find_target(target)
+        if t is None:
+            raise UserError(f"unknown target {target!r} (not in the database)")
+        kwargs["target"] = t
+    return records_from_table(db.records(**kwargs))
+
+
+def run_export(args) -> int:
+    fmt = FORMATS[args.format]
+    db = _open_db(args.db, create=False)
+    records = _records_of(db, args.target)
+    out = Path(args.out)
+    try:
+        rep = fmt.export(records, out)
+    except ExportFormatError as e:
+        raise UserError(str(e)) from None
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    payload = dict(rep.to_json(), format=args.format)
+    human = f"exported {rep.exported} record(s) to {out}" + (f", skipped {rep.skipped}" if rep.skipped else "")
+    emit(args, payload, human)
+    return 0

@@ -1,0 +1,120 @@
+"""Retrieval commands: ``nearest`` (most similar historical entries and their best configs)
+and ``targets`` (local presets, DB targets and catalog devices; ``--resolve`` a device string)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from tunedb.transfer.cli.util import UserError, emit, open_db, parse_workload, resolve_target
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("nearest", parents=[common], help="most similar (target, workload) entries and their best configs")
+    p.add_argument("--target", required=True, help="DB target name/key, preset, catalog device or JSON file")
+    p.add_argument("--workload", required=True, help="family:key=value,... or a JSON file")
+    p.add_argument("-k", type=int, default=5, help="number of matches (default 5)")
+    p.add_argument("--best", type=int, default=3, metavar="N", help="best configs per match (default 3)")
+    p.add_argument("--min-similarity", type=float, default=None, help="drop matches below this cosine")
+    p.add_argument("--all-families", action="store_true", help="also match entries of other workload families")
+    p.add_argument("--exclude-target", action="store_true", help="never match the query's own target")
+    w = p.add_mutually_exclusive_group()
+    w.add_argument("--hardware-only", action="store_true", help="rank by hardware similarity only")
+    w.add_argument("--workload-only", action="store_true", help="rank by workload similarity only")
+    w.add_argument("--weights", metavar="HW,WL", help="weights of hardware and workload similarity, e.g. 0.7,0.3")
+    p.add_argument("--index", choices=("auto", "flat", "hnsw"), default="auto", help="vector index kind")
+    p.set_defaults(func=run_nearest)
+
+    p = sub.add_parser("targets", parents=[common], help="local presets, DB targets and catalog devices")
+    p.add_argument("--resolve", metavar="NAME", help="resolve a device string to its catalog row")
+    p.add_argument("--file-hint", metavar="FILE", help="file name beside the device string (e.g. MI250X.json.gz)")
+    p.set_defaults(func=run_targets)
+
+
+def _weights(args):
+    if args.hardware_only:
+        return "hardware"
+    if args.workload_only:
+        return "workload"
+    if args.weights:
+        parts = args.weights.split(",")
+        try:
+            vals = [float(x) for x in parts]
+        except ValueError:
+            raise UserError(f"--weights {args.weights!r}: expected two numbers HW,WL") from None
+        if len(vals) != 2:
+            raise UserError(f"--weights {args.weights!r}: expected two numbers HW,WL")
+        return tuple(vals)
+    return None
+
+
+def run_nearest(args) -> None:
+    if args.k < 1:
+        raise UserError("-k must be >= 1")
+    if args.best < 0:
+        raise UserError("--best must be >= 0")
+    if args.min_similarity is not None and not -1.0 <= args.min_similarity <= 1.0:
+        raise UserError("--min-similarity must be in [-1, 1]")
+    db = open_db(args, must_exist=True)
+    target = resolve_target(args.target, db)
+    workload = parse_workload(args.workload)
+    from tunedb.index.retrieval.nearest import nearest
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            matches = nearest(db, target, workload, args.k, same_family=not args.all_families,
+                              min_similarity=args.min_similarity, weights=_weights(args),
+                              exclude_target=args.exclude_target, best_n=args.best,
+                              index_kind=None if args.index == "auto" else args.index)
+    except ValueError as e:
+        raise UserError(str(e).splitlines()[0]) from None
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            sys.stderr.write(f"tunedb: warning: {str(w.message).splitlines()[0]}\n")
+    payload = {"target": target, "workload": workload, "matches": [m.to_dict() for m in matches]}
+    lines = []
+    for i, m in enumerate(matches, 1):
+        best = m.best[0] if m.best else None
+        cost = f"{best.cost:.6g} s" if best is not None and best.cost is not None else "-"
+        lines.append(f"{i:>2}. {m.similarity:.4f} (hw {m.hw_similarity:.3f} + wl {m.wl_similarity:.3f})  "
+                     f"{m.target_name}  {_wl_text(m.workload)}  best {cost}  {best.config if best else ''}")
+    emit(args, payload, "\n".join(lines) if lines else "no similar entries")
+
+
+def _wl_text(w: dict) -> str:
+    rest = ",".join(f"{k}={v}" for k, v in sorted(w.items()) if k != "family" and not isinstance(v, (list, dict)))
+    return f"{w.get('family')}:{rest}" if rest else str(w.get("family"))
+
+
+def run_targets(args) -> None:
+    from tunedb.index.hardware import catalog
+    from tunedb.index.hardware.localcpu import preset, preset_names
+
+    if args.resolve is not None:
+        r = catalog.resolve(args.resolve, args.file_hint, warn=False)
+        if r.matched == "fallback":
+            sys.stderr.write(f"tunedb: warning: {args.resolve!r} is not in the hardware catalog; inferred from its "
+                             f"tokens: kind={r.kind}, vendor={r.vendor}, family={r.family}\n")
+        d = r.to_json_dict()
+        human = (f"{args.resolve!r} -> {d['name']}  [{d['matched']}]\n  kind {d['kind']}, vendor {d['vendor']}, "
+                 f"architecture {d['architecture']}, family {d['family']}")
+        emit(args, d, human)
+        return
+    presets = [{"name": n, "target": preset(n)} for n in preset_names()]
+    db_targets = []
+    if os.path.isdir(args.db):
+        db = open_db(args)
+        db_targets = [{"target_name": t["target_name"], "target_key": t["target_key"], "records": t["records"],
+                       "kind": t["target"].get("kind")} for t in db.targets()]
+    devs = [{"name": r["name"], "kind": r["kind"], "vendor": r["vendor"], "architecture": r["architecture"],
+             "family": r["family"]} for r in catalog.devices()]
+    lines = ["presets (this machine):"] + [f"  {p['name']}  vector_bits={p['target']['vector_bits']} "
+                                           f"threads={p['target']['threads']}" for p in presets]
+    if db_targets:
+        lines += [f"database targets ({args.db}):"] + [f"  {t['target_name']}  {t['target_key'][:12]}  "
+                                                        f"{t['records']} records" for t in db_targets]
+    lines += [f"catalog devices ({len(devs)}):"] + [f"  {d['name']}  [{d['kind']}, {d['vendor']}, "
+                                                    f"{d['architecture']}]" for d in devs]
+    emit(args, {"presets": presets, "db": db_targets, "catalog": devs}, "\n".join(lines))

@@ -1,0 +1,102 @@
+"""Store commands: init, stats, best, compact, dedup, forget, invalidate."""
+
+from __future__ import annotations
+
+from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, parse_workload, resolve_target, table_text
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("init", parents=[common], help="create an empty database directory")
+    p.set_defaults(func=run_init)
+    p = sub.add_parser("stats", parents=[common], help="records, targets, workloads, files, size")
+    p.set_defaults(func=run_stats)
+    p = sub.add_parser("best", parents=[common], help="the k best configs of a (target, workload)")
+    p.add_argument("--target", required=True)
+    p.add_argument("--workload", required=True)
+    p.add_argument("-k", type=int, default=1)
+    p.set_defaults(func=run_best)
+    p = sub.add_parser("compact", parents=[common], help="merge small files per target")
+    p.set_defaults(func=run_compact)
+    p = sub.add_parser("dedup", parents=[common], help="remove repeated identical measurements")
+    p.set_defaults(func=run_dedup)
+    p = sub.add_parser("forget", parents=[common], help="retention: top-k, age, or a whole target")
+    p.add_argument("--keep-top", type=int)
+    p.add_argument("--older-than", type=float, metavar="DAYS")
+    p.add_argument("--target")
+    p.set_defaults(func=run_forget)
+    p = sub.add_parser("invalidate", parents=[common], help="mark a target stale (toolchain upgrade)")
+    p.add_argument("--target", required=True)
+    p.set_defaults(func=run_invalidate)
+
+
+def run_init(args) -> None:
+    db = open_db(args)
+    emit(args, {"path": str(db.path), "records": len(db)}, f"tunedb database at {db.path} ({len(db)} records)")
+
+
+def run_stats(args) -> None:
+    db = open_db(args, must_exist=True)
+    s = db.stats().to_dict()
+    human = "\n".join(f"{k:>14}: {v}" for k, v in s.items() if k not in ("stale_targets",))
+    emit(args, s, human)
+
+
+def _target_in_db(args, db, spec: str) -> dict:
+    t = resolve_target(spec, db)
+    from tunedb.index.keys import key_of
+
+    tkey = key_of(t)
+    if not any(x["target_key"] == tkey for x in db.targets()):
+        raise UserError(f"target {spec!r} has no records in {args.db}")
+    return t
+
+
+def run_best(args) -> None:
+    if args.k < 1:
+        raise UserError("-k must be >= 1")
+    db = open_db(args, must_exist=True)
+    target = _target_in_db(args, db, args.target)
+    workload = parse_workload(args.workload)
+    recs = db.best(target, workload, args.k)
+    if not recs:
+        from tunedb.index.keys import key_of
+
+        if not any(e == key_of(workload) for e in db.entries().column("workload_key").to_pylist()):
+            raise UserError(f"workload {args.workload!r} has no records in {args.db}")
+    rows = [{"config": r.config, "cost": r.cost, "costs": list(r.costs), "status": r.status,
+             "source": r.source, "record_id": r.record_id} for r in recs]
+    human = table_text(["rank", "cost", "source", "config"],
+                       [[i + 1, fmt_seconds(r["cost"]), r["source"], r["config"]] for i, r in enumerate(rows)])
+    emit(args, {"target": target, "workload": workload, "records": rows}, human)
+
+
+def run_compact(args) -> None:
+    db = open_db(args, must_exist=True)
+    st = db.compact()
+    emit(args, st, f"compacted {st['partitions']} partition(s): {st['files_before']} -> {st['files_after']} files")
+
+
+def run_dedup(args) -> None:
+    db = open_db(args, must_exist=True)
+    st = db.dedup()
+    emit(args, st, f"removed {st['removed']} repeated measurement(s)")
+
+
+def run_forget(args) -> None:
+    if args.keep_top is None and args.older_than is None and args.target is None:
+        raise UserError("forget needs --keep-top, --older-than or --target")
+    if args.keep_top is not None and args.keep_top < 0:
+        raise UserError("--keep-top must be >= 0")
+    if args.older_than is not None and args.older_than < 0:
+        raise UserError("--older-than must be >= 0")
+    db = open_db(args, must_exist=True)
+    target = _target_in_db(args, db, args.target) if args.target else None
+    st = db.forget(keep_top=args.keep_top, older_than_days=args.older_than, target=target)
+    emit(args, st, f"removed {st['removed']} record(s)")
+
+
+def run_invalidate(args) -> None:
+    db = open_db(args, must_exist=True)
+    target = _target_in_db(args, db, args.target)
+    key = db.invalidate(target)
+    emit(args, {"target_key": key, "invalidated": True}, f"target {args.target} ({key[:12]}) marked stale")

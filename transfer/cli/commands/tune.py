@@ -1,0 +1,198 @@
+"""Transfer commands: tune, warm-start, predict."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tunedb.transfer.cli.util import (
+    ProgressBar,
+    UserError,
+    emit,
+    fmt_seconds,
+    load_json_file,
+    open_db,
+    parse_config,
+    parse_workload,
+    resolve_target,
+    table_text,
+)
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("tune", parents=[common], help="tune one (target, workload): retrieval-seeded local search")
+    p.add_argument("--target", help="preset, DB target, catalog device or JSON file (default with --replay: "
+                                    "the file's device)")
+    p.add_argument("--workload", help="family:key=value,... or JSON file (default with --replay: the file's kernel)")
+    p.add_argument("--budget", type=int, default=20, help="evaluations in this run (new measurements + cache hits)")
+    p.add_argument("--cold", action="store_true", help="no retrieval, random start (for comparison)")
+    p.add_argument("--replay", metavar="FILE", help="answer measurements from a Kernel Tuner cache file")
+    p.add_argument("--device", help="device name for the replay file (overrides an empty device_name)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--wall-time", type=float, metavar="SECONDS")
+    p.add_argument("--patience", type=int, default=8, help="rounds without improvement before stopping")
+    p.add_argument("--exact", action="store_true", help="start from the exact entry's best configs (lookup only)")
+    p.set_defaults(func=run_tune)
+
+    p = sub.add_parser("warm-start", parents=[common], help="tune many workloads on a new target from history")
+    p.add_argument("--target", required=True)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--workloads", metavar="FILE", help="JSON list of workloads, or one workload spec per line")
+    g.add_argument("--from-target", metavar="SRC", help="every workload SRC has in the DB")
+    p.add_argument("--budget", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cold", action="store_true")
+    p.set_defaults(func=run_warm_start)
+
+    p = sub.add_parser("predict", parents=[common], help="the cost model's predicted time for a config")
+    p.add_argument("--target", required=True)
+    p.add_argument("--workload", required=True)
+    p.add_argument("--config", required=True, help="JSON object or file")
+    p.set_defaults(func=run_predict)
+
+
+def _check_budget(b: int) -> None:
+    if b < 1:
+        raise UserError("--budget must be >= 1")
+
+
+def make_job(args, db, target_spec, workload_spec, replay: str | None = None):
+    """Resolve (target, workload) into a tuning Job, with user errors as UserError."""
+    from tunedb.transfer.search.jobs import local_job, replay_job
+
+    workload = parse_workload(workload_spec) if workload_spec else None
+    if replay:
+        if not os.path.isfile(replay):
+            raise UserError(f"replay file {replay} does not exist")
+        target = resolve_target(target_spec, db) if target_spec else None
+        try:
+            return replay_job(replay, target, workload, device=getattr(args, "device", None))
+        except (ValueError, OSError) as e:
+            raise UserError(f"cannot replay {replay}: {str(e).splitlines()[0]}") from None
+    if not target_spec or not workload_spec:
+        raise UserError("--target and --workload are required (or --replay FILE)")
+    target = resolve_target(target_spec, db)
+    try:
+        return local_job(target, workload)
+    except ValueError as e:
+        raise UserError(str(e).splitlines()[0]) from None
+
+
+def _progress(args, label: str, total: int):
+    bar = ProgressBar(total, label, enabled=None if not args.json else False)
+
+    def cb(ev: dict) -> None:
+        best = fmt_seconds(ev["best"]) if ev["best"] is not None else "-"
+        bar.update(ev["evaluations"], f"best {best}  new {ev['measurements']}  hits {ev['cache_hits']}")
+    return bar, cb
+
+
+def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = "tune", **opt):
+    from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+    options = TuneOptions(budget=budget, cold=cold, seed=seed, **opt)
+    bar, cb = _progress(args, label, budget)
+    try:
+        res = Tuner(db, job.target, job.workload, job.space, job.backend, options, **job.tuner_kwargs(),
+                    progress=cb).run()
+    finally:
+        bar.close()
+    return res
+
+
+def run_tune(args) -> int:
+    _check_budget(args.budget)
+    db = open_db(args)
+    job = make_job(args, db, args.target, args.workload, args.replay)
+    res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
+                   patience=args.patience, use_exact=args.exact)
+    out = res.to_json()
+    out["target"] = job.target.get("name", "")
+    lines = [f"target {out['target']}  workload {json.dumps(job.workload)}",
+             f"best {fmt_seconds(res.best_cost)}  config {json.dumps(res.best_config)}",
+             f"measurements {res.measurements} new, {res.cache_hits} cache hits, stopped by {res.stopped_by}"]
+    if res.seeds:
+        lines.append("seeded from: " + ", ".join(f"{s['from_target']} ({s['similarity']:.3f})" for s in res.seeds[:5]))
+    emit(args, out, "\n".join(lines))
+    return 130 if res.interrupted else 0
+
+
+def _workloads_from_file(path: str) -> list[dict]:
+    if not os.path.isfile(path):
+        raise UserError(f"cannot read workloads file {path}")
+    text = open(path, encoding="utf-8").read()
+    if text.lstrip().startswith("["):
+        data = load_json_file(path, "workloads")
+        if not isinstance(data, list) or not all(isinstance(w, dict) and isinstance(w.get("family"), str)
+                                                for w in data):
+            raise UserError(f"workloads file {path} must be a JSON list of objects with a 'family'")
+        return data
+    return [parse_workload(line.strip()) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def run_warm_start(args) -> int:
+    _check_budget(args.budget)
+    db = open_db(args)
+    if args.workloads:
+        workloads = _workloads_from_file(args.workloads)
+    else:
+        src = resolve_target(args.from_target, db)
+        from tunedb.index.keys import key_of
+
+        skey = key_of(src)
+        ents = [e for e in db.entries().to_pylist() if e["target_key"] == skey]
+        if not ents:
+            raise UserError(f"target {args.from_target!r} has no records in {args.db}")
+        workloads = [json.loads(e["workload"]) for e in ents]
+    if not workloads:
+        raise UserError("no workloads to tune")
+    target = resolve_target(args.target, db)
+    from tunedb.transfer.search.jobs import local_job
+
+    rows, results = [], []
+    interrupted = False
+    for i, w in enumerate(workloads):
+        try:
+            job = local_job(target, w)
+        except ValueError as e:
+            raise UserError(str(e).splitlines()[0]) from None
+        res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed,
+                       label=f"[{i + 1}/{len(workloads)}] {w['family']}")
+        results.append(res)
+        rows.append({"workload": job.workload, "best": None if res.best_config is None else
+                     {"config": res.best_config, "cost": res.best_cost},
+                     "measurements": res.measurements, "cache_hits": res.cache_hits,
+                     "seeds": res.seeds[:3], "history": res.history})
+        if res.interrupted:
+            interrupted = True
+            break
+    human = table_text(["workload", "best", "new", "hits", "seeded from"],
+                       [[json.dumps(r["workload"]), fmt_seconds(r["best"]["cost"] if r["best"] else None),
+                         r["measurements"], r["cache_hits"], (r["seeds"][0]["from_target"] if r["seeds"] else "-")]
+                        for r in rows])
+    emit(args, {"target": target.get("name", ""), "workloads": rows,
+                "totals": {"workloads": len(rows), "measurements": sum(r["measurements"] for r in rows),
+                           "cache_hits": sum(r["cache_hits"] for r in rows)}, "interrupted": interrupted}, human)
+    return 130 if interrupted else 0
+
+
+def run_predict(args) -> int:
+    db = open_db(args, must_exist=True)
+    target = resolve_target(args.target, db)
+    workload = parse_workload(args.workload)
+    config = parse_config(args.config)
+    from tunedb.transfer.search.costmodel import default_model, training_data
+
+    cfgs, wls, tgs, costs = training_data(db, workload["family"])
+    if len(cfgs) < 20:
+        raise UserError(f"the DB has {len(cfgs)} ok records of family {workload['family']!r}; "
+                        "the cost model needs at least 20")
+    model = default_model().fit(cfgs, wls, tgs, costs)
+    pred = float(model.predict([config], [workload], [target])[0])
+    out = {"target": target.get("name", ""), "workload": workload, "config": config, "predicted_cost": pred,
+           "trained_on": {"records": model.n_records_, "targets": len(model.targets_),
+                          "target_names": model.targets_},
+           "heldout_spearman": model.heldout_spearman_, "model": type(model).__name__}
+    emit(args, out, f"predicted {fmt_seconds(pred)} (model trained on {model.n_records_} records of "
+                    f"{len(model.targets_)} targets; held-out Spearman {model.heldout_spearman_:.3f})")
+    return 0

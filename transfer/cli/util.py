@@ -1,0 +1,151 @@
+"""Shared pieces of the command line: user errors, output, parsing of workloads."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+class UserError(Exception):
+    """A mistake in the user's input: reported as one line on stderr, exit status 2."""
+
+
+def emit(args, payload: dict, human: str | None = None) -> None:
+    """Print ``payload`` as exactly one JSON object with --json, else ``human`` (or pretty JSON)."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(payload, default=str, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write((human if human is not None else json.dumps(payload, indent=2, default=str)) + "\n")
+    sys.stdout.flush()
+
+
+def _scalar(text: str) -> Any:
+    t = text.strip()
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    return t
+
+
+def load_json_file(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise UserError(f"cannot read {what} file {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what} file {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
+
+
+def parse_workload(spec: str) -> dict:
+    """``family:key=value,...`` or a path to a JSON file -> workload dict with a ``family`` key."""
+    if not spec:
+        raise UserError("empty workload")
+    if os.path.exists(spec) or spec.endswith(".json"):
+        w = load_json_file(spec, "workload")
+        if not isinstance(w, dict) or not isinstance(w.get("family"), str):
+            raise UserError(f"workload file {spec} must hold a JSON object with a string 'family'")
+        return w
+    family, _, rest = spec.partition(":")
+    family = family.strip()
+    if not family or not family.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise UserError(f"bad workload {spec!r}: expected family:key=value,... or a JSON file")
+    w: dict[str, Any] = {"family": family}
+    if rest.strip():
+        for item in rest.split(","):
+            k, eq, v = item.partition("=")
+            if not eq or not k.strip():
+                raise UserError(f"bad workload {spec!r}: {item!r} is not key=value")
+            w[k.strip()] = _scalar(v)
+    return w
+
+
+def parse_config(spec: str) -> dict:
+    """A JSON object given inline or as a path to a JSON file."""
+    if os.path.exists(spec):
+        c = load_json_file(spec, "config")
+    else:
+        try:
+            c = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise UserError(f"config is not valid JSON: {e.msg}") from None
+    if not isinstance(c, dict):
+        raise UserError("config must be a JSON object")
+    return c
+
+
+def open_db(args, *, must_exist: bool = False):
+    """Open ``args.db``; a path that is not a tunedb DB is a user error."""
+    from tunedb.index import TuningDB
+
+    path = getattr(args, "db", "./tunedb-data")
+    if must_exist and not os.path.isdir(path):
+        raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
+    try:
+        return TuningDB.open(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot open database {path}: {e}") from None
+
+
+def resolve_target(spec: str, db=None) -> dict:
+    """A target spec (DB target_name/key, preset, catalog device, JSON file) -> target dict."""
+    from tunedb.index.hardware.targets import resolve_target as _resolve
+
+    try:
+        return _resolve(spec, db)
+    except (ValueError, KeyError) as e:
+        raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
+
+
+def fmt_seconds(s: float | None, *, missing: str = "-", micro: str = "us") -> str:
+    """A duration in seconds with a readable unit (s, ms, ``micro``, ns); ``missing`` for None."""
+    if s is None:
+        return missing
+    for unit, f in (("s", 1.0), ("ms", 1e-3), (micro, 1e-6)):
+        if s >= f:
+            return f"{s / f:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
+
+
+def table_text(headers: list[str], rows: list[list]) -> str:
+    """A plain fixed-width text table."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only on a TTY and never with --json."""
+
+    def __init__(self, total: int, label: str = "", enabled: bool | None = None):
+        self.total = max(int(total), 1)
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._last = 0.0
+
+    def update(self, done: int, info: str = "", force: bool = False) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        now = time.monotonic()
+        if not force and now - self._last < 0.1 and done < self.total:
+            return
+        self._last = now
+        width = 28
+        filled = int(width * min(done, self.total) / self.total)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {info}\x1b[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -1,0 +1,1 @@
+"""Optional integrations with heavy dependencies, imported lazily: TVM MetaSchedule, Ray."""

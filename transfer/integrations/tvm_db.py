@@ -1,0 +1,517 @@
+"""A TVM MetaSchedule database backed by tunedb (optional extra ``.[tvm]``).
+
+``TunedbDatabase(path, target=None)`` is a MetaSchedule ``PyDatabase`` whose records live in the
+tunedb store at ``path``, so ``ms.tune_tir(mod, target, work_dir, max_trials_global=...,
+database=TunedbDatabase(path, target=target))`` reads and writes tunedb, and
+``ms.tir_integration.compile_tir(db, mod, target)`` picks the best schedule back out.
+TVM (``apache-tvm==0.27.0.post1`` with ``apache-tvm-ffi==0.1.14.post0``; MetaSchedule lives in
+``tvm.s_tir.meta_schedule`` there) is imported lazily: importing this module never needs TVM,
+only touching :data:`TunedbDatabase` (or calling the TVM helpers) does.
+
+Mapping (one MetaSchedule ``TuningRecord`` -> one tunedb Record, source ``measured``), the same
+as :mod:`transfer.importers.metaschedule`, so a JSONDatabase imported with ``tunedb import
+metaschedule`` is served by this class and records written here export back with ``tunedb
+export --format metaschedule``:
+
+* target: the TVM target's JSON export (``Target.export()``: kind, keys, mcpu, num-cores, ...) as a
+  dict, plus the catalog fields the importer adds for a known ``mcpu`` (:func:`target_of`).
+* workload: ``{family, structural_hash, shapes, dtypes, dtype[, M, N, K]}``
+  (:func:`~transfer.importers.metaschedule.workload_of`): keyed by the IRModule's structural hash
+  (an opaque string; MetaSchedule's ``"structural"`` module equality), shapes and dtypes from the
+  module's entry-function ``ArgInfo``; ``family`` is ``matmul`` for ``[M,K] x [K,N] -> [M,N]``, else
+  ``tir``.  The workload is always computed from the IRModule itself, never from a record's
+  ``args_info``, so a module maps to one workload key whatever the record says.
+* config: the trace's sampling decisions as knobs ``decision_<inst>_<Kind>`` plus ``sketch``
+  (:func:`~transfer.importers.metaschedule.config_of`).
+* costs: ``run_secs`` in seconds.  ``run_secs`` missing, or MetaSchedule's failure marker (1e10 s)
+  -> status ``runtime_error`` without costs (MetaSchedule never returns those from ``get_top_k``).
+* meta ``{"metaschedule": {"record": [trace, run_secs, target, args_info], "workload":
+  [structural_hash, base64(IRModule JSON)]}}``: the record's JSON and ``Workload.as_json()``
+  verbatim (the IRModule serialised by TVM's JSON graph writer, i.e. ``tvm.ir.save_json``), so every
+  stored record can be rebuilt into a ``TuningRecord`` on its own.
+
+Nothing from a record is executed: traces and modules are read back with TVM's JSON readers
+(``Workload.from_json``, ``TuningRecord.from_json`` / ``Trace.apply_json_to_schedule``, which
+replay schedule primitives from data), never ``eval``'d or unpickled.
+
+Target awareness (MetaSchedule's own ``JSONDatabase`` ignores the target, apache/tvm#15549)
+------------------------------------------------------------------------------------------------
+``get_top_k(workload, k)`` has no target argument, so the database has a *current target*:
+
+* the ``target`` constructor argument (a ``tvm.target.Target``, a JSON dict or a target string)
+  when given -- recommended, because MetaSchedule calls ``get_top_k`` before the first commit;
+* otherwise the target of the first tuning record committed through this handle;
+* settable at any time with :meth:`set_target`; :attr:`target` shows it (a tunedb target dict).
+
+``get_top_k``, ``get_all_tuning_records`` and ``__len__`` only see records of the current target;
+with no current target ``get_top_k`` returns nothing (it never mixes targets) while
+``get_all_tuning_records``/``__len__`` see every target.  ``query_tuning_record`` (and so
+``query_schedule``, ``query_ir_module`` and ``compile_tir``, whose C++ defaults call it) uses the
+target it is *given*, never the current one.  Records are always committed under their own
+target (``TuningRecord.target``; the current target only when a record has none).  Targets match
+exactly on their JSON export: ``{"kind": "llvm", "num-cores": 2}`` and ``{"kind": "llvm",
+"mcpu": "znver4", "num-cores": 2}`` are different targets.  ``has_workload`` is target-independent
+(as in MetaSchedule): true when any target has a record of the module, or the module was
+committed through this handle.
+
+Warm start for an unseen workload
+---------------------------------
+When the current target has no ``ok`` record of the workload, ``get_top_k`` (which MetaSchedule's
+evolutionary search calls to seed its initial population) returns *adapted traces of the nearest
+entries* instead, up to ``k``:
+
+1. ``db.nearest(target, workload, warm_start_neighbours, same_family=True,
+   best_n=warm_start_per_neighbour)`` -- the most similar (target, workload) entries of the same
+   family (matmul with matmul), on any target, most similar first;
+2. neighbours of another target *kind* (e.g. cuda traces for llvm) are skipped, and so are records
+   without a MetaSchedule trace (native tunedb kernels);
+3. each neighbour record's trace, cut at ``EnterPostproc`` (postprocessor output is shape-specific;
+   MetaSchedule re-runs the postprocessors itself), is applied to a fresh schedule of the new
+   workload's IRModule with ``Trace.apply_json_to_schedule``.  TVM re-validates every decision on
+   the new loops: a perfect-tile decision whose inner factors no longer divide the new extent keeps
+   the factors that do and gives the outer tile the rest, so a 64x64x64 tiling adapts to
+   64x64x128.  A trace that fails to apply (other block names, other loop nest) is skipped;
+4. the resulting traces (``sch.trace``, with the adapted decisions), de-duplicated, come back as
+   ``TuningRecord(trace, workload, run_secs=None, target=current target, args_info)``:
+   ``run_secs=None`` marks them unmeasured, so nobody mistakes them for measurements, and they are
+   never stored.  :attr:`last_warm_start` lists where each came from.
+
+Once the workload has an ``ok`` record on the current target, only its own records are returned.
+``query_tuning_record`` never warm-starts (it answers measured results only).  Only MetaSchedule's
+evolutionary search reads ``get_top_k``; the replay strategies ignore the database.
+
+Building on small machines
+--------------------------
+:func:`local_builder` is MetaSchedule's ``LocalBuilder`` minus one import per worker (see
+:func:`build_without_tensor_intrin`): with the stock builder every build batch costs ~25 CPU seconds
+before it compiles anything.  The tuning process itself still pays that import once (in
+``TuneContext``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from tunedb.index.keys import key_of
+from tunedb.index.parquet.store import TuningDB
+from tunedb.index.record import Record
+from tunedb.transfer.interop.metaschedule import FAILED_RUN_S, config_of, target_of, workload_of
+
+__all__ = ["TunedbDatabase",  # noqa: F822 (built lazily by __getattr__)
+           "TVM_INSTALL_HINT", "build_without_tensor_intrin", "local_builder", "strip_postproc",
+           "tvm_available"]
+
+log = logging.getLogger(__name__)
+
+TVM_INSTALL_HINT = "TVM is not installed: pip install -e '.[tvm]' (apache-tvm==0.27.0.post1, apache-tvm-ffi==0.1.14.post0)"
+SOURCE = "measured"
+_CACHE_LIMIT = 4096  # rebuilt TuningRecords kept per handle (by record_id)
+
+
+def tvm_available() -> bool:
+    """True when ``tvm.s_tir.meta_schedule`` imports (the ``.[tvm]`` extra is installed)."""
+    try:
+        import tvm.s_tir.meta_schedule  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def strip_postproc(trace_json: Any) -> list:
+    """A trace JSON ``[instructions, decisions]`` cut before its ``EnterPostproc`` instruction.
+
+    Pure JSON manipulation (no TVM): decisions of removed instructions are dropped.  Raises
+    ValueError when ``trace_json`` is not ``[list, list]``."""
+    if not (isinstance(trace_json, list) and len(trace_json) == 2 and isinstance(trace_json[0], list)
+            and isinstance(trace_json[1], list)):
+        raise ValueError("trace must be [instructions, decisions]")
+    insts, decisions = trace_json
+    end = len(insts)
+    for i, inst in enumerate(insts):
+        if isinstance(inst, list) and inst and inst[0] == "EnterPostproc":
+            end = i
+            break
+    return [insts[:end], [d for d in decisions if isinstance(d, list) and d and isinstance(d[0], int) and d[0] < end]]
+
+
+def normalise_target_json(tjson: Mapping[str, Any], default_triple: str | None) -> dict:
+    """A TVM target's JSON export with the ``mtriple`` that TVM fills in by itself removed.
+
+    TVM's LLVM-based targets get ``mtriple`` = the LLVM host triple of the TVM build
+    (``x86_64-conda-linux-gnu`` for the apache-tvm 0.27.0.post1 wheel) when none is given, so the
+    same target exports differently on differently built TVMs; an ``mtriple`` equal to
+    ``default_triple`` is dropped (also in a nested ``host``), any other one is kept.  Pure JSON."""
+    out: dict = {}
+    for k, v in tjson.items():
+        if k == "mtriple" and default_triple and v == default_triple:
+            continue
+        if k == "host" and isinstance(v, Mapping):
+            v = normalise_target_json(v, default_triple)
+        out[str(k)] = v
+    return out
+
+
+def _run_secs_status(run_secs: Any) -> tuple[list[float], str, str]:
+    """(costs seconds, status, error) of a MetaSchedule ``run_secs`` value."""
+    if not run_secs:
+        return [], "runtime_error", "MetaSchedule record without run_secs"
+    costs = [float(x) for x in run_secs]
+    if any(c >= FAILED_RUN_S or c != c for c in costs):
+        return [], "runtime_error", "MetaSchedule failed build or run (run_secs >= 1e9)"
+    return costs, "ok", ""
+
+
+def build_without_tensor_intrin(mod: Any, target: Any, _params: Any = None) -> Any:
+    """A ``LocalBuilder`` build function: MetaSchedule's ``default_build`` without its
+    ``import tvm.s_tir.tensor_intrin``.
+
+    In apache-tvm 0.27 that import parses every tensor intrinsic's TVMScript and costs about 25 CPU
+    seconds; ``LocalBuilder`` starts fresh worker processes for every batch, so each batch pays it
+    again (and its default 30 s timeout fails every build on a busy 2-core machine).  Intrinsics
+    are only needed while *scheduling* (tensorize, in the tuning process); a scheduled module builds
+    without the registry.  Runs in the builder's worker process; returns the built runtime module."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
+def local_builder(max_workers: int | None = None, timeout_sec: float = 120.0) -> Any:
+    """A MetaSchedule ``LocalBuilder`` using :func:`build_without_tensor_intrin` (``timeout_sec``:
+    seconds per build; ``max_workers``: worker processes, default one per CPU)."""
+    from tvm.s_tir.meta_schedule.builder import LocalBuilder
+
+    return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=build_without_tensor_intrin)
+
+
+def _build_class() -> type:
+    """Create the ``@derived_object`` PyDatabase subclass (imports TVM)."""
+    import tvm
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
+    from tvm.s_tir.meta_schedule.utils import _json_de_tvm
+    from tvm.s_tir.schedule import Trace
+
+    def to_tvm_target(target: Any) -> tvm.target.Target:
+        if isinstance(target, tvm.target.Target):
+            return target
+        if isinstance(target, Mapping):
+            return tvm.target.Target(dict(target))
+        if isinstance(target, str):
+            return tvm.target.Target(target)
+        raise TypeError(f"target must be a tvm Target, a JSON dict or a string, not {type(target).__name__}")
+
+    def plain(obj: Any) -> Any:
+        """TVM containers (Array, Map, IntImm, FloatImm, String) -> plain JSON data."""
+        if obj is None or isinstance(obj, (bool, int, float)):
+            return obj
+        if isinstance(obj, str):
+            return str(obj)
+        if isinstance(obj, (list, tuple)):
+            return [plain(x) for x in obj]
+        if isinstance(obj, dict):
+            return {str(k): plain(v) for k, v in obj.items()}
+        return plain(_json_de_tvm(obj))
+
+    try:
+        default_triple: str | None = str(tvm.target.codegen.llvm_get_system_triple())
+    except Exception:  # a TVM built without LLVM
+        default_triple = None
+
+    def target_json(target: tvm.target.Target) -> dict:
+        """The TVM target's JSON export as plain Python data (verbatim)."""
+        return plain(target.export())
+
+    def tunedb_target(tjson: Mapping[str, Any]) -> dict:
+        """tunedb target dict of a TVM target JSON (what records are stored and matched under)."""
+        return target_of(normalise_target_json(tjson, default_triple))
+
+    class TunedbDatabase(PyDatabase):
+        """MetaSchedule database stored in tunedb (see :mod:`transfer.tvm_db` for the contract).
+
+        ``path``: tunedb DB directory (created when missing) or an open :class:`TuningDB`;
+        ``target``: the current target (``tvm.target.Target``, JSON dict or string; see module
+        docstring); ``warm_start``: offer nearest-neighbour traces for unseen workloads;
+        ``warm_start_neighbours``: entries asked from ``db.nearest``;
+        ``warm_start_per_neighbour``: best records taken from each; ``min_similarity``: ignore
+        neighbours below it; ``session``: tunedb session label of committed records."""
+
+        def __init__(self, path: str | os.PathLike | TuningDB, target: Any = None, *, warm_start: bool = True,
+                     warm_start_neighbours: int = 8, warm_start_per_neighbour: int = 4,
+                     min_similarity: float | None = None, session: str = "") -> None:
+            super().__init__()
+            self.db = path if isinstance(path, TuningDB) else TuningDB.open(path)
+            self.warm_start = bool(warm_start)
+            self.warm_start_neighbours = int(warm_start_neighbours)
+            self.warm_start_per_neighbour = int(warm_start_per_neighbour)
+            self.min_similarity = min_similarity
+            self.session = session
+            self.last_warm_start: list[dict] = []
+            self._lock = threading.RLock()
+            self._tvm_target: tvm.target.Target | None = None
+            self._target: dict | None = None
+            self._workloads: dict[str, Workload] = {}       # structural hash -> Workload (this handle)
+            self._wl_info: dict[str, tuple[dict, str]] = {}  # structural hash -> (workload dict, base64 module)
+            self._known_wl_keys: set[str] | None = None      # workload keys with a record in the store
+            self._rebuilt: OrderedDict[str, Any] = OrderedDict()
+            self._warned_mismatch = False
+            if target is not None:
+                self.set_target(target)
+
+        # ------------------------------------------------------------------ targets
+        @property
+        def target(self) -> dict | None:
+            """The current target as a tunedb target dict (None until known)."""
+            return self._target
+
+        @property
+        def tvm_target(self) -> tvm.target.Target | None:
+            """The current target as a ``tvm.target.Target`` (None until known)."""
+            return self._tvm_target
+
+        def set_target(self, target: Any) -> dict:
+            """Make ``target`` (Target, JSON dict or string) the current target; returns its dict."""
+            t = to_tvm_target(target)
+            with self._lock:
+                self._tvm_target = t
+                self._target = tunedb_target(target_json(t))
+                return self._target
+
+        def target_dict(self, target: Any) -> dict:
+            """tunedb target dict of a Target / JSON dict / string (as records are committed)."""
+            return tunedb_target(target_json(to_tvm_target(target)))
+
+        # ---------------------------------------------------------------- workloads
+        def _workload_info(self, mod: tvm.IRModule, shash: str | None = None,
+                           b64: str | None = None) -> tuple[str, dict, str]:
+            """(structural hash, workload dict, base64 module JSON) of ``mod``."""
+            if shash is None or b64 is None:
+                shash, b64 = (str(x) for x in Workload(mod).as_json())
+            info = self._wl_info.get(shash)
+            if info is None:
+                args = plain([a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)])
+                info = self._wl_info[shash] = (workload_of(shash, args), b64)
+            return shash, info[0], info[1]
+
+        def _known_workload_keys(self) -> set[str]:
+            if self._known_wl_keys is None:
+                t = self.db.records(include_stale=False)
+                self._known_wl_keys = set(t.column("workload_key").to_pylist()) if t.num_rows else set()
+            return self._known_wl_keys
+
+        def has_workload(self, mod: tvm.IRModule) -> bool:
+            """True when any target has a record of ``mod`` or it was committed through this handle."""
+            with self._lock:
+                shash, wl, _ = self._workload_info(mod)
+                if shash in self._workloads:
+                    return True
+                return key_of(wl) in self._known_workload_keys()
+
+        def commit_workload(self, mod: tvm.IRModule) -> Workload:
+            """The ``Workload`` of ``mod`` (one object per structural hash and handle; nothing is
+            written: tunedb stores a workload with its records)."""
+            with self._lock:
+                w = Workload(mod)
+                shash, b64 = (str(x) for x in w.as_json())
+                have = self._workloads.get(shash)
+                if have is not None:
+                    return have
+                self._workload_info(mod, shash, b64)
+                self._workloads[shash] = w
+                return w
+
+        def _workload_of_object(self, workload: Workload) -> tuple[str, dict, str]:
+            shash, b64 = (str(x) for x in workload.as_json())
+            self._workloads.setdefault(shash, workload)
+            return self._workload_info(workload.mod, shash, b64)
+
+        # ------------------------------------------------------------------ records
+        def commit_tuning_record(self, record: TuningRecord) -> None:
+            """Store one MetaSchedule record as a tunedb Record (durable on return)."""
+            with self._lock:
+                inner = plain(record.as_json())  # [trace, run_secs, target, args_info]
+                shash, wl, b64 = self._workload_of_object(record.workload)
+                if inner[2] is None:
+                    if self._tvm_target is None:
+                        raise ValueError("TuningRecord has no target and the database has no current target")
+                    inner[2] = target_json(self._tvm_target)
+                tdict = tunedb_target(inner[2])
+                if self._target is None:
+                    self.set_target(inner[2])
+                elif tdict != self._target and not self._warned_mismatch:
+                    self._warned_mismatch = True
+                    log.warning("TunedbDatabase: committing records for target %s while get_top_k serves %s; "
+                                "pass the tuning target to TunedbDatabase(target=...)",
+                                json.dumps(tdict, sort_keys=True), json.dumps(self._target, sort_keys=True))
+                costs, status, error = _run_secs_status(inner[1])
+                rec = Record(target=tdict, workload=wl, config=config_of(inner[0]), costs=costs, status=status,
+                             error=error, source=SOURCE, session=self.session,
+                             meta={"metaschedule": {"record": inner, "workload": [shash, b64]}})
+                self.db.commit(rec)
+                if self._known_wl_keys is not None:
+                    self._known_wl_keys.add(rec.workload_key)
+
+        def _rebuild(self, rec: Record, workload: Workload) -> TuningRecord | None:
+            """The MetaSchedule record stored in ``rec.meta`` (trace replayed on ``workload``)."""
+            cached = self._rebuilt.get(rec.record_id)
+            if cached is not None:
+                self._rebuilt.move_to_end(rec.record_id)
+                return cached
+            ms = rec.meta.get("metaschedule")
+            if not (isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and len(ms["record"]) == 4):
+                return None
+            try:
+                tr = TuningRecord.from_json(ms["record"], workload)
+            except Exception as e:  # a stored trace that no longer applies: skip it, keep serving
+                log.warning("tunedb record %s: MetaSchedule trace does not apply: %s", rec.record_id,
+                            str(e).splitlines()[0] if str(e) else type(e).__name__)
+                return None
+            self._rebuilt[rec.record_id] = tr
+            if len(self._rebuilt) > _CACHE_LIMIT:
+                self._rebuilt.popitem(last=False)
+            return tr
+
+        def _measured_top_k(self, target: dict, wl: dict, workload: Workload, k: int) -> list[TuningRecord]:
+            out = []
+            for rec in self.db.best(target, wl, k):
+                tr = self._rebuild(rec, workload)
+                if tr is not None:
+                    out.append(tr)
+            return out
+
+        def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+            """Best ``top_k`` measured records of ``workload`` on the current target (ascending mean
+            run time); for a workload the current target has none of, adapted nearest-neighbour
+            traces (unmeasured, ``run_secs=None``); [] without a current target."""
+            with self._lock:
+                if top_k <= 0 or self._target is None:
+                    return []
+                _, wl, _ = self._workload_of_object(workload)
+                out = self._measured_top_k(self._target, wl, workload, int(top_k))
+                if out or not self.warm_start:
+                    return out
+                return self._warm_start(workload, wl, int(top_k))
+
+        def _warm_start(self, workload: Workload, wl: dict, top_k: int) -> list[TuningRecord]:
+            target = self._target
+            assert target is not None and self._tvm_target is not None
+            self.last_warm_start = []
+            try:
+                with warnings.catch_warnings():  # "target matches no catalog device": expected for TVM targets
+                    warnings.simplefilter("ignore", UserWarning)
+                    matches = self.db.nearest(target, wl, self.warm_start_neighbours, same_family=True,
+                                              min_similarity=self.min_similarity,
+                                              best_n=self.warm_start_per_neighbour)
+            except (ValueError, TypeError) as e:
+                log.warning("tunedb warm start: nearest query failed: %s", e)
+                return []
+            mod = workload.mod
+            args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
+            out: list[TuningRecord] = []
+            seen: set[str] = set()
+            for m in matches:
+                if m.target.get("kind") != target.get("kind"):
+                    continue
+                for rec in m.best:
+                    ms = rec.meta.get("metaschedule")
+                    if not (isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and ms["record"]):
+                        continue
+                    try:
+                        pre = strip_postproc(ms["record"][0])
+                        sch = Schedule(mod, error_render_level="none")
+                        Trace.apply_json_to_schedule(pre, sch)
+                        trace = sch.trace
+                        key = json.dumps(plain(trace.as_json(remove_postproc=True)), sort_keys=True)
+                    except Exception:  # the trace does not fit this workload: skip it
+                        continue
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    out.append(TuningRecord(trace, workload, None, self._tvm_target, args_info))
+                    self.last_warm_start.append({"record_id": rec.record_id, "from_target": m.target_name,
+                                                 "from_workload": m.workload, "similarity": m.similarity,
+                                                 "cost": rec.cost})
+                    if len(out) >= top_k:
+                        return out
+            return out
+
+        def _scoped_records(self) -> list[Record]:
+            t = self.db.records(self._target, include_stale=False) if self._target is not None else \
+                self.db.records(include_stale=False)
+            if t.num_rows == 0:
+                return []
+            metas = t.column("meta").to_pylist()
+            rows = [i for i, m in enumerate(metas) if '"metaschedule"' in m]
+            if not rows:
+                return []
+            return [Record.from_row(d) for d in t.take(rows).to_pylist()]
+
+        def get_all_tuning_records(self) -> list[TuningRecord]:
+            """Every stored MetaSchedule record of the current target (of all targets when none is
+            set), failed ones included, in commit order."""
+            with self._lock:
+                out = []
+                for rec in self._scoped_records():
+                    ms = rec.meta["metaschedule"]
+                    wjson = ms.get("workload")
+                    if not (isinstance(wjson, list) and len(wjson) == 2):
+                        continue
+                    w = self._workloads.get(str(wjson[0]))
+                    if w is None:
+                        try:
+                            w = Workload.from_json(wjson)
+                        except Exception:
+                            continue
+                        self._workloads[str(wjson[0])] = w
+                    tr = self._rebuild(rec, w)
+                    if tr is not None:
+                        out.append(tr)
+                return out
+
+        def __len__(self) -> int:
+            """Number of stored MetaSchedule records in the scope of ``get_all_tuning_records``."""
+            with self._lock:
+                return len(self._scoped_records())
+
+        def query_tuning_record(self, mod: tvm.IRModule, target: tvm.target.Target,
+                                workload_name: str | None = None) -> TuningRecord | None:
+            """Best measured record of ``mod`` on exactly ``target`` (``workload_name`` is ignored,
+            as in MetaSchedule); None when that target has none."""
+            with self._lock:
+                tdict = self.target_dict(target)
+                w = self.commit_workload(mod)
+                _, wl, _ = self._workload_of_object(w)
+                for rec in self.db.best(tdict, wl, 8):
+                    tr = self._rebuild(rec, w)
+                    if tr is not None:
+                        return tr
+                return None
+
+    TunedbDatabase.__module__ = __name__
+    return derived_object(TunedbDatabase)
+
+
+_CLASS: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy ``TunedbDatabase``: the class is built (and TVM imported) on first access."""
+    global _CLASS
+    if name == "TunedbDatabase":
+        if _CLASS is None:
+            try:
+                _CLASS = _build_class()
+            except ImportError as e:
+                raise ImportError(f"{TVM_INSTALL_HINT} ({e})") from e
+        return _CLASS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

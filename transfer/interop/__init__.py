@@ -1,0 +1,441 @@
+"""Importers and exporters of other tuners' logs (and of tunedb's own records).
+
+Contract
+--------
+* ``FORMATS`` maps a format name (``autotvm``, ``metaschedule``, ``kernel-tuner``, ``parquet``,
+  ``jsonl``) to a :class:`Format`.  ``Format.parse(path, device=None)`` yields, in file order,
+  either a :class:`~index.record.Record` or an :class:`ImportIssue` (a line/entry that was
+  skipped: malformed, or a layout that is never decoded such as AutoTVM v0.1 or pickle lines).
+  A whole file that cannot be read or is not in the format raises :class:`ImportFormatError`
+  (the one documented import error); nothing else escapes a parser.
+* Nothing from an imported file is executed, unpickled or ``eval``'d.
+* ``collect(fmt, paths, device=None)`` parses every path first and returns ``(records, report)``;
+  the caller commits the records in one ``db.commit`` call (all-or-nothing).
+* Record ids are deterministic (:func:`stable_record_id`): the format, the record's target key and
+  the canonical JSON of the original line/entry, plus the occurrence number of an identical
+  line in the same file.  Re-importing a file therefore yields the same record_ids and the store
+  (which de-duplicates by record_id) never double-counts it.
+* Costs are seconds; ``timestamp`` is UTC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import gzip
+import importlib
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunedb.index.keys import key_of, key_of_text, normalise
+from tunedb.index.record import Record, target_display_name
+
+MAX_REPORTED_ERRORS = 10
+
+
+class ImportFormatError(ValueError):
+    """A whole input file cannot be imported (unreadable, or not in the announced format)."""
+
+
+class ExportFormatError(ValueError):
+    """The records cannot be written the way the output path asks (one line, for the CLI)."""
+
+
+@dataclass(frozen=True)
+class ImportIssue:
+    """One skipped line or entry: ``where`` is ``file:line`` (or ``file:entry`` for caches)."""
+
+    where: str
+    error: str
+    kind: str = "malformed"  # malformed | unsupported (v0.1, pickle) | invalid-record
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counts plus the first few problems with their locations."""
+
+    imported: int = 0
+    skipped: int = 0
+    errors: list = field(default_factory=list)
+    skipped_by_kind: Counter = field(default_factory=Counter)
+    files: int = 0
+
+    def add(self, issue: ImportIssue) -> None:
+        self.skipped += 1
+        self.skipped_by_kind[issue.kind] += 1
+        if len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append({"where": issue.where, "error": issue.error})
+
+    def to_json(self) -> dict:
+        return {"imported": self.imported, "skipped": self.skipped, "errors": list(self.errors),
+                "skipped_by_kind": dict(self.skipped_by_kind), "files": self.files}
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote: records exported, records that the format cannot express, files."""
+
+    exported: int = 0
+    skipped: int = 0
+    files: list = field(default_factory=list)
+    reasons: Counter = field(default_factory=Counter)
+
+    def to_json(self) -> dict:
+        return {"exported": self.exported, "skipped": self.skipped, "files": [str(f) for f in self.files],
+                "skipped_reasons": dict(self.reasons)}
+
+
+@dataclass(frozen=True)
+class Format:
+    """A registered format: parser, exporter and the ``source`` its imported records carry."""
+
+    name: str
+    module: str
+    source: str
+
+    def _mod(self):
+        return importlib.import_module(f"tunedb.transfer.interop.{self.module}")
+
+    def parse(self, path: str | Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
+        """Yield Records and ImportIssues of one path (raises ImportFormatError for a bad file)."""
+        if self.module == "tabular":
+            return self._mod().parse(Path(path), device=device, fmt=self.name)
+        return self._mod().parse(Path(path), device=device)
+
+    def export(self, records: Iterable[Record], out: str | Path) -> ExportReport:
+        """Write ``records`` to ``out`` in this format; see the module of the format for layout."""
+        if self.module == "tabular":
+            return self._mod().export(records, Path(out), fmt=self.name)
+        return self._mod().export(records, Path(out))
+
+
+FORMATS: dict[str, Format] = {
+    "autotvm": Format("autotvm", "autotvm", "imported:autotvm"),
+    "metaschedule": Format("metaschedule", "metaschedule", "imported:metaschedule"),
+    "kernel-tuner": Format("kernel-tuner", "kernel_tuner", "imported:kernel-tuner"),
+    "parquet": Format("parquet", "tabular", ""),
+    "jsonl": Format("jsonl", "tabular", ""),
+}
+
+
+def get_format(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ImportFormatError(f"unknown format {name!r}; expected one of {', '.join(FORMATS)}") from None
+
+
+def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None) -> tuple[list[Record], ImportReport]:
+    """Parse every path of ``fmt``; return all records and the report (nothing is written)."""
+    f = get_format(fmt)
+    records: list[Record] = []
+    report = ImportReport()
+    for p in paths:
+        report.files += 1
+        for item in f.parse(p, device=device):
+            if isinstance(item, ImportIssue):
+                report.add(item)
+            else:
+                records.append(item)
+    report.imported = len(records)
+    return records, report
+
+
+# ---------------------------------------------------------------------------- helpers for parsers
+
+def where(path: Path, line: int | str) -> str:
+    return f"{path.name}:{line}"
+
+
+def open_text(path: Path) -> Any:
+    """Open a (possibly gzip-compressed) UTF-8 text file; raise ImportFormatError when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+        if magic == b"\x1f\x8b":
+            return gzip.open(path, "rt", encoding="utf-8-sig", errors="strict")
+        return open(path, encoding="utf-8-sig", errors="strict")
+    except OSError as e:
+        raise ImportFormatError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def read_text(path: Path) -> str:
+    """Whole text of a (possibly gzip-compressed) UTF-8 file; ImportFormatError when unreadable."""
+    try:
+        with open_text(path) as f:
+            return f.read()
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as e:
+        raise ImportFormatError(f"cannot read {path}: {e}") from None
+
+
+def load_json(path: Path, what: str) -> Any:
+    """One JSON document (plain or gzip); ImportFormatError with a one-line reason otherwise."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ImportFormatError(f"{path} is not a valid {what} (JSON error: {e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise ImportFormatError(f"{path} is not a valid {what} (JSON nested too deeply)") from None
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
+    """Yield ``(line_no, text, value, error)`` for each non-blank, non-``#`` line (1-based)."""
+    text = read_text(path)
+    for no, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        try:
+            yield no, s, json.loads(s), None
+        except json.JSONDecodeError as e:
+            yield no, s, None, f"not JSON: {e.msg}"
+        except RecursionError:
+            yield no, s, None, "not JSON: nested too deeply"
+
+
+def _parse_float(text: str) -> Any:
+    v = float(text)
+    if math.isfinite(v) and v.is_integer() and abs(v) < 2**53:
+        return int(v)
+    return v
+
+
+def fast_normalise(value: Any, what: str = "$") -> Any:
+    """Same result as ``index.keys.normalise`` for JSON-loaded data, much faster (C json codec).
+
+    Falls back to ``normalise`` (and its exact error message) for anything that is not plain
+    JSON data; NaN/inf raise ValueError.
+    """
+    flat = _flat_normalise(value)
+    if flat is not None:
+        return flat
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return normalise(value, what)
+    if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
+        return normalise(value, what)
+    return json.loads(text, parse_float=_parse_float)
+
+
+def canon(value: Any) -> str:
+    """Canonical JSON text of already normalised data (same text as ``index.keys.canonical_json``)."""
+    return _canon(value)
+
+
+_INT_LIMIT = 2**53
+
+
+def _scalar_ok(v: Any) -> Any:
+    t = type(v)
+    if t is float:
+        if v != v or v in (math.inf, -math.inf):
+            raise _NotFlat
+        return int(v) if v.is_integer() and -_INT_LIMIT < v < _INT_LIMIT else v
+    if t is int or t is str or t is bool or v is None:
+        return v
+    raise _NotFlat
+
+
+class _NotFlat(Exception):
+    pass
+
+
+def _flat_normalise(value: Any) -> Any:
+    """Fast path of :func:`fast_normalise` for a dict of scalars and lists of scalars (None if not)."""
+    if type(value) is not dict:
+        return None
+    out = {}
+    try:
+        for k, v in value.items():
+            if type(k) is not str:
+                return None
+            if type(v) is list:
+                out[k] = [_scalar_ok(x) for x in v]
+            else:
+                out[k] = _scalar_ok(v)
+    except _NotFlat:
+        return None
+    return out
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A normalised JSON object with its canonical text and key (computed once, shared)."""
+
+    value: dict
+    text: str
+    key: str
+    name: str = ""
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], what: str) -> Prepared:
+        if not isinstance(obj, Mapping):
+            raise ValueError(f"field '{what}' must be a JSON object")
+        v = fast_normalise(dict(obj), what)
+        text = _canon(v)
+        name = target_display_name(v) if what == "target" else ""
+        if what == "workload" and (not isinstance(v.get("family"), str) or not v["family"]):
+            raise ValueError("field 'workload' needs a non-empty string 'family'")
+        return cls(v, text, key_of_text(text), name)
+
+
+_RECORD_FIELDS = {f.name for f in dataclasses.fields(Record)}
+_FAST_FIELDS = {"target", "workload", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
+                "source", "session", "meta", "record_id", "target_name", "target_key", "workload_key",
+                "config_key", "target_json", "workload_json", "config_json", "meta_json"}
+FAST_PATH = _RECORD_FIELDS == _FAST_FIELDS  # fall back to the constructor if Record changes shape
+
+
+def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any], *, costs: Iterable[float] = (),
+                status: str = "ok", error: str = "", compile_s: float | None = None,
+                wall_s: float | None = None, timestamp: _dt.datetime | None = None, source: str,
+                meta: Mapping[str, Any] | None = None, record_id: str, session: str = "",
+                target_name: str = "", meta_normalised: bool = False) -> Record:
+    """Build a Record equal to ``Record(...)`` with the same arguments, without re-normalising the
+    shared target/workload for every record (import hot path).  ``record_id`` is required;
+    ``meta_normalised`` says ``meta`` already went through :func:`fast_normalise`.
+
+    The record is validated (``Record.validate``): raises ValueError for data that ``Record`` or
+    a commit would reject (non-JSON config/meta, bad costs, unknown status, ``ok`` without costs).
+    """
+    meta = dict(meta or {})
+    if not FAST_PATH:  # pragma: no cover - only when Record gains/loses fields
+        rec = Record(target.value, workload.value, dict(config), costs=tuple(costs), status=status, error=error,
+                     compile_s=compile_s, wall_s=wall_s, timestamp=timestamp, source=source, meta=meta,
+                     record_id=record_id, session=session, target_name=target_name)
+        rec.validate()
+        return rec
+    if not isinstance(config, Mapping):
+        raise ValueError(f"record {record_id}: field 'config' must be a JSON object")
+    try:
+        cfg = fast_normalise(dict(config), "config")
+    except ValueError as e:
+        raise ValueError(f"record {record_id}: field 'config' is not plain JSON data: {e}") from None
+    try:
+        c = tuple(float(x) for x in costs)
+    except (TypeError, ValueError):
+        raise ValueError(f"record {record_id}: field 'costs' must be a list of numbers") from None
+    ts = timestamp if timestamp is not None else _dt.datetime.now(_dt.timezone.utc)
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=_dt.timezone.utc)
+    cj = _canon(cfg)
+    r = object.__new__(Record)
+    d = r.__dict__
+    d.update(target=target.value, workload=workload.value, config=cfg, costs=c, status=status, error=error,
+             compile_s=compile_s, wall_s=wall_s, timestamp=ts, source=source, session=session,
+             meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id, target_name=target_name or target.name,
+             target_key=target.key, workload_key=workload.key, config_key=key_of_text(cj),
+             target_json=target.text, workload_json=workload.text, config_json=cj)
+    d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
+    r.validate()
+    return r
+
+
+def stable_record_id(fmt: str, target_key: str, original: Any, seen: Counter, *, text: str | None = None) -> str:
+    """Deterministic record_id (32 lowercase hex) of an imported line/entry.
+
+    ``original`` is the line's JSON value (or the entry and its cache key), or ``text`` its
+    canonical JSON when already computed; ``seen`` counts
+    identical originals already met in the same file, so a line repeated in a file stays two
+    records while re-importing the file reproduces the same ids.
+    """
+    if text is None:
+        text = _canon(fast_normalise(original))
+    basis = key_of_text(text)
+    n = seen[basis]
+    seen[basis] += 1
+    return key_of([fmt, target_key, basis, n])
+
+
+def to_utc(ts: Any) -> _dt.datetime | None:
+    """A UNIX time (seconds) or ISO 8601 text -> aware UTC datetime; None when absent/unusable."""
+    if ts is None or isinstance(ts, bool):
+        return None
+    if isinstance(ts, (int, float)):
+        if not math.isfinite(ts) or ts < 0 or ts > 253402300799:
+            return None
+        return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc)
+    if isinstance(ts, str):
+        try:
+            d = _dt.datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return d.replace(tzinfo=_dt.timezone.utc) if d.tzinfo is None else d.astimezone(_dt.timezone.utc)
+    return None
+
+
+def check_costs(costs: Iterable[Any]) -> list[float]:
+    """Costs as floats; ValueError unless every cost is a finite number >= 0."""
+    out = []
+    for c in costs:
+        if isinstance(c, bool) or not isinstance(c, (int, float)):
+            raise ValueError(f"cost {c!r} is not a number")
+        c = float(c)
+        if not math.isfinite(c) or c < 0:
+            raise ValueError(f"cost {c!r} is not a finite number >= 0")
+        out.append(c)
+    return out
+
+
+def resolve_device_fields(name: str, kind: str | None = None) -> dict:
+    """Vendor/arch/... of a device name from ``index.catalog`` when that module exists; else {}.
+
+    The catalog is owned by another module; any resolver it offers (``resolve_device``) is
+    called with the device name.  An unknown device simply adds nothing.
+    """
+    try:
+        catalog = importlib.import_module("tunedb.index.hardware.catalog")
+    except ImportError:
+        return {}
+    fn: Callable | None = getattr(catalog, "resolve_device", None)
+    if fn is None:
+        return {}
+    try:
+        res = fn(name) if kind is None else _call_with_kind(fn, name, kind)
+    except (KeyError, LookupError, ValueError):
+        return {}
+    if res is None:
+        return {}
+    if hasattr(res, "to_json_dict"):
+        res = res.to_json_dict()
+    return dict(res) if isinstance(res, Mapping) else {}
+
+
+def merge_device_fields(target: dict, fields: Mapping[str, Any]) -> dict:
+    """Add catalog fields to ``target`` without overwriting parsed ones.  The catalog's canonical
+    ``device`` name is stored as ``device_name`` (``device`` is a TVM target option, -device=)."""
+    for k, v in fields.items():
+        target.setdefault("device_name" if k == "device" else k, v)
+    return target
+
+
+def kind_hint(target: Mapping[str, Any]) -> str | None:
+    """``gpu``/``cpu`` of a TVM-style target from its keys or kind (the catalog's kind filter)."""
+    keys = target.get("keys") if isinstance(target.get("keys"), list) else []
+    if "gpu" in keys or target.get("kind") in ("cuda", "rocm", "opencl", "vulkan", "metal", "nvptx", "gpu"):
+        return "gpu"
+    if "cpu" in keys or target.get("kind") in ("llvm", "c", "cpu"):
+        return "cpu"
+    return None
+
+
+def _call_with_kind(fn: Callable, name: str, kind: str) -> Any:
+    try:
+        return fn(name, kind=kind)
+    except TypeError:
+        return fn(name)
+
+
+__all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "ExportFormatError", "collect",
+           "get_format", "make_record", "merge_device_fields", "stable_record_id", "Prepared"]

@@ -1,0 +1,284 @@
+"""Measurement backends and the DB-first ``measure`` API.
+
+The timing protocol (``TimingProtocol``, ``time_callable``) lives in ``timing`` and runs inside the
+isolated worker (``runner``).
+
+Backends share ``MeasureBackend.measure(target, workload, config) -> Record``:
+``LocalBackend`` builds and runs here for a local preset target; ``ReplayBackend`` (answers from a
+recorded data set) is an abstract slot filled by the transfer work.
+
+``measure(target, workload, config, db=...)`` looks the (target, workload, config) triple up in the
+DB first and returns ``(record, True)`` without running when it is there; otherwise it measures,
+commits and returns ``(record, False)``.  ``measure_many`` builds all missing configs in parallel,
+then runs them one after another, committing each record as it is made.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tunedb.transfer.measure.timing import TimingProtocol
+
+if TYPE_CHECKING:
+    from tunedb.index.record import Record
+
+
+# --------------------------------------------------------------------------- options and backends
+@dataclass(frozen=True)
+class MeasureOptions:
+    """Knobs of a local measurement: protocol, timeouts (seconds), correctness check, input seed,
+    worker address-space limit (MiB, None = unlimited), parallel build jobs (None = CPU count),
+    cool-down after each run (seconds)."""
+
+    protocol: TimingProtocol = field(default_factory=TimingProtocol)
+    build_timeout_s: float = 120.0
+    run_timeout_s: float = 60.0
+    check: bool = True
+    seed: int = 0
+    memory_limit_mb: int | None = None
+    build_jobs: int | None = None
+    cooldown_s: float = 0.0
+
+
+class MeasureBackend(ABC):
+    """Something that turns (target, workload, config) into a Record.  ``name`` goes into ``meta.backend``."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def measure(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any]) -> Record:
+        """Measure one config; failures are records with a failure status, never exceptions
+        (except ValueError for an unknown family, a bad workload or a target this backend cannot serve)."""
+
+    def measure_many(self, target: Mapping[str, Any], workload: Mapping[str, Any],
+                     configs: Sequence[Mapping[str, Any]],
+                     on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        """Measure several configs (default: one after another); ``on_record`` sees each record as it is made."""
+        out = []
+        for c in configs:
+            r = self.measure(target, workload, c)
+            if on_record:
+                on_record(r)
+            out.append(r)
+        return out
+
+
+class ReplayBackend(MeasureBackend):
+    """Base of backends that answer costs from a recorded data set instead of running
+    (``transfer.replay.KernelTunerReplayBackend``).
+
+    Contract: ``measure`` returns a Record with ``source="replay"`` whose costs come from the data
+    set for the config, the recorded failure status when the data set holds a failure, and status
+    ``invalid`` for a config the data set does not hold or that is outside its space.
+    """
+
+    name = "replay"
+
+
+LOCAL_TARGET_KEYS = ("kind", "isa", "march", "threads", "model", "vector_bits", "compiler", "cpu_flags_key")
+
+
+def check_local_target(target: Any) -> dict:
+    """``target`` as a dict when it is one of this machine's local presets, else ValueError saying why."""
+    from tunedb.index.hardware.localcpu import preset
+
+    if not isinstance(target, Mapping):
+        raise ValueError(f"target must be an object, got {type(target).__name__}")
+    name = target.get("name")
+    p = preset(name) if isinstance(name, str) else None
+    if p is None:
+        raise ValueError(f"target {name!r} is not a local preset of this machine; the local backend only "
+                         "measures cpu-native / cpu-x86-64-v3 / -v2 / cpu-x86-64 (-t<threads>)")
+    diff = [k for k in LOCAL_TARGET_KEYS if target.get(k) != p.get(k)]
+    if diff:
+        raise ValueError(f"target {name!r} differs from this machine's preset in {diff}; it was made on "
+                         "another machine or with another compiler")
+    return dict(target)
+
+
+class LocalBackend(MeasureBackend):
+    """Build (C families) and run here, each run in an isolated worker (``transfer.runner``)."""
+
+    name = "local"
+
+    def __init__(self, options: MeasureOptions | None = None) -> None:
+        self.options = options or MeasureOptions()
+
+    # ---- steps
+    def _prepare(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Any
+                 ) -> tuple[Any, dict, dict | None, Record | None]:
+        """Validate; return (family, workload, config or None, failure record or None)."""
+        from tunedb.index.record import Record
+        from tunedb.transfer.kernels import family_of
+        from tunedb.transfer.search.space import InvalidConfig
+
+        fam = family_of(workload)
+        w = fam.validate_workload(workload)
+        t = check_local_target(target)
+        try:
+            cfg = fam.space(w).validate(config)
+        except InvalidConfig as e:
+            cfg_data = dict(config) if isinstance(config, Mapping) else {"_invalid": repr(config)[:200]}
+            return fam, w, None, Record(t, w, cfg_data, status="invalid", error=f"invalid config: {e}",
+                                        meta={"backend": self.name})
+        return fam, w, cfg, None
+
+    def _source(self, fam: Any, w: dict, cfg: dict) -> str:
+        return fam.source(w, cfg)
+
+    def _run(self, target: dict, fam: Any, w: dict, cfg: dict, build: Any, t_start: float) -> Record:
+        from tunedb.index.record import Record
+        from tunedb.transfer.kernels.build import BuildError, machine_lock
+        from tunedb.transfer.measure.runner import run_isolated
+
+        opts = self.options
+        meta: dict[str, Any] = {"backend": self.name, "threads": int(target.get("threads") or 1)}
+        compile_s = None
+        so_path = ""
+        if isinstance(build, BuildError):
+            return Record(target, w, cfg, status=build.status, error=str(build), compile_s=build.compile_s,
+                          wall_s=time.perf_counter() - t_start, meta=meta)
+        if build is not None:
+            compile_s = build.compile_s
+            so_path = str(build.path)
+            meta.update(build_key=build.key, build_cached=build.cached)
+        request = {"family": fam.name, "workload": w, "config": cfg, "so_path": so_path,
+                   "threads": meta["threads"], "protocol": asdict(opts.protocol), "seed": opts.seed,
+                   "check": opts.check, "memory_limit_mb": opts.memory_limit_mb}
+        with machine_lock(exclusive=True):
+            res = run_isolated(request, timeout_s=opts.run_timeout_s)
+        if opts.cooldown_s > 0:
+            time.sleep(opts.cooldown_s)
+        meta.update(res.get("meta") or {})
+        meta["run_wall_s"] = res.get("wall_s")
+        costs = [float(c) for c in res.get("costs") or []]
+        if costs and res["status"] == "ok":
+            mean = sum(costs) / len(costs)
+            meta["gflops"] = fam.flops(w) / mean / 1e9
+            meta["gbytes_per_s"] = fam.bytes(w) / mean / 1e9
+        return Record(target, w, cfg, costs=costs, status=res["status"], error=res.get("error") or "",
+                      compile_s=compile_s, wall_s=time.perf_counter() - t_start, meta=meta)
+
+    # ---- interface
+    def measure(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any]) -> Record:
+        """Validate, build (cached), run isolated; see module docstring."""
+        from tunedb.transfer.kernels.build import BuildError, build
+
+        t_start = time.perf_counter()
+        fam, w, cfg, failed = self._prepare(target, workload, config)
+        if failed is not None:
+            return failed
+        t = dict(target)
+        b: Any = None
+        if fam.kind == "c":
+            try:
+                b = build(t, self._source(fam, w, cfg), timeout_s=self.options.build_timeout_s)
+            except BuildError as e:
+                b = e
+        return self._run(t, fam, w, cfg, b, t_start)
+
+    def measure_many(self, target: Mapping[str, Any], workload: Mapping[str, Any],
+                     configs: Sequence[Mapping[str, Any]],
+                     on_record: Callable[[Record], None] | None = None) -> list[Record]:
+        """Validate all, build all C variants in parallel, then run one after another."""
+        from tunedb.transfer.kernels.build import build_many
+
+        t0 = time.perf_counter()
+        prepared = [self._prepare(target, workload, c) for c in configs]
+        t = dict(target)
+        todo = [i for i, p in enumerate(prepared) if p[3] is None and p[0].kind == "c"]
+        sources = [self._source(prepared[i][0], prepared[i][1], prepared[i][2]) for i in todo]
+        builds = dict(zip(todo, build_many(t, sources, jobs=self.options.build_jobs,
+                                           timeout_s=self.options.build_timeout_s)))
+        per_build = (time.perf_counter() - t0) / max(1, len(configs))
+        out = []
+        for i, (fam, w, cfg, failed) in enumerate(prepared):
+            if failed is not None:
+                rec = failed
+            else:
+                rec = self._run(t, fam, w, cfg, builds.get(i), time.perf_counter() - per_build)
+            if on_record:
+                on_record(rec)
+            out.append(rec)
+        return out
+
+
+# --------------------------------------------------------------------------- DB-first API
+def normalise_workload(workload: Any, backend: MeasureBackend | None = None) -> dict:
+    """The family-validated workload (defaults filled in): the form records and DB keys use.
+
+    A workload of a family this project has no kernel for is passed through unchanged when a
+    non-local backend (e.g. a replay backend) answers it; for the local backend it is a ValueError.
+    """
+    from tunedb.transfer.kernels import family_of
+
+    try:
+        fam = family_of(workload)
+    except ValueError:
+        if backend is not None and not isinstance(backend, LocalBackend) and isinstance(workload, Mapping):
+            return dict(workload)
+        raise
+    return fam.validate_workload(workload)
+
+
+def measure(target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any], db: Any = None,
+            backend: MeasureBackend | None = None, force: bool = False) -> tuple[Record, bool]:
+    """Measure one config, DB first: return ``(record, cached)``.
+
+    With ``db`` (a TuningDB): a stored record of the triple (the latest one, whatever its status) is
+    returned with ``cached=True`` and nothing runs, unless ``force``; a new record is committed.
+    ``backend`` defaults to ``LocalBackend()``.  Raises ValueError for an unknown family, a bad
+    workload or a target the backend cannot serve; an invalid config is an ``invalid`` record.
+    """
+    w = normalise_workload(workload, backend)
+    if not isinstance(config, Mapping):
+        raise ValueError(f"config must be an object, got {type(config).__name__}")
+    if db is not None and not force:
+        hit = db.lookup(target, w, config)
+        if hit is not None:
+            return hit, True
+    rec = (backend or LocalBackend()).measure(target, w, config)
+    if db is not None:
+        db.commit(rec)
+    return rec, False
+
+
+def measure_many(target: Mapping[str, Any], workload: Mapping[str, Any], configs: Iterable[Mapping[str, Any]],
+                 db: Any = None, backend: MeasureBackend | None = None, force: bool = False
+                 ) -> list[tuple[Record, bool]]:
+    """``measure`` for several configs: DB hits are returned as they are; the rest are built in
+    parallel and run one by one (each committed as soon as it is measured).  Order is kept."""
+    w = normalise_workload(workload, backend)
+    configs = list(configs)
+    for c in configs:
+        if not isinstance(c, Mapping):
+            raise ValueError(f"config must be an object, got {type(c).__name__}")
+    results: list[tuple[Record, bool] | None] = [None] * len(configs)
+    missing: list[int] = []
+    seen: dict[str, int] = {}
+    for i, c in enumerate(configs):
+        hit = db.lookup(target, w, c) if db is not None and not force else None
+        if hit is not None:
+            results[i] = (hit, True)
+        else:
+            from tunedb.index.keys import key_of
+
+            k = key_of(c)
+            if k in seen:  # the same config twice in one batch runs once
+                continue
+            seen[k] = i
+            missing.append(i)
+    commit = db.commit if db is not None else None
+    recs = (backend or LocalBackend()).measure_many(target, w, [configs[i] for i in missing], on_record=commit)
+    for i, r in zip(missing, recs):
+        results[i] = (r, False)
+    for i, c in enumerate(configs):
+        if results[i] is None:
+            from tunedb.index.keys import key_of
+
+            results[i] = (results[seen[key_of(c)]][0], True)
+    return [r for r in results if r is not None]

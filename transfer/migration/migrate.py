@@ -1,0 +1,380 @@
+"""Batch migration of tuning results from one device (SRC) to another (DST).
+
+For every workload tuned on SRC (or the listed ones):
+
+1. SRC's ``top_k`` best configs (``db.best``) are adapted to DST's space (``adapt_many``: every
+   config returned passed ``Space.validate``) and measured on DST, together with DST's default
+   config (``family.default_config``; replay devices have none) so the speedup over the default
+   can be reported.  DB first: a config already measured on DST is a cache hit, so a rerun
+   measures nothing it measured before (resumable).  These records get source
+   ``migrated:<SRC target_name>``, session ``migrate:<SRC>-><DST>`` and meta ``migration``
+   (``src_top`` with ``src_rank``/``src_cost``, or ``default``).
+2. With ``budget`` > 0, a short local search (``transfer.search.Tuner`` with the DB) starting
+   from everything DST already knows about the workload, spending at most ``budget`` new
+   evaluations per workload *over all runs*: evaluations of earlier migration searches of the
+   same (SRC, DST) pair (their session) count, so a rerun resumes.  Search records keep their
+   backend's source (``measured`` / ``replay``).
+
+Every record is committed by this process as soon as it is measured (Ctrl-C keeps them); the
+executor (``transfer.executors``) decides where measurements run (here or as Ray tasks).
+
+Destination: a target (dict or spec string, measured locally: it must be a local preset of
+this machine), or a Kernel Tuner cache file (``pathlib.Path`` or ``ReplayData``): the file's
+device is DST, measurements are answered from the file, and the DST workload is the file's
+kernel (SRC's workloads of the same family and kernel migrate to it).
+
+Costs are seconds; speedups are ratios of mean costs (> 1: DST's best is faster).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunedb.index.keys import key_of
+from tunedb.index.record import Record, target_display_name
+from tunedb.transfer.measure.backend import MeasureOptions
+from tunedb.transfer.migration.executors import Executor, ExecutorBackend, Finalise, make_executor, new_run_id
+from tunedb.transfer.search.adapt import AdaptReport, adapt_config, adapt_many, hardware_scale
+from tunedb.transfer.search.jobs import Job
+
+ProgressFn = Callable[[dict], None]
+
+
+@dataclass
+class MigrationReport:
+    """Outcome of ``migrate``: one row per SRC workload and the totals (see ``to_json``)."""
+
+    src: str
+    dst: str
+    rows: list[dict] = field(default_factory=list)
+    totals: dict = field(default_factory=dict)
+    interrupted: bool = False
+    executor: str = "local"
+
+    def to_json(self) -> dict:
+        return {"src": self.src, "dst": self.dst, "executor": self.executor, "rows": self.rows,
+                "totals": self.totals, "interrupted": self.interrupted}
+
+
+@dataclass
+class _Plan:
+    src_workload: dict
+    job: Job | None
+    src_best: list[Record]
+    candidates: list[dict]          # adapted configs, then the default (if new)
+    metas: list[dict]
+    src_best_config: dict | None    # SRC's best, adapted to DST's space
+    default_config: dict | None
+    adapt: AdaptReport
+    skip: str = ""
+
+
+def _cfg_key(cfg: Mapping[str, Any]) -> str:
+    return key_of(dict(cfg))
+
+
+def _src_workloads(db: Any, src: dict, workloads: Iterable[Mapping[str, Any]] | None) -> list[dict]:
+    """SRC's workloads (entries order), or the listed ones normalised by their family."""
+    skey = key_of(src)
+    ents = [json.loads(e["workload"]) for e in db.entries().to_pylist() if e["target_key"] == skey]
+    if workloads is None:
+        return ents
+    from tunedb.transfer.kernels import family_of
+
+    out = []
+    for w in workloads:
+        try:
+            out.append(family_of(w).validate_workload(w))
+        except ValueError:
+            out.append(dict(w))
+    return out
+
+
+def _plan_one(db: Any, src: dict, dst: dict, src_w: dict, replay: Any, top_k: int, tags: dict,
+              options: MeasureOptions | None) -> _Plan:
+    from tunedb.transfer.kernels import family_of
+    from tunedb.transfer.measure.backend import LocalBackend
+    from tunedb.transfer.search.jobs import local_job
+
+    src_best = db.best(src, src_w, k=top_k)
+    empty = _Plan(src_w, None, src_best, [], [], None, None, AdaptReport())
+    if not src_best:
+        empty.skip = "no ok records on the source"
+        return empty
+    if replay is not None:
+        from tunedb.transfer.measure.replay import KernelTunerReplayBackend
+
+        rw = replay.workload
+        if src_w.get("family") != rw.get("family") or src_w.get("kernel", rw.get("kernel")) != rw.get("kernel"):
+            empty.skip = f"the replay file holds kernel {rw.get('kernel') or rw.get('family')!r}"
+            return empty
+        job = Job(dst, dict(rw), replay.space, KernelTunerReplayBackend(replay), {})
+        default = None
+    else:
+        try:
+            job = local_job(dst, src_w, LocalBackend(options))
+        except ValueError as e:
+            empty.skip = str(e).splitlines()[0]
+            return empty
+        default = dict(family_of(job.workload).default_config(job.workload))
+        if not job.space.is_valid(default):
+            default = None
+    rep = AdaptReport()
+    scale = hardware_scale(src_best[0].target, job.target, job.hardware_knobs) or None
+    adapted = adapt_many([r.config for r in src_best], job.space, job.defaults, rep, scale)
+    best_adapted = adapt_config(src_best[0].config, job.space, job.defaults, AdaptReport(), scale)
+    # which SRC rank each adapted config came from (the first one that maps onto it)
+    rank_of: dict[str, tuple[int, float | None]] = {}
+    for i, r in enumerate(src_best):
+        a = adapt_config(r.config, job.space, job.defaults, AdaptReport(), scale)
+        if a is not None:
+            rank_of.setdefault(_cfg_key(a), (i, r.cost))
+    cands, metas = [], []
+    for c in adapted:
+        rank, cost = rank_of.get(_cfg_key(c), (None, None))
+        cands.append(c)
+        metas.append({"migration": "src_top", "src_rank": rank, "src_cost": cost, **tags})
+    if default is not None and _cfg_key(default) not in {_cfg_key(c) for c in cands}:
+        cands.append(default)
+        metas.append({"migration": "default", **tags})
+    return _Plan(src_w, job, src_best, cands, metas, best_adapted, default, rep)
+
+
+def _result(rec: Record | None) -> dict | None:
+    if rec is None:
+        return None
+    return {"cost": rec.cost if rec.status == "ok" else None, "status": rec.status}
+
+
+def _speedup(base: float | None, best: float | None) -> float | None:
+    if base is None or best is None or best <= 0:
+        return None
+    return base / best
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _search_done(db: Any, dst: dict, w: dict, session: str) -> int:
+    """Evaluations earlier migration searches of this (SRC, DST) pair spent on ``w``."""
+    t = db.records(dst, w)
+    if t.num_rows == 0:
+        return 0
+    return sum(1 for s, src in zip(t.column("session").to_pylist(), t.column("source").to_pylist())
+               if s == session and not str(src).startswith("migrated:"))
+
+
+def _known_records(db: Any, dst: dict, w: dict) -> list[Record]:
+    """DST's records of ``w``, one per config (the latest)."""
+    latest: dict[str, Record] = {}
+    for r in sorted(db.iter_records(dst, w), key=lambda r: r.timestamp):
+        latest[r.config_key] = r
+    return list(latest.values())
+
+
+def _nearest_works(db: Any, target: dict, workload: dict) -> bool:
+    try:
+        db.nearest(target, workload, k=1)
+        return True
+    except Exception:  # retrieval missing or unable to embed this workload: search cold
+        return False
+
+
+def migrate(db: Any, src_target: Any, dst_target_or_replay: Any, workloads: Iterable[Mapping[str, Any]] | None = None,
+            top_k: int = 3, budget: int = 0, executor: str | Executor = "local",
+            progress: ProgressFn | None = None, *, seed: int = 0, device: str | None = None,
+            measure_options: MeasureOptions | None = None) -> MigrationReport:
+    """Migrate SRC's tuning results to DST (see the module docstring); returns the report.
+
+    ``src_target``: target dict or spec (DB name/key, preset, ...); it must have records in ``db``.
+    ``dst_target_or_replay``: target dict/spec (a local preset), or ``pathlib.Path``/``ReplayData``
+    of a Kernel Tuner cache file (``device`` names the file's device when it has none).
+    ``executor``: ``local``, ``ray`` or an Executor (one given is not closed here).
+    ``measure_options``: timing protocol etc. of local measurements (default ``MeasureOptions()``).
+    ``progress`` is called with {done, total, workload, index, workloads, best, cached, status}.
+    Raises ValueError (one line) for bad arguments; ``ExecutorUnavailable`` when the executor
+    cannot run.  KeyboardInterrupt stops the run: what was measured stays committed and the
+    report says ``interrupted``.
+    """
+    from tunedb.index.hardware.targets import resolve_target
+    from tunedb.transfer.measure.replay import ReplayData
+
+    t_start = time.perf_counter()
+    if not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k!r}")
+    if not isinstance(budget, int) or budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget!r}")
+    src = resolve_target(src_target, db)
+    skey = key_of(src)
+    if not any(e == skey for e in db.entries().column("target_key").to_pylist()):
+        raise ValueError(f"source target {target_display_name(src)!r} has no records in the database")
+    replay = None
+    if isinstance(dst_target_or_replay, ReplayData):
+        replay = dst_target_or_replay
+    elif isinstance(dst_target_or_replay, Path):
+        replay = ReplayData(dst_target_or_replay, device=device)
+    if replay is not None:
+        dst = dict(replay.target)
+    else:
+        from tunedb.transfer.measure.backend import check_local_target
+
+        dst = check_local_target(resolve_target(dst_target_or_replay, db))
+    if key_of(dst) == skey:
+        raise ValueError(f"source and destination are the same target ({target_display_name(dst)!r})")
+    src_name, dst_name = target_display_name(src), target_display_name(dst)
+    source = f"migrated:{src_name}"
+    session = f"migrate:{src_name}->{dst_name}"
+    run_id = new_run_id()
+
+    src_ws = _src_workloads(db, src, workloads)
+    if replay is not None and workloads is None:
+        rw = replay.workload
+        src_ws = [w for w in src_ws if w.get("family") == rw.get("family")
+                  and w.get("kernel", rw.get("kernel")) == rw.get("kernel")]
+        if not src_ws:
+            raise ValueError(f"source target {src_name!r} has no workload of kernel "
+                             f"{rw.get('kernel') or rw.get('family')!r} (the replay file's)")
+    tags = {"migrated_from": src_name}
+    plans = [_plan_one(db, src, dst, w, replay, top_k, tags, measure_options) for w in src_ws]
+
+    own = not isinstance(executor, Executor)
+    ex = make_executor(executor) if own else executor
+    report = MigrationReport(src=src_name, dst=dst_name, executor=ex.name)
+    total = sum(len(p.candidates) + (budget if p.job is not None else 0) for p in plans)
+    done = 0
+    counters = {"measurements": 0, "cache_hits": 0, "failed": 0, "search_measurements": 0, "search_cache_hits": 0}
+
+    def tick(i: int, w: dict, status: str, cached: bool, best: float | None = None) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress({"done": done, "total": total, "index": i, "workloads": len(plans), "workload": w,
+                      "best": best, "cached": cached, "status": status})
+
+    try:
+        for i, p in enumerate(plans):
+            row: dict[str, Any] = {"src_workload": p.src_workload,
+                                   "workload": p.job.workload if p.job else p.src_workload,
+                                   "family": p.src_workload.get("family"), "status": "skipped", "reason": p.skip}
+            report.rows.append(row)
+            if p.job is None:
+                continue
+            job = p.job
+            row.update(status="interrupted", reason="", src_best={"config": p.src_best[0].config,
+                                                                   "cost": p.src_best[0].cost},
+                       candidates=len(p.candidates), adapt=p.adapt.to_json(), measurements=0, cache_hits=0,
+                       failed=0)
+            # 1. SRC's top-k (adapted) and DST's default, DB first
+            got: dict[str, Record] = {}
+            todo, todo_meta = [], []
+            for c, m in zip(p.candidates, p.metas):
+                hit = db.lookup(dst, job.workload, c)
+                if hit is not None:
+                    got[_cfg_key(c)] = hit
+                    row["cache_hits"] += 1
+                    counters["cache_hits"] += 1
+                    tick(i, job.workload, hit.status, True)
+                else:
+                    todo.append(c)
+                    todo_meta.append(m)
+
+            def on_record(rec: Record, _row: dict = row, _i: int = i, _w: dict = job.workload,
+                          _got: dict = got) -> None:
+                db.commit(rec)
+                _got[_cfg_key(rec.config)] = rec
+                _row["measurements"] += 1
+                counters["measurements"] += 1
+                if rec.status != "ok":
+                    _row["failed"] += 1
+                    counters["failed"] += 1
+                tick(_i, _w, rec.status, False)
+
+            if todo:
+                ex.measure(job.backend, dst, job.workload, todo, Finalise(run_id, source, session),
+                           metas=todo_meta, on_record=on_record)
+            # 2. optional short search
+            if budget > 0:
+                row["search"] = _search(db, ex, job, dst, session, run_id, budget, seed, counters,
+                                        lambda ev, _i=i, _w=job.workload: tick(_i, _w, ev["status"], ev["cached"],
+                                                                               ev["best"]))
+                if row["search"].get("interrupted"):
+                    raise KeyboardInterrupt
+            _summarise(db, row, dst, job.workload, got, p)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        if own:
+            ex.close()
+    ok_rows = [r for r in report.rows if r["status"] == "ok"]
+    report.totals = {
+        "workloads": len(report.rows), "migrated": len(ok_rows),
+        "skipped": sum(1 for r in report.rows if r["status"] == "skipped"),
+        **counters,
+        "src_best_stayed_best": sum(1 for r in ok_rows if r.get("src_best_stayed_best")),
+        "geomean_speedup_over_default": _geomean([r.get("speedup_over_default") for r in ok_rows]),
+        "geomean_speedup_over_src_best": _geomean([r.get("speedup_over_src_best") for r in ok_rows]),
+        "interrupted": report.interrupted, "elapsed_s": time.perf_counter() - t_start,
+    }
+    return report
+
+
+def _search(db: Any, ex: Executor, job: Job, dst: dict, session: str, run_id: str, budget: int, seed: int,
+            counters: dict, tick: Callable[[dict], None]) -> dict:
+    """The short local search on DST (resumable through ``session``); returns its summary."""
+    from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+    remaining = budget - _search_done(db, dst, job.workload, session)
+    info: dict[str, Any] = {"budget": budget, "remaining": max(remaining, 0), "measurements": 0, "cache_hits": 0}
+    if remaining <= 0:
+        info["stopped_by"] = "done before"
+        for _ in range(budget):  # keep the progress total honest
+            tick({"status": "skipped", "cached": True, "best": None})
+        return info
+    known = _known_records(db, dst, job.workload)
+    cold = not _nearest_works(db, dst, job.workload)
+    backend = ExecutorBackend(ex, job.backend, Finalise(run_id, None, session))
+    tuner = Tuner(db, dst, job.workload, job.space, backend,
+                  TuneOptions(budget=len(known) + remaining, seed=seed, cold=cold), **job.tuner_kwargs())
+    # start from what DST already knows (no budget spent on it)
+    tuner.preload(known)
+    last = {"n": len(tuner.evaluated)}
+
+    def progress(ev: dict) -> None:
+        if ev["evaluations"] > last["n"]:
+            last["n"] = ev["evaluations"]
+            tick({"status": ev["status"], "cached": ev["cached"], "best": ev["best"]})
+
+    tuner.progress = progress
+    res = tuner.run()
+    info.update(measurements=res.measurements, cache_hits=res.cache_hits, stopped_by=res.stopped_by,
+                cold=cold, interrupted=res.interrupted)
+    counters["search_measurements"] += res.measurements
+    counters["search_cache_hits"] += res.cache_hits
+    return info
+
+
+def _summarise(db: Any, row: dict, dst: dict, w: dict, got: dict[str, Record], p: _Plan) -> None:
+    """Fill the row's DST best, default, SRC-best-on-DST and speedups."""
+    best = db.best(dst, w, k=1)
+    b = best[0] if best else None
+    row["dst_best"] = None if b is None else {"config": b.config, "cost": b.cost, "source": b.source}
+    d = got.get(_cfg_key(p.default_config)) if p.default_config is not None else None
+    row["default"] = None if p.default_config is None else {"config": p.default_config, **(_result(d) or {})}
+    s = got.get(_cfg_key(p.src_best_config)) if p.src_best_config is not None else None
+    row["src_best_on_dst"] = None if p.src_best_config is None else {"config": p.src_best_config,
+                                                                     **(_result(s) or {})}
+    row["src_best_stayed_best"] = bool(b is not None and p.src_best_config is not None
+                                       and _cfg_key(b.config) == _cfg_key(p.src_best_config))
+    bc = b.cost if b is not None else None
+    row["speedup_over_default"] = _speedup(d.cost if d is not None and d.status == "ok" else None, bc)
+    row["speedup_over_src_best"] = _speedup(s.cost if s is not None and s.status == "ok" else None, bc)
+    row["status"] = "ok" if b is not None else "failed"
+    row["reason"] = "" if b is not None else "no config ran successfully on the destination"

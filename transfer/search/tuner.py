@@ -1,0 +1,450 @@
+"""Retrieval-seeded local search ("look up first, search next, store at the end").
+
+Order of candidates
+  1. with ``use_exact``: the exact entry's best configs (answered from the DB, never re-run);
+  2. (warm) the best configs of the k nearest (target, workload) entries, adapted to this
+     space and ordered by a similarity-weighted rank score;
+  3. local moves: neighbours of the best configs so far, batched per round, ranked by the
+     cost model, with an epsilon share of random exploration.
+
+Every evaluation asks the DB first; what is not there is measured by the backend and
+committed at once, so Ctrl-C loses nothing and a rerun resumes (its repeats are cache hits).
+``budget`` counts evaluations in this run (new measurements plus cache hits), so a resumed
+run does the remaining work only.  Cold mode: no retrieval and no prior model (random start;
+a model fitted on this run's own measurements only).  Costs are seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tunedb.index.keys import canonical_json
+from tunedb.transfer.measure.backend import MeasureBackend
+from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
+from tunedb.transfer.search.costmodel import default_model, training_data
+from tunedb.transfer.search.space import Space
+
+
+@dataclass
+class TuneOptions:
+    budget: int = 20              # evaluations (new measurements + cache hits) in this run
+    wall_s: float | None = None   # stop after this many seconds
+    patience: int = 8             # stop after this many rounds without improvement
+    batch: int = 4                # candidates per local-search round
+    epsilon: float = 0.15         # share of each batch drawn at random
+    k_neighbors: int = 8          # nearest entries consulted for seeds
+    top_per_neighbor: int = 8     # best configs taken from each neighbour
+    n_seeds: int = 6              # seeds evaluated before the local search starts
+    min_similarity: float | None = None
+    seed: int = 0
+    cold: bool = False
+    use_exact: bool = False
+    start_default: bool | None = None  # start from the family default when no seeds (None: warm yes, cold no)
+    use_model: bool = True
+    retrain_every: int = 8        # refit the model after this many new evaluations of this entry
+    refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
+    own_weight: float = 1.0       # this entry's evaluations together weigh at least this many times the DB's records
+
+
+@dataclass
+class TuneResult:
+    target: dict
+    workload: dict
+    best_config: dict | None
+    best_cost: float | None
+    measurements: int
+    cache_hits: int
+    seeds: list
+    history: list
+    evaluations: int = 0
+    interrupted: bool = False
+    stopped_by: str = ""
+    adapt: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target.get("name", ""), "target_json": self.target, "workload": self.workload,
+            "best": None if self.best_config is None else {"config": self.best_config, "cost": self.best_cost},
+            "measurements": self.measurements, "cache_hits": self.cache_hits, "evaluations": self.evaluations,
+            "seeds": self.seeds, "history": self.history, "interrupted": self.interrupted,
+            "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
+        }
+
+    def evaluations_to_reach(self, cost: float) -> int | None:
+        """First evaluation index whose best-so-far is <= ``cost`` (None if never)."""
+        for i, b in self.history:
+            if b is not None and b <= cost:
+                return i
+        return None
+
+
+def own_sample_weight(n_db: int, n_own: int, own_weight: float) -> float:
+    """Sample weight of each of ``n_own`` records of the entry being tuned beside ``n_db`` DB
+    records of weight 1: together they weigh ``own_weight`` times the DB records, unless that
+    would make each weigh less than 1 (then 1)."""
+    return max(1.0, own_weight * n_db / max(n_own, 1))
+
+
+def _sig(cfg: Mapping[str, Any]) -> str:
+    return canonical_json(dict(cfg))
+
+
+class Tuner:
+    """One tuning run of (target, workload) over ``space`` with ``backend``."""
+
+    def __init__(self, db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space,
+                 backend: MeasureBackend, options: TuneOptions | None = None, *,
+                 defaults: Mapping[str, Any] | None = None,
+                 progress: Callable[[dict], None] | None = None, model: Any = None,
+                 hardware_knobs: Mapping[str, str] | None = None):
+        self.db = db
+        self.target = dict(target)
+        self.workload = dict(workload)
+        self.space = space
+        self.backend = backend
+        self.opt = options or TuneOptions()
+        self.defaults = dict(defaults or {})
+        self.hardware_knobs = dict(hardware_knobs or {})
+        self.progress = progress
+        self.rng = random.Random(self.opt.seed)
+        self.evaluated: dict[str, float] = {}   # signature -> cost (inf when failed)
+        self.configs: dict[str, dict] = {}
+        self.tried: set[str] = set()
+        self.measurements = 0
+        self.cache_hits = 0
+        self.history: list[list] = []
+        self.best: tuple[float, dict] | None = None
+        self.adapt_report = AdaptReport()
+        self.seeds_info: list[dict] = []
+        self.model = model
+        self.model_info: dict = {}
+        self._model_seen = 0
+        self._entry_evals_at_fit = 0
+        self._t0 = time.monotonic()
+        self._finite_matrix: np.ndarray | None = None
+        self._base: tuple | None = None
+        self._db_len_at_base = 0
+        self._features = None
+        self._X_base = None
+        self._y_base = None
+
+    # --------------------------------------------------------------- evaluate
+    def _remaining(self) -> int:
+        return self.opt.budget - len(self.evaluated)
+
+    def _out_of_time(self) -> bool:
+        return self.opt.wall_s is not None and time.monotonic() - self._t0 > self.opt.wall_s
+
+    def evaluate(self, configs: list[dict]) -> None:
+        """DB first, then the backend for the rest (each committed as soon as measured)."""
+        todo: list[dict] = []
+        todo_sigs: set[str] = set()
+        for c in configs:
+            if self._remaining() - len(todo) <= 0:
+                break
+            s = _sig(c)
+            if s in self.evaluated or s in todo_sigs:
+                continue
+            self.tried.add(s)
+            hit = self.db.lookup(self.target, self.workload, c) if self.db is not None else None
+            if hit is not None:
+                self.cache_hits += 1
+                self._record(c, hit, cached=True)
+            else:
+                todo.append(c)
+                todo_sigs.add(s)
+        if not todo:
+            return
+
+        def on_record(rec) -> None:
+            if self.db is not None:
+                self.db.commit(rec)
+            self.measurements += 1
+            self._record(rec.config, rec, cached=False)
+
+        self.backend.measure_many(self.target, self.workload, todo, on_record=on_record)
+
+    def preload(self, records: Any) -> None:
+        """Count already known records of this (target, workload) as evaluations (no measuring,
+        no cache-hit count); they take part in the budget and in the best-so-far."""
+        for r in records:
+            self._record(r.config, r, cached=True)
+
+    def _record(self, cfg: Mapping[str, Any], rec: Any, cached: bool) -> None:
+        s = _sig(cfg)
+        if s in self.evaluated:
+            return
+        cost = rec.cost if rec.status == "ok" and rec.cost is not None else math.inf
+        self.evaluated[s] = cost
+        self.configs[s] = dict(cfg)
+        if cost < math.inf and (self.best is None or cost < self.best[0]):
+            self.best = (cost, dict(cfg))
+        self.history.append([len(self.evaluated), None if self.best is None else self.best[0]])
+        if self.progress:
+            self.progress({"evaluations": len(self.evaluated), "budget": self.opt.budget,
+                           "measurements": self.measurements, "cache_hits": self.cache_hits,
+                           "best": None if self.best is None else self.best[0], "status": rec.status,
+                           "cached": cached})
+
+    # ------------------------------------------------------------------ seeds
+    def exact_configs(self) -> list[dict]:
+        if self.db is None:
+            return []
+        return [r.config for r in self.db.best(self.target, self.workload, k=3)]
+
+    def previous_configs(self) -> list[dict]:
+        """Configs this (target, workload) already has in the DB, oldest first (resume)."""
+        if self.db is None:
+            return []
+        try:
+            t = self.db.records(self.target, self.workload)
+        except (ValueError, TypeError):
+            return []
+        if t.num_rows == 0:
+            return []
+        import json
+
+        order = np.argsort(np.asarray(t.column("timestamp").cast("int64").to_numpy()), kind="stable")
+        cfgs = t.column("config").to_pylist()
+        out, seen = [], set()
+        for i in order.tolist():
+            if cfgs[i] not in seen:
+                seen.add(cfgs[i])
+                out.append(json.loads(cfgs[i]))
+        return out
+
+    def seed_configs(self) -> list[dict]:
+        """Adapted best configs of the nearest entries, best first."""
+        if self.db is None or self.opt.cold:
+            return []
+        matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
+                                  same_family=True, min_similarity=self.opt.min_similarity,
+                                  best_n=self.opt.top_per_neighbor)
+        from tunedb.index.keys import key_of
+
+        tkey, wkey = key_of(self.target), key_of(self.workload)
+        scores: dict[str, float] = {}
+        cfg_of: dict[str, dict] = {}
+        used = 0
+        for m in matches:
+            if m.target_key == tkey and m.workload_key == wkey:
+                continue  # our own entry (a resumed run): its configs come back as cache hits anyway
+            if used >= self.opt.k_neighbors:
+                break
+            used += 1
+            self.seeds_info.append({"from_target": m.target_name, "from_workload": m.workload,
+                                    "similarity": round(float(m.similarity), 6)})
+            w = max(float(m.similarity), 0.0) ** 8
+            best = [r.config for r in m.best[: self.opt.top_per_neighbor]]
+            scale = hardware_scale(m.target, self.target, self.hardware_knobs) if self.hardware_knobs else None
+            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report, scale)
+            n = max(len(adapted), 1)
+            for rank, c in enumerate(adapted):
+                s = _sig(c)
+                cfg_of[s] = c
+                scores[s] = scores.get(s, 0.0) + w * (1.0 - rank / (n + 1))
+        order = sorted(scores, key=lambda s: (-scores[s], s))
+        return [cfg_of[s] for s in order]
+
+    # ------------------------------------------------------------------ model
+    def _fit_model(self, force: bool = False) -> None:
+        """(Re)fit the cost model.  Warm: the family's DB records (loaded and featurised once per
+        run) plus this entry's evaluations, weighted by ``own_sample_weight`` (together at least
+        ``own_weight`` times the DB records' weight);
+        the held-out rank correlation is measured at the first fit.  Cold: this run's own
+        evaluations only (from 8 on)."""
+        if not self.opt.use_model:
+            return
+        own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
+        if not force and len(own) - self._entry_evals_at_fit < self.opt.retrain_every:
+            return
+        if self.opt.cold:
+            if len(own) < 8:
+                return
+            model = default_model(seed=self.opt.seed)
+            try:
+                model.fit([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own),
+                          [v for _, v in own], seed=self.opt.seed, holdout=0)
+            except Exception as e:  # a model failure must never stop tuning
+                self.model_info = {"error": f"{type(e).__name__}: {e}"}
+                return
+        else:
+            if self.db is None:
+                return
+            if self._base is not None and len(self.db) - self._db_len_at_base >= \
+                    self.opt.refit_fraction * max(len(self._base[0]), 1):
+                self._base = self._features = None  # the DB grew by a set fraction: reload what it knows
+            if self._base is None:
+                self._db_len_at_base = len(self.db)
+                fam = self.workload.get("family")
+                cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
+                from tunedb.index.keys import key_of
+
+                mine = key_of(self.target), key_of(self.workload)
+                keep = [i for i, (t, w) in enumerate(zip(tgs, wls)) if (key_of(t), key_of(w)) != mine] \
+                    if len(cfgs) < 50_000 else list(range(len(cfgs)))
+                self._base = ([cfgs[i] for i in keep], [wls[i] for i in keep], [tgs[i] for i in keep],
+                              [costs[i] for i in keep])
+            cfgs, wls, tgs, costs = self._base
+            if len(cfgs) + len(own) < 20:
+                return
+            from tunedb.transfer.search.costmodel import FeatureSpace
+
+            if self._features is None:
+                self._features = FeatureSpace.from_configs(list(cfgs) + [c for c, _ in own])
+                self._X_base = self._features.matrix(cfgs, wls, tgs)
+                self._y_base = np.log(np.asarray(costs, np.float64))
+            X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
+            X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
+            y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
+            boost = own_sample_weight(len(cfgs), len(own), self.opt.own_weight)
+            w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
+            model = default_model(seed=self.opt.seed)
+            model.features_ = self._features
+            try:
+                model.fit_matrix(X, y, sample_weight=w, seed=self.opt.seed,
+                                 holdout=0.2 if self.model is None else 0.0,
+                                 target_names=sorted({str(t.get("name", "")) for t in tgs}))
+            except Exception as e:  # a model failure must never stop tuning
+                self.model_info = {"error": f"{type(e).__name__}: {e}"}
+                return
+            if self.model is not None and "heldout_spearman" in self.model_info:
+                model.heldout_spearman_ = self.model_info["heldout_spearman"]
+        self.model = model
+        self._entry_evals_at_fit = len(own)
+        self.model_info = {"kind": type(model).__name__, "records": model.n_records_,
+                           "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
+                           "fits": self.model_info.get("fits", 0) + 1}
+
+    def _predict(self, cands: list[dict]) -> np.ndarray | None:
+        if self.model is None or not cands:
+            return None
+        try:
+            return self.model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
+        except Exception:
+            return None
+
+    # ------------------------------------------------------------ neighbours
+    def _neighbours(self, cfg: dict) -> list[dict]:
+        if self.space.finite is None:
+            return self.space.neighbours(cfg)
+        if self._finite_matrix is None:
+            names = self.space.names
+            vals = [{repr(v): i for i, v in enumerate(k.values)} for k in self.space.knobs]
+            self._finite_list = list(self.space.finite)
+            self._finite_matrix = np.array([[vals[j].get(repr(c[n]), -1) for j, n in enumerate(names)]
+                                            for c in self._finite_list], np.int32)
+            self._value_index = vals
+        v = np.array([self._value_index[j].get(repr(cfg[n]), -1) for j, n in enumerate(self.space.names)],
+                     np.int32)
+        d = (self._finite_matrix != v).sum(1)
+        idx = np.flatnonzero(d == 1)
+        if len(idx) < 6:
+            idx = np.flatnonzero((d >= 1) & (d <= 2))
+        return [self._finite_list[i] for i in idx]
+
+    # ------------------------------------------------------------------- run
+    def run(self) -> TuneResult:
+        stopped_by = "budget"
+        interrupted = False
+        try:
+            if self.opt.use_exact:
+                self.evaluate(self.exact_configs())
+            if not self.opt.cold:
+                # resume: what this entry already holds is answered first, from the DB
+                self.evaluate([c for c in self.previous_configs() if self.space.is_valid(c)])
+            seeds = [] if self.opt.cold else self.seed_configs()
+            if not self.opt.cold:
+                self._fit_model(force=True)
+            first = seeds[: self.opt.n_seeds]
+            if not first:
+                # no history to seed from: a warm run starts from the family's default config,
+                # a cold run (the comparison baseline) from random configs only
+                default = None
+                use_default = (not self.opt.cold) if self.opt.start_default is None else self.opt.start_default
+                if use_default and self.defaults and self.space.is_valid(self.defaults):
+                    default = dict(self.defaults)
+                first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
+            self.evaluate(first)
+            pending = seeds[self.opt.n_seeds:]
+            stale_rounds = 0
+            while self._remaining() > 0:
+                if self._out_of_time():
+                    stopped_by = "wall_time"
+                    break
+                if stale_rounds >= self.opt.patience:
+                    stopped_by = "patience"
+                    break
+                before = self.best[0] if self.best else math.inf
+                self._fit_model()
+                batch = self._next_batch(pending)
+                if not batch:
+                    stopped_by = "exhausted"
+                    break
+                pending = [c for c in pending if _sig(c) not in self.tried]
+                self.evaluate(batch)
+                after = self.best[0] if self.best else math.inf
+                stale_rounds = stale_rounds + 1 if after >= before else 0
+        except KeyboardInterrupt:
+            interrupted = True
+            stopped_by = "interrupted"
+        return TuneResult(
+            target=self.target, workload=self.workload,
+            best_config=None if self.best is None else self.best[1],
+            best_cost=None if self.best is None else self.best[0],
+            measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
+            history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
+            adapt=self.adapt_report.to_json(), model=self.model_info)
+
+    def _next_batch(self, pending: list[dict]) -> list[dict]:
+        b = min(self.opt.batch, self._remaining())
+        ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
+        pool: dict[str, dict] = {}
+        for _, s in ranked[:3]:
+            if ranked and ranked[0][0] == math.inf:
+                break
+            for n in self._neighbours(self.configs[s]):
+                ns = _sig(n)
+                if ns not in self.tried:
+                    pool.setdefault(ns, n)
+        for c in pending:
+            s = _sig(c)
+            if s not in self.tried:
+                pool.setdefault(s, c)
+        cands = list(pool.values())
+        n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon) if cands else b
+        chosen: list[dict] = []
+        pred = self._predict(cands)
+        if pred is not None:
+            order = np.argsort(pred, kind="stable")
+            chosen = [cands[i] for i in order[: b - n_rand]]
+        else:
+            self.rng.shuffle(cands)
+            chosen = cands[: b - n_rand]
+        sigs = {_sig(c) for c in chosen}
+        tries = 0
+        while len(chosen) < b and tries < 50 * b:
+            tries += 1
+            try:
+                c = self.space.sample(self.rng)
+            except RuntimeError:
+                break
+            s = _sig(c)
+            if s not in self.tried and s not in sigs:
+                chosen.append(c)
+                sigs.add(s)
+        return chosen
+
+
+def tune(db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space, backend: MeasureBackend,
+         options: TuneOptions | None = None, **kw: Any) -> TuneResult:
+    """Run one tuning session (see module docstring)."""
+    return Tuner(db, target, workload, space, backend, options, **kw).run()
