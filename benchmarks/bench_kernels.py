@@ -55,10 +55,10 @@ def bench_family(name: str, sweep: int, seed: int, repeats_cv: int) -> dict:
     w = fam.validate_workload(SHAPES[name])
     sp = fam.space(w)
     rng = random.Random(seed)
-    cfgs = [fam.default_config(w)] + [sp.sample(rng) for _ in range(sweep)]
+    target = preset("cpu-native-t1")
+    cfgs = [fam.default_config(w, target)] + [sp.sample(rng) for _ in range(sweep)]
     proto = TimingProtocol(warmup=1, min_repeat_ms=20, repeat=5)
     be = LocalBackend(MeasureOptions(protocol=proto, run_timeout_s=60))
-    target = preset("cpu-native-t1")
     t0 = time.perf_counter()
     recs = be.measure_many(target, w, cfgs)
     sweep_s = time.perf_counter() - t0

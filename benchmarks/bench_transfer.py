@@ -12,7 +12,7 @@ it reports the fraction of the held-out device's true optimum reached (optimum /
 
 plus a diagnostic no tuner can run, hindsight_mixture_at_20: the 20 configs ranked best by the
 least-squares mix of the other devices' log times fitted on all of the held-out device's data
-(see transfer.evaluation.hindsight_mixture); low values mean the other devices' data do not
+(see tunedb.transfer.search.evaluation.hindsight_mixture); low values mean the other devices' data do not
 rank the held-out optimum well, whatever the search does.  And the evaluations needed to reach
 95% of the optimum (random: the exact expectation (N+1)/(m+1) for m good configs among N, which
 is what infinitely many seeds average to).

@@ -4,13 +4,13 @@ Three diagnostics for one held-out device of a Kernel Tuner data set, none of wh
 run (each looks at the held-out device's full measurements):
 
   hindsight_mixture  least-squares mix of the other devices' log times fitted on all of the
-                     held-out device's configs (transfer.evaluation.hindsight_mixture)
+                     held-out device's configs (tunedb.transfer.search.evaluation.hindsight_mixture)
   model              the LightGBM cost model trained on the other devices' ok records, asked for
                      every config of the held-out device: rank of the true optimum among its
                      predictions, and the fraction of the optimum its top 20 reach
   idealised_loop     model-guided search over the *whole* space: measure the 4 best-predicted
                      unmeasured configs, refit with the device's own measurements weighted as
-                     the tuner weighs them (transfer.search.own_sample_weight), repeat;
+                     the tuner weighs them (tunedb.transfer.search.tuner.own_sample_weight), repeat;
                      fraction of the optimum after 5, 10, 20, 50
 
 and, with ``--local``, one check on this CPU: does a preset's optimum carry over to another?

@@ -165,7 +165,8 @@ class RecordStore(ABC):
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
         """Every record (optionally of one target and/or workload) as a new Arrow table with the
         columns of ``tunedb.index.schema.RECORD_SCHEMA`` (JSON fields as canonical JSON text),
-        one row per record_id, in commit order."""
+        one row per record_id.  Row order is the backend's (the Parquet store groups rows by
+        target; the memory store keeps commit order): sort by ``committed`` if order matters."""
 
     def iter_records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True
                      ) -> Iterator[Record]:

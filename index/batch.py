@@ -1,7 +1,7 @@
 """Many records as columns: the bulk path into the store.
 
 A ``RecordBatch`` holds records as one Arrow table in the store's column layout
-(``index.schema.RECORD_SCHEMA`` without ``target_slug`` and ``committed``, which the
+(``tunedb.index.schema.RECORD_SCHEMA`` without ``target_slug`` and ``committed``, which the
 store adds when it writes).  It is validated and keyed when it is built, exactly as
 ``Record`` is (the same canonical JSON, keys and rules, so a record gets the same keys
 whichever way it was built), and is immutable afterwards.  ``TuningDB.commit`` takes a
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.keys import canonical_json, key_of_text, rid_hashes
+from tunedb.index.keys import canonical_json, canonical_json_normalised, key_of_text, rid_hashes
 from tunedb.index.record import SOURCE_RE, STATUSES, Record, _as_json_object, target_display_name
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
@@ -311,8 +311,8 @@ def _canon_column(values: Sequence[Any], what: str, ids: list[str]) -> tuple[lis
     for i, v in enumerate(values):
         hit = memo.get(id(v))
         if hit is None:
-            d = _as_json_object(v, what, ids[i])
-            text = canonical_json(d)
+            d = _as_json_object(v, what, ids[i])  # normalised by tunedb.index.keys.normalise, as Record does
+            text = canonical_json_normalised(d)
             hit = memo[id(v)] = (d, text, key_of_text(text))
             keep.append(v)
         dicts.append(hit[0])

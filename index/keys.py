@@ -17,16 +17,89 @@ from typing import Any
 import numpy as np
 
 KEY_HEX_CHARS = 32
+#: integral floats below this magnitude are written as ints (exactly representable)
+_INT_FLOAT_LIMIT = 2**53
+
+
+#: exact types that are their own normal form (subclasses take the general path)
+_SELF_NORMAL = frozenset((str, int, bool, type(None)))
+_STR_SET = frozenset((str,))
+
+
+class _NotJSON(Exception):
+    """Internal: a value that is not plain JSON data; ``where`` collects the path on the way up."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where: list[str] = []
 
 
 def normalise(value: Any, path: str = "$") -> Any:
-    """Return ``value`` as plain JSON data with normalised numbers.
+    """Return ``value`` as plain JSON data with normalised numbers (a fresh copy of every container).
 
-    Accepts dict (string keys), list/tuple, str, bool, None, int, float and
-    numpy scalars.  Raises ValueError naming the JSON path of anything else
-    (objects, bytes, sets, NaN, infinities).
+    Accepts dict (string keys), list/tuple, str, bool, None, int, float and numpy scalars.
+    Integral floats with ``|x| < 2**53`` become ints (``8.0`` -> ``8``, ``-0.0`` -> ``0``);
+    other floats, and all ints (however large), stay as they are; ``True`` stays a bool.
+    Raises ValueError naming the JSON path of anything else (objects, bytes, sets, NaN,
+    infinities, non-string keys), e.g. ``$.a[2]: non-finite number nan is not JSON data``.
+
+    This is the one normaliser of the project: ``Record``, ``RecordBatch``, the store's query
+    keys and the importers all call it (tests/test_keys_property.py checks they agree).
     """
-    if value is None or isinstance(value, (bool, str)):
+    try:
+        return _norm(value)
+    except _NotJSON as e:
+        raise ValueError(f"{path}{''.join(reversed(e.where))}: {e.message}") from None
+
+
+def _norm(value: Any) -> Any:
+    """``normalise`` without path bookkeeping on success (the path is added while unwinding)."""
+    t = type(value)
+    if t in _SELF_NORMAL:
+        return value
+    if t is float:
+        if value.is_integer() and -_INT_FLOAT_LIMIT < value < _INT_FLOAT_LIMIT:
+            return int(value)
+        if not math.isfinite(value):
+            raise _NotJSON(f"non-finite number {value!r} is not JSON data")
+        return value
+    if t is dict:
+        if set(map(type, value.values())) <= _SELF_NORMAL and (not value or set(map(type, value)) == _STR_SET):
+            return dict(value)  # flat dict of strings, ints, bools and nulls: already normal
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                raise _NotJSON(f"key {k!r} is not a string")
+            if type(v) in _SELF_NORMAL:
+                out[k] = v
+                continue
+            try:
+                out[k] = _norm(v)
+            except _NotJSON as e:
+                e.where.append(f".{k}")
+                raise
+        return out
+    if t is list or t is tuple:
+        if set(map(type, value)) <= _SELF_NORMAL:
+            return list(value)
+        out_list = []
+        for i, v in enumerate(value):
+            if type(v) in _SELF_NORMAL:
+                out_list.append(v)
+                continue
+            try:
+                out_list.append(_norm(v))
+            except _NotJSON as e:
+                e.where.append(f"[{i}]")
+                raise
+        return out_list
+    return _norm_other(value)
+
+
+def _norm_other(value: Any) -> Any:
+    """``_norm`` of subclasses and numpy scalars (the rules by ``isinstance``), or ``_NotJSON``."""
+    if isinstance(value, (bool, str)):
         return value
     if isinstance(value, np.generic):
         value = value.item()
@@ -35,26 +108,12 @@ def normalise(value: Any, path: str = "$") -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{path}: non-finite number {value!r} is not JSON data")
-        if value.is_integer() and abs(value) < 2**53:
-            return int(value)
-        return float(value)
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise ValueError(f"{path}: key {k!r} is not a string")
-            out[k] = normalise(v, f"{path}.{k}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [normalise(v, f"{path}[{i}]") for i, v in enumerate(value)]
-    raise ValueError(f"{path}: {type(value).__name__} is not plain JSON data")
+        return _norm(float(value))
+    if isinstance(value, (dict, list, tuple)):
+        return _norm(dict(value) if isinstance(value, dict) else list(value))
+    raise _NotJSON(f"{type(value).__name__} is not plain JSON data")
 
 
-_PLAIN = (str, int, bool, type(None))
-_PLAIN_SET = frozenset(_PLAIN)
-_STR_SET = frozenset((str,))
 _dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -84,10 +143,16 @@ def canonical_json(value: Any) -> str:
 def canonical_json_flat(value: Any) -> tuple[str, bool]:
     """(canonical JSON of ``value``, whether ``value`` is a flat dict of strings, ints, bools and
     nulls -- already its own normal form, so a plain copy of it equals the parsed text)."""
-    if type(value) is dict and set(map(type, value.values())) <= _PLAIN_SET and \
+    if type(value) is dict and set(map(type, value.values())) <= _SELF_NORMAL and \
             (not value or set(map(type, value)) == _STR_SET):
         return _fast_dumps(value), True  # fast path: no normalising copy
     return _fast_dumps(normalise(value)), False
+
+
+def canonical_json_normalised(value: Any) -> str:
+    """Canonical JSON text of data already in normal form (the output of ``normalise``), without
+    normalising it again: equal to ``canonical_json(value)`` for such data."""
+    return _fast_dumps(value)
 
 
 def key_of_text(text: str) -> str:

@@ -161,7 +161,7 @@ class Record:
 
     # -------------------------------------------------------------- conversion
     def to_row(self) -> dict:
-        """Column values of this record (see index.schema.RECORD_SCHEMA)."""
+        """Column values of this record (see tunedb.index.schema.RECORD_SCHEMA)."""
         return {
             "record_id": self.record_id,
             "target_key": self.target_key,

@@ -2,7 +2,7 @@
 
 Each predicate takes one partition's rows (a ``RECORD_SCHEMA`` table, already
 de-duplicated by record_id) and returns a boolean numpy mask, True for rows to keep; the
-store hands it to ``index.parts.rewrite_partition``.  Costs are seconds (a null cost ranks
+store hands it to ``tunedb.index.parquet.parts.rewrite_partition``.  Costs are seconds (a null cost ranks
 last); times are integer microseconds since the epoch (UTC).
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.base import KernelFamily
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.search.space import Knob, Space
 

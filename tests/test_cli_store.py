@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import struct
+import subprocess
+import sys
+import termios
+import threading
 
 import pytest
 
 from tunedb.index import Record, TuningDB
 
-from helpers import run_cli
+from helpers import ROOT, run_cli
 
 T = {"kind": "cpu", "name": "cli-target"}
 W = {"family": "matmul", "M": 8, "N": 8, "K": 8}
@@ -72,3 +79,126 @@ def test_maintenance_commands(db_path):
     r = run_cli("invalidate", "--db", str(db_path), "--target", "cli-target", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["invalidated"] is True
     assert TuningDB.open(db_path).best(T, W) == []
+
+
+# ------------------------------------------------------------------ global options, --version
+def test_global_options_before_or_after_the_command(db_path, tmp_path):
+    after = run_cli("stats", "--db", str(db_path), "--json")
+    assert after.returncode == 0, after.stderr
+    expected = json.loads(after.stdout)
+    for args in (["--db", str(db_path), "stats", "--json"], ["--json", "--db", str(db_path), "stats"],
+                 ["--db", str(db_path), "--json", "stats"], ["--json", "stats", "--db", str(db_path)],
+                 # a value given after the command wins over one given before
+                 ["--db", str(tmp_path / "missing"), "stats", "--db", str(db_path), "--json"]):
+        r = run_cli(*args)
+        assert r.returncode == 0, (args, r.stderr)
+        assert json.loads(r.stdout) == expected, args
+        assert len(r.stdout.strip().splitlines()) == 1
+    b = run_cli("--db", str(db_path), "--json", "best", "--target", "cli-target", "--workload", "matmul:M=8,N=8,K=8")
+    assert b.returncode == 0 and json.loads(b.stdout)["records"][0]["config"] == {"tile": 0}, b.stderr
+    # a user error stays one line and exit 2 with the options first
+    r = run_cli("--db", str(tmp_path / "missing"), "stats")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("tunedb: error: ") and "Traceback" not in r.stderr
+
+
+def test_version_text_and_json():
+    from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+
+    r = run_cli("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"tunedb {TUNEDB_VERSION} (schema {SCHEMA_VERSION})\n"
+    j = run_cli("--json", "--version")
+    assert j.returncode == 0, j.stderr
+    assert json.loads(j.stdout) == {"tunedb": TUNEDB_VERSION, "schema": SCHEMA_VERSION}
+    assert len(j.stdout.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- OSError
+def _one_line_error(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("tunedb: error: ")
+    return lines[0]
+
+
+def test_os_error_from_the_store_is_one_line_exit_2(tmp_path):
+    # 100 records: more than the journal takes, so the commit writes a Parquet file into the
+    # target's partition folder -- which here is a plain file (NotADirectoryError)
+    src = tmp_path / "src"
+    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(100)])
+    (partition,) = [d.name for d in (src / "records").iterdir() if d.is_dir()]
+    dump = tmp_path / "records.jsonl"
+    assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
+    dst = tmp_path / "dst"
+    assert run_cli("init", "--db", str(dst)).returncode == 0
+    (dst / "records" / partition).write_text("")
+    line = _one_line_error(run_cli("--db", str(dst), "import", "jsonl", str(dump)))
+    assert line.startswith(f"tunedb: error: {os.strerror(20)} (") and partition in line, line
+
+
+def test_disk_full_is_one_line_exit_2(db_path, tmp_path):
+    dump = tmp_path / "records.jsonl"
+    assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(db_path)).returncode == 0
+    full = tmp_path / "full"
+    code = ("import errno, os\n"
+            "from tunedb.index import TuningDB\n"
+            "def commit(self, records):\n"
+            "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path / 'records' / 'part.parquet'))\n"
+            "TuningDB.commit = commit\n"
+            "from tunedb.transfer.cli.main import main\n"
+            f"raise SystemExit(main(['import', 'jsonl', {str(dump)!r}, '--db', {str(full)!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    line = _one_line_error(r)
+    assert line == f"tunedb: error: No space left on device ({full / 'records' / 'part.parquet'})", line
+
+
+def test_db_under_proc_is_one_line_exit_2():
+    _one_line_error(run_cli("--db", "/proc/tunedb-x", "init"))
+
+
+# ------------------------------------------------------------------------ progress bars
+def _run_with_tty_stderr(*args: str) -> tuple[subprocess.CompletedProcess, str]:
+    """``tunedb ARGS`` with stdout a pipe and stderr a 100x24 pseudo-terminal (where bars are drawn)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO once the child has closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        p = subprocess.run([sys.executable, "-m", "tunedb", *args], stdout=subprocess.PIPE, stderr=slave,
+                           stdin=subprocess.DEVNULL, text=True, cwd=ROOT, timeout=600)
+    finally:
+        os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    return p, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_bar_command_with_json_prints_one_object_and_no_bar(tmp_path):
+    db = str(tmp_path / "db")
+    tune = ["tune", "--target", "cpu-native", "--budget", "3", "--db", db]
+    p, err = _run_with_tty_stderr(*tune, "--workload", "matmul:M=16,N=16,K=16")
+    assert p.returncode == 0, err
+    assert "3/3" in err and "tune" in err, err  # on a terminal, without --json, the bar is drawn
+    for args in ([*tune, "--workload", "matmul:M=16,N=24,K=16", "--json"],
+                 ["--json", *tune, "--workload", "matmul:M=16,N=32,K=16"]):
+        p, err = _run_with_tty_stderr(*args)
+        assert p.returncode == 0, err
+        assert err == "", err
+        lines = p.stdout.strip().splitlines()
+        assert len(lines) == 1, p.stdout
+        out = json.loads(lines[0])
+        assert out["evaluations"] == 3 and out["best"]["cost"] > 0

@@ -93,6 +93,26 @@ def test_not_a_database(tmp_path: Path) -> None:
         collect("metaschedule", [f])
 
 
+def test_files_of_another_format_are_refused(tmp_path: Path, capsys) -> None:
+    """Both files present but not MetaSchedule lines: refused like the other formats ("no line
+    holds ..."), not imported as 0 records; an empty database is still fine."""
+    d = tmp_path / "ms"
+    d.mkdir()
+    (d / WORKLOAD_FILE).write_text('{"input": ["llvm", "dense", [], {}], "version": 0.2}\n')
+    (d / RECORD_FILE).write_text('{"input": ["llvm", "dense", [], {}], "result": [[1e-3], 0, 1, 2]}\n')
+    with pytest.raises(ImportFormatError, match=f"no line of {WORKLOAD_FILE} holds"):
+        collect("metaschedule", [d])
+    (d / WORKLOAD_FILE).write_text('["0x1234", "ZGF0YQ=="]\n')
+    with pytest.raises(ImportFormatError, match=f"no line of {RECORD_FILE} holds a MetaSchedule tuning record"):
+        collect("metaschedule", [d])
+    db = tmp_path / "db"
+    assert cli_main(["import", "metaschedule", str(d), "--db", str(db)]) == 2
+    assert "no line of" in capsys.readouterr().err
+    (d / RECORD_FILE).write_text("")
+    recs, rep = collect("metaschedule", [d])
+    assert recs == [] and rep.skipped == 0
+
+
 @needs_data
 def test_cli_round_trip(tmp_path: Path, capsys) -> None:
     db = tmp_path / "db"

@@ -8,9 +8,12 @@ import re
 import numpy as np
 import pytest
 
-from tunedb.index.hardware.localcpu import preset
-from tunedb.transfer.kernels import FAMILIES_ENV, families, get_family
+from tunedb.index.hardware.localcpu import preset, preset_names
+from tunedb.transfer.kernels import FAMILIES_ENV, default_config, families, family_default_config, get_family
+from tunedb.transfer.kernels import matmul as matmul_mod
+from tunedb.transfer.kernels import softmax as softmax_mod
 from tunedb.transfer.kernels.build import generate_source
+from tunedb.transfer.kernels.targets import vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
 from tunedb.transfer.search.space import InvalidConfig
@@ -111,11 +114,13 @@ def test_generate_source_validates_first(workload):
         generate_source(workload, {**cfg, fam.space(workload).knobs[0].name: INJECTION})
 
 
-def _configs(workload, fixed):
+def _configs(workload, fixed, target=None):
     fam = get_family(workload["family"])
     sp = fam.space(workload)
     rng = random.Random(1)
     out = [fam.default_config(workload), *fixed]
+    if fam.default_config(workload, target) not in out:  # the target's own default too
+        out.insert(1, fam.default_config(workload, target))
     out += [sp.sample(rng) for _ in range(2)]
     for c in out:
         sp.validate(c)
@@ -153,7 +158,7 @@ def test_reference_correct_for_several_configs(workload, fixed):
     """Every config's first run is checked against NumPy inside the worker: all must come back ok."""
     be = LocalBackend(FAST)
     target = preset("cpu-native")
-    for cfg in _configs(workload, fixed):
+    for cfg in _configs(workload, fixed, target):
         rec = be.measure(target, workload, cfg)
         assert rec.status == "ok", (cfg, rec.error)
         assert len(rec.costs) == 2 and all(c > 0 for c in rec.costs)
@@ -192,3 +197,114 @@ def test_flops_and_bytes():
     p, q = conv.out_hw(conv.validate_workload(CONV_PRIME))
     assert (p, q) == (8, 6)  # (13 + 4 - 3) // 2 + 1, (11 + 4 - 5) // 2 + 1
     assert conv.flops(CONV_PRIME) == 2 * 2 * 7 * p * q * 3 * 3 * 5
+
+
+# ------------------------------------------------------------------ defaults derived from the target
+SSE2 = {"kind": "cpu", "name": "sse2-box", "vector_bits": 128}
+AVX2 = {"kind": "cpu", "name": "epyc-avx2", "vector_bits": 256, "l1d_kb": 32, "l2_kb": 512, "l3_kb": 16384,
+        "cores": 8, "threads": 1}
+AVX512 = {"kind": "cpu", "name": "spr-avx512", "vector_bits": 512, "l1d_kb": 48, "l2_kb": 2048, "threads": 4}
+SYNTHETIC = {"sse2": SSE2, "avx2": AVX2, "avx512": AVX512}
+#: vector width in floats and vector registers each synthetic target must get
+EXPECTED = {"sse2": (4, 16), "avx2": (8, 16), "avx512": (16, 32)}
+WORKLOADS = [MM_PRIME, {"family": "matmul", "M": 160, "N": 160, "K": 160}, {"family": "matmul", "M": 1, "N": 1, "K": 1},
+             {"family": "matmul", "M": 2048, "N": 4096, "K": 1024}, CONV_PRIME,
+             {"family": "conv2d", "N": 1, "C": 64, "H": 28, "W": 28, "K": 64, "R": 3, "S": 3, "stride": 1, "pad": 1,
+              "layout": "NHWC"}, SOFTMAX_PRIME, {"family": "softmax", "M": 512, "N": 1024},
+             {"family": "softmax", "M": 3, "N": 5}, NPMM_PRIME, {"family": "numpy_matmul", "M": 512, "N": 512, "K": 512}]
+
+
+def _targets():
+    out = [(name, preset(name)) for name in preset_names()]
+    return out + list(SYNTHETIC.items()) + [("none", None)]
+
+
+def _footprint(family: str, cfg: dict) -> int | None:
+    return {"matmul": matmul_mod.register_footprint, "softmax": softmax_mod.register_footprint}.get(
+        family, lambda c: None)(cfg)
+
+
+@pytest.mark.parametrize("name, target", _targets(), ids=[n for n, _ in _targets()])
+def test_default_config_fits_the_target(name, target):
+    """Every family's default for every local preset and synthetic ISA: valid, vector knob = the
+    target's vector width in floats, register footprint within the target's vector registers."""
+    lanes = vector_floats(target)
+    regs = vector_registers(target)
+    if name in EXPECTED:
+        assert (lanes, regs) == EXPECTED[name]
+    if target is not None and target.get("name", "").startswith("cpu-"):
+        assert lanes == target["vector_bits"] // 32
+        assert regs == (32 if target["vector_bits"] == 512 else 16)
+    for w in WORKLOADS:
+        fam = get_family(w["family"])
+        cfg = fam.default_config(w, target)
+        assert fam.space(w).validate(cfg) == cfg
+        assert default_config(w, target) == cfg
+        if "vec" in cfg:
+            assert cfg["vec"] == lanes, (w, cfg)
+        fp = _footprint(w["family"], cfg)
+        if fp is not None:
+            assert fp <= regs, (w, cfg, fp, regs)
+
+
+def test_default_config_pinned_per_isa():
+    """The derivation written out: register tile by ISA, cache blocks by the target's caches."""
+    w = {"family": "matmul", "M": 160, "N": 160, "K": 160}
+    mm = get_family("matmul")
+    tile = {k: {key: mm.default_config(w, t)[key] for key in ("vec", "mr", "nr")} for k, t in SYNTHETIC.items()}
+    assert tile == {"sse2": {"vec": 4, "mr": 4, "nr": 8}, "avx2": {"vec": 8, "mr": 4, "nr": 16},
+                    "avx512": {"vec": 16, "mr": 4, "nr": 64}}
+    # AVX2 with 32 KiB L1d, 512 KiB L2, 16 MiB L3 over 8 cores: kc*(mr+nr)*4 <= 24 KiB -> kc 256;
+    # A block mc x kc floats <= L2/2 -> mc 256; B panel kc x nc floats <= (L3/8)/2 -> nc 1024
+    assert mm.default_config({"family": "matmul", "M": 2048, "N": 2048, "K": 2048}, AVX2) == {
+        "mc": 256, "nc": 1024, "kc": 256, "order": 0, "mr": 4, "nr": 16, "vec": 8, "pack": 1, "unroll": 4}
+    # nothing larger than the 160^3 product needs (256 is the smallest allowed value >= 160)
+    assert mm.default_config(w, AVX2)["mc"] == 256 and mm.default_config(w, AVX2)["kc"] == 256
+    # AVX-512 with 48 KiB L1d: kc*(4+64)*4 <= 36 KiB -> 128
+    assert mm.default_config(w, AVX512)["kc"] == 128
+    # the old one-argument call is the portable default (the SSE2 baseline), as is target=None
+    assert mm.default_config(w) == mm.default_config(w, None) == mm.default_config(w, SSE2)
+    assert mm.default_config(w)["vec"] == 4
+    # the AVX-512-only config the family used to default to spills on AVX2: never chosen there
+    assert matmul_mod.register_footprint(matmul_mod.FAST_CONFIG) > 16
+    sm = get_family("softmax")
+    assert [sm.default_config({"family": "softmax", "M": 512, "N": 1024}, t)["vec"] for t in SYNTHETIC.values()] == \
+        [4, 8, 16]
+    assert sm.default_config({"family": "softmax", "M": 3, "N": 5}, AVX2)["accs"] == 1  # rows shorter than 2 vectors
+    conv = get_family("conv2d")
+    assert conv.default_config(WORKLOADS[5], AVX2) == {"tile_k": 64, "tile_q": 32, "order": 1, "vec_dim": 0,
+                                                       "unroll": 2}
+
+
+@pytest.mark.parametrize("registers, vec", [(16, 4), (16, 8), (32, 16), (32, 4), (8, 8), (2, 16)])
+def test_register_tile_fits_any_register_file(registers, vec):
+    mr, nr = matmul_mod.register_tile(vec, registers)
+    assert nr % vec == 0 and mr in matmul_mod.MR_VALUES and nr in matmul_mod.NR_VALUES
+    if registers >= 4:
+        assert matmul_mod.register_footprint({"mr": mr, "nr": nr, "vec": vec}) <= registers
+
+
+def test_unknown_or_odd_target_properties_fall_back_to_portable():
+    mm = get_family("matmul")
+    portable = mm.default_config(MM_PRIME)
+    for t in ({}, {"vector_bits": "512"}, {"vector_bits": True}, {"vector_bits": -1, "l1d_kb": None},
+              {"kind": "gpu", "name": "h100"}):
+        assert mm.default_config(MM_PRIME, t) == portable
+    assert mm.default_config(MM_PRIME, {"isa": "x86-64-v3"})["vec"] == 8  # the width of a named ISA
+    assert vector_registers({"arch": "aarch64", "vector_bits": 128}) == 32
+
+
+def test_local_job_defaults_come_from_the_target(monkeypatch):
+    from tunedb.transfer.search.jobs import local_job
+
+    w = {"family": "matmul", "M": 160, "N": 160, "K": 160}
+    for name in ("cpu-x86-64-v3-t1", "cpu-x86-64-t1", "cpu-native-t1"):
+        t = preset(name)
+        job = local_job(t, w)
+        assert job.defaults == get_family("matmul").default_config(w, t)
+        assert job.defaults["vec"] == t["vector_bits"] // 32
+    # a plug-in family whose default_config takes only the workload still serves a job
+    monkeypatch.setenv(FAMILIES_ENV, "debug_fault:DebugFaultFamily")
+    fam = get_family("debug_fault")
+    assert family_default_config(fam, {"family": "debug_fault", "n": 4}, preset("cpu-native-t1")) == {"mode": 0}
+    assert local_job(preset("cpu-native-t1"), {"family": "debug_fault", "n": 4}).defaults == {"mode": 0}

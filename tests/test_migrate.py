@@ -48,7 +48,7 @@ def test_migrate_local_presets_then_rerun_is_resumable(db):
     for row in rep.rows:
         w = row["workload"]
         fam = family_of(w)
-        space, default = fam.space(w), fam.default_config(w)
+        space, default = fam.space(w), fam.default_config(w, preset(DST))
         src_best = db.best(preset(SRC), w, k=2)
         from tunedb.transfer.search.adapt import hardware_scale
 
@@ -185,6 +185,40 @@ def test_migrate_between_replay_devices(tmp_path):
     assert row["src_best_stayed_best"] == (file_cost[key_of(src_top[0].config)] == best)
     again = migrate(db, src_name, truth, top_k=3)   # a ReplayData works as the destination too
     assert again.totals["measurements"] == 0 and again.totals["cache_hits"] == 3
+
+
+@needs_data
+def test_migrate_on_a_memory_store_equals_the_parquet_db(tmp_path):
+    """Replay migration with a short search (same seed) on the in-memory store and on a Parquet DB:
+    the same report and the same destination records."""
+    from tunedb.index.memory import MemoryStore
+    from tunedb.transfer.interop import collect
+
+    recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
+    pq_db = TuningDB.open(tmp_path / "db")
+    pq_db.commit(recs)
+    mem = MemoryStore()
+    mem.commit(list(pq_db.iter_records()))  # the same records in the same order
+    reports = [migrate(db, recs[0].target_name, CONV_DIR / "A4000.json.gz", top_k=3, budget=4, seed=2)
+               for db in (pq_db, mem)]
+    a, b = (r.to_json() for r in reports)
+    a["totals"].pop("elapsed_s")
+    b["totals"].pop("elapsed_s")
+    assert a == b
+    assert a["totals"]["measurements"] == 3 and a["totals"]["search_measurements"] == 4
+
+    def dst(db):
+        return sorted((canonical_json(r.config), r.costs, r.source, r.session, canonical_json(r.meta))
+                      for r in db.iter_records(reports[0].dst))
+
+    assert len(dst(pq_db)) == 7 and dst(pq_db) == dst(mem)
+
+
+def test_importing_executors_does_not_import_ray():
+    code = ("import sys; import tunedb.transfer.migration.executors, tunedb.transfer.integrations.ray_executor; "
+            "print('ray' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "False", p.stderr
 
 
 @needs_data

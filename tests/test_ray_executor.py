@@ -11,9 +11,10 @@ ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.
 
 from tunedb.index import TuningDB  # noqa: E402
 from tunedb.index.hardware.localcpu import preset  # noqa: E402
+from tunedb.transfer.integrations.ray_executor import RayExecutor, target_resource  # noqa: E402
 from tunedb.transfer.measure.backend import LocalBackend  # noqa: E402
-from tunedb.transfer.migration.executors import ExecutorUnavailable, Finalise, RayExecutor, new_run_id, target_resource  # noqa: E402
-from tunedb.transfer.migration.migrate import migrate  # noqa: E402
+from tunedb.transfer.migration.executors import ExecutorUnavailable, Finalise, new_run_id  # noqa: E402
+from tunedb.transfer.migration.migrate import make_executor, migrate  # noqa: E402
 
 from migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, build_source_db, copy_db  # noqa: E402
 
@@ -75,13 +76,20 @@ def test_retried_task_commits_once(ray_cluster, tmp_path):
     w = {"family": "matmul", "M": 16, "N": 16, "K": 16}
     from tunedb.transfer.kernels import family_of
 
-    cfg = family_of(w).default_config(w)
+    cfg = family_of(w).default_config(w, preset(DST))
     first = ex.measure(LocalBackend(FAST), preset(DST), w, [cfg], fin, on_record=db.commit)
     second = ex.measure(LocalBackend(FAST), preset(DST), w, [cfg], fin)   # as if Ray ran it again
     assert first[0].record_id == second[0].record_id
     assert first[0].meta["worker_pid"] != os.getpid()
     assert db.commit(second) == 0
     assert len(db.records()) == 1
+
+
+def test_make_executor_ray_imports_the_integration_lazily():
+    """``make_executor("ray")`` still works although the Ray executor lives in transfer.integrations."""
+    ex = make_executor("ray")
+    assert isinstance(ex, RayExecutor) and ex.name == "ray"
+    ex.close()
 
 
 def test_target_no_node_owns_is_a_clear_error(ray_cluster):

@@ -141,7 +141,7 @@ def test_target_specs_resolve(db, tmp_path):
 
 
 def _vec_dir(db) -> Path:
-    return Path(db.derived_dir) / "vectors"
+    return Path(db.cache_dir()) / "vectors"
 
 
 def _index_file(db) -> Path:

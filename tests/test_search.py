@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tunedb.index import TuningDB
+from tunedb.index.memory import MemoryStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
@@ -216,3 +217,61 @@ def test_hindsight_mixture_ranks_an_exact_mix_first_and_a_close_gpu_well(replay)
     real = hindsight_mixture({d: replay[d] for d in SOURCES + (HELD,)}, HELD, top=20)
     assert real["fraction"] > 0.9 and real["configs"] > 1000
     assert set(real["weights"]) == set(SOURCES) | {"intercept"}
+
+
+# ------------------------------------------------------------------ the in-memory store, tunedb.tune
+def _twin_stores(tmp_path, replay):
+    """A Parquet DB in tmp_path holding the source devices' records, and a MemoryStore holding the
+    same records in the order the Parquet DB reads them back (the cost model sees its training
+    rows in store order, so both stores must agree on it)."""
+    pq_db = TuningDB.open(tmp_path / "db")
+    for d in SOURCES:
+        pq_db.commit(list(replay[d].results.values()))
+    mem = MemoryStore()
+    mem.commit(list(pq_db.iter_records()))
+    return pq_db, mem
+
+
+def test_warm_tuner_on_a_memory_store_equals_the_parquet_db(tmp_path, replay):
+    held = replay[HELD]
+    pq_db, mem = _twin_stores(tmp_path, replay)
+    runs = [Tuner(db, held.target, held.workload, held.space, CountingBackend(held),
+                  TuneOptions(budget=10, seed=4)).run() for db in (pq_db, mem)]
+    a, b = (r.to_json() for r in runs)
+    assert a["seeds"] and a["model"].get("fits")  # retrieval and the cost model took part
+    assert a == b
+    assert runs[0].measurements == runs[1].measurements == 10
+    # both stores now hold the same new records, and a rerun is all cache hits on either
+    for db in (pq_db, mem):
+        t = db.records(held.target, held.workload)
+        assert sorted(t.column("config").to_pylist()) == sorted(pq_db.records(held.target, held.workload)
+                                                                .column("config").to_pylist())
+        again = Tuner(db, held.target, held.workload, held.space, CountingBackend(held),
+                      TuneOptions(budget=10, seed=4)).run()
+        assert (again.measurements, again.cache_hits, again.best_cost) == (0, 10, runs[0].best_cost)
+
+
+def test_cost_model_training_data_on_a_memory_store_equals_the_parquet_db(tmp_path, replay):
+    pq_db, mem = _twin_stores(tmp_path, replay)
+    fam = replay[HELD].workload["family"]
+    a, b = training_data(pq_db, fam, seed=1), training_data(mem, fam, seed=1)
+    assert len(a[0]) > 10_000 and a == b
+    small = training_data(pq_db, fam, max_records=500, seed=1)
+    assert len(small[0]) == 500 and small == training_data(mem, fam, max_records=500, seed=1)
+
+
+def test_public_tune_real_builds_in_memory_then_all_cache_hits():
+    import tunedb
+
+    db = tunedb.open("memory:")
+    target = tunedb.local_target("cpu-native-t1")
+    w = {"family": "softmax", "M": 64, "N": 128}
+    first = tunedb.tune(db, target, w, budget=3)
+    assert (first.measurements, first.cache_hits, first.evaluations) == (3, 0, 3)
+    recs = list(db.iter_records(target, first.workload))
+    assert len(recs) == 3 and {r.source for r in recs} == {"measured"}
+    assert first.best_cost is not None and db.lookup(target, first.workload, first.best_config).cost == \
+        pytest.approx(first.best_cost)
+    again = tunedb.tune(db, target, w, budget=3)
+    assert (again.measurements, again.cache_hits, again.best_cost) == (0, 3, first.best_cost)
+    assert len(db) == 3

@@ -149,6 +149,31 @@ def test_torn_journal_tail_after_a_crash_is_ignored_and_the_journal_folded(tmp_p
     assert not journal.exists() and len(parquet_files(path)) == 1  # folded by the opener
 
 
+def test_folding_a_journal_again_adds_no_copies(tmp_path):
+    """A crash after a fold published its files but before it deleted the journal (simulated by
+    putting the journal back): the next opener folds it again, and neither tunedb nor pyarrow
+    sees a record twice -- the fold's files are named after the journal."""
+    import shutil
+
+    path = tmp_path / "db"
+    db = TuningDB.open(path)
+    for i in range(6):
+        db.commit([Record(T1, W, {"tile": i}, [1e-3]), Record(T2, W, {"tile": i}, [1e-3])])
+    (journal,) = (path / "journal").glob("*.jsonl")
+    shutil.copy(journal, tmp_path / "saved.jsonl")
+    db.close()
+    files = parquet_files(path)
+    assert len(files) == 2 and not journal.exists()
+    shutil.copy(tmp_path / "saved.jsonl", journal)
+    db2 = TuningDB.open(path)
+    assert len(db2) == 12 and not journal.exists() and parquet_files(path) == files
+    assert ds.dataset(path / "records", partitioning="hive").count_rows() == 12
+    db2.compact()  # once merged into a compacted file, a third fold is recognised too
+    shutil.copy(tmp_path / "saved.jsonl", journal)
+    assert len(TuningDB.open(path)) == 12 and not journal.exists()
+    assert ds.dataset(path / "records", partitioning="hive").count_rows() == 12
+
+
 @pytest.mark.slow
 def test_journal_of_a_killed_writer_is_folded_by_the_next_reader(tmp_path):
     path = tmp_path / "db"

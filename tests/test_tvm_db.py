@@ -143,6 +143,24 @@ def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
     assert TunedbDatabase(tmp_path / "db", warm_start=False).get_top_k(db.commit_workload(mod), 3) == []
 
 
+@pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
+def test_database_on_a_memory_store_serves_what_the_parquet_db_serves(tmp_path):
+    from tunedb.index.memory import MemoryStore
+
+    recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
+    store, mem = TuningDB.open(tmp_path / "db"), MemoryStore()
+    store.commit(recs)
+    mem.commit(recs)
+    mod = matmul(128, 128, 128)
+    served = []
+    for backend in (store, mem):
+        db = TunedbDatabase(backend, target=ZNVER4, warm_start=False)
+        assert db.db is backend and db.has_workload(mod) and len(db) == len(recs)
+        top = db.get_top_k(db.commit_workload(mod), 3)
+        served.append([[float(x) for x in r.run_secs] for r in top])
+    assert len(served[0]) == 3 and served[0] == served[1]
+
+
 # ------------------------------------------------------------------- real tuning runs
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):

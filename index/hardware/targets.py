@@ -4,9 +4,9 @@ A spec is, in this order of precedence:
 
 1. a dict (returned as a normalised copy);
 2. a target already in the DB, by its ``target_name`` or ``target_key`` (``db.find_target``);
-3. a local preset name (``cpu-native``, ``cpu-x86-64-v3-t2``, ... see ``index.localcpu``);
+3. a local preset name (``cpu-native``, ``cpu-x86-64-v3-t2``, ... see ``tunedb.index.hardware.localcpu``);
 4. a path to a JSON file holding a target object;
-5. a hardware catalog device (exact or fuzzy match of ``index.catalog.resolve``; a string
+5. a hardware catalog device (exact or fuzzy match of ``tunedb.index.hardware.catalog.resolve``; a string
    that only resolves by ``fallback`` is *not* accepted here).
 
 Anything else raises ``ValueError`` with one line naming the spec and what was tried.

@@ -80,18 +80,26 @@ def publish(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write all of ``data`` to ``fd`` (``os.write`` may write less than it is given)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
 
 
-def atomic_write_bytes(final: Path, data: bytes) -> None:
-    """Write ``data`` as ``final`` durably: a new temp file (a name readers ignore) in the same
-    directory, written and fsync'ed through one descriptor, renamed to ``final``, directory
-    fsync'ed.  On any failure the temp file is removed and ``final`` is untouched."""
-    tmp = final.parent / temp_name(final.suffix)
+def unlink_quietly(path: Path) -> None:
+    """Remove ``path`` if it is there; errors are ignored (best-effort cleanup)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def stage_bytes(directory: Path, data: bytes | memoryview, suffix: str = ".parquet") -> Path:
+    """Write ``data`` to a new temp file (a name readers ignore) in ``directory``, fsync'ed
+    through one descriptor; returns its path.  On any failure (ENOSPC, ...) the temp file is
+    removed and the error raised: nothing is left behind."""
+    tmp = directory / temp_name(suffix)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -99,14 +107,24 @@ def atomic_write_bytes(final: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, final)
-        fsync_dir(final.parent)
     except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        unlink_quietly(tmp)
         raise
+    return tmp
+
+
+def atomic_write_bytes(final: Path, data: bytes) -> None:
+    """Write ``data`` as ``final`` durably: a new temp file (a name readers ignore) in the same
+    directory, written and fsync'ed through one descriptor, renamed to ``final``, directory
+    fsync'ed.  On any failure the temp file is removed and ``final`` is untouched (or, when
+    only the directory fsync failed, in place but possibly not yet durable)."""
+    tmp = stage_bytes(final.parent, data, final.suffix)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+    fsync_dir(final.parent)
 
 
 @contextlib.contextmanager

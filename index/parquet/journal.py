@@ -10,9 +10,17 @@ journaled records once they are folded.
 
 Format: one line per record, ``<row JSON>\\t<crc32 of the JSON, 8 hex digits>\\n``; the
 row holds the record columns (timestamps as integer microseconds since the epoch).
-Appends are sequential and fsync'ed before the commit returns, so only the last line
-can be torn (a crash mid-append): readers stop at the first line whose checksum or
-newline is missing.
+
+Appends are all-or-nothing: ``JournalWriter.append`` writes a commit's lines and fsyncs;
+when the write or the fsync fails (a full disk: ENOSPC, EIO, ...) it truncates the file back
+to where the commit began and fsyncs again before it raises, so the journal is exactly what it
+was before the commit and none of the failed commit's lines is ever read.  Should even the
+truncation fail, the writer is marked ``broken`` and the store starts a new journal (the old
+one is then folded like any other).  So a torn line (no newline, or a checksum that does not
+match) can only be the *last* line of a file: an append in progress (its owner is alive) or
+cut short by a crash (that commit never returned).  ``read_contents`` reads on past a bad line
+anywhere else -- it reports it (``JournalWarning``) and recovers a good line glued to the end
+of a torn one -- so good lines after a bad one are never lost.
 
 Ownership: the writer holds an exclusive ``flock`` on its journal for as long as it may
 append.  The file is created and locked under a temporary name and only then renamed
@@ -27,8 +35,10 @@ import fcntl
 import json
 import os
 import uuid
+import warnings
 import weakref
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +47,21 @@ from tunedb.index.parquet.fsutil import _HOST, fsync_dir, temp_name, write_all
 SUFFIX = ".jsonl"
 
 
+class JournalWarning(UserWarning):
+    """A journal holds a line that is neither a complete row nor a torn last line."""
+
+
 def journal_name() -> str:
     return f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}"
+
+
+def encode_rows(rows: list[dict[str, Any]]) -> bytes:
+    """The journal lines of ``rows`` (see module docstring)."""
+    lines = []
+    for row in rows:
+        text = json.dumps(row, separators=(",", ":"))
+        lines.append(f"{text}\t{zlib.crc32(text.encode()):08x}\n")
+    return "".join(lines).encode()
 
 
 class JournalWriter:
@@ -64,16 +87,29 @@ class JournalWriter:
         self.fd = fd
         self.pid = os.getpid()
         self.records = 0
+        self.size = 0  # bytes of complete, fsync'ed commits: where the next append starts
+        self.broken = False  # a failed append could not be undone: append no more (see append)
         self._closer = weakref.finalize(self, os.close, fd)  # releases the lock if never closed
 
     def append(self, rows: list[dict[str, Any]]) -> None:
-        """Append ``rows`` and fsync: durable when it returns."""
-        lines = []
-        for row in rows:
-            text = json.dumps(row, separators=(",", ":"))
-            lines.append(f"{text}\t{zlib.crc32(text.encode()):08x}\n")
-        write_all(self.fd, "".join(lines).encode())
-        os.fsync(self.fd)
+        """Append ``rows`` and fsync: durable when it returns.  All-or-nothing: on any failure
+        (OSError such as ENOSPC, or an interrupt) the file is truncated back to its size
+        before this call and fsync'ed, then the error is raised; if that undo fails too,
+        ``broken`` is set and the writer refuses further appends (RuntimeError)."""
+        if self.broken:
+            raise RuntimeError(f"journal {self.path} is retired after a failed append")
+        data = encode_rows(rows)
+        try:
+            write_all(self.fd, data)
+            os.fsync(self.fd)
+        except BaseException:
+            try:
+                os.ftruncate(self.fd, self.size)
+                os.fsync(self.fd)
+            except OSError:
+                self.broken = True
+            raise
+        self.size += len(data)
         self.records += len(rows)
 
     def close(self) -> None:
@@ -82,23 +118,70 @@ class JournalWriter:
             self.fd = -1
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The complete, checksummed rows of a journal, in order (a torn tail is ignored)."""
+@dataclass
+class JournalContents:
+    """What ``read_contents`` found in a journal.
+
+    ``rows``: every complete, checksummed row, in file order.  ``bad``: 1-based numbers of
+    the lines that are neither (corruption, or a torn append that later lines follow); they
+    were skipped and the lines after them read.  ``torn_tail``: the file ends in a piece
+    without a newline (an append in progress, or cut short by a crash).  ``size``: bytes read."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    bad: list[int] = field(default_factory=list)
+    torn_tail: bool = False
+    size: int = 0
+
+
+def _row_of(line: bytes) -> dict[str, Any] | None:
+    text, sep, crc = line.rpartition(b"\t")
+    if not sep or len(crc) != 8 or f"{zlib.crc32(text):08x}".encode() != crc:
+        return None
+    try:
+        row = json.loads(text)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _recover(line: bytes) -> dict[str, Any] | None:
+    """A complete row at the end of a bad ``line`` (a torn append with the next append glued
+    on), else None."""
+    start = line.find(b'{"', 1)
+    while start > 0:
+        row = _row_of(line[start:])
+        if row is not None:
+            return row
+        start = line.find(b'{"', start + 1)
+    return None
+
+
+def read_contents(path: Path, *, warn: bool = True) -> JournalContents:
+    """Read journal ``path`` (see ``JournalContents``).  A bad line that is not the last one is
+    skipped, reported as a ``JournalWarning`` when ``warn``, and reading goes on."""
     with open(path, "rb") as f:
         data = f.read()
-    rows = []
-    for line in data.split(b"\n")[:-1]:  # the piece after the last newline is incomplete
-        text, sep, crc = line.rpartition(b"\t")
-        if not sep or len(crc) != 8 or f"{zlib.crc32(text):08x}".encode() != crc:
-            break
-        try:
-            row = json.loads(text)
-        except ValueError:
-            break
-        if not isinstance(row, dict):
-            break
-        rows.append(row)
-    return rows
+    out = JournalContents(size=len(data))
+    pieces = data.split(b"\n")
+    out.torn_tail = bool(pieces[-1])  # the piece after the last newline is incomplete
+    for no, line in enumerate(pieces[:-1], 1):
+        row = _row_of(line)
+        if row is None:
+            out.bad.append(no)
+            row = _recover(line)
+        if row is not None:
+            out.rows.append(row)
+    if out.bad and warn:
+        shown = ", ".join(map(str, out.bad[:10])) + (" ..." if len(out.bad) > 10 else "")
+        warnings.warn(f"journal {path}: skipped {len(out.bad)} corrupt line(s) (line {shown}); "
+                      f"the lines after them were read", JournalWarning, stacklevel=2)
+    return out
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The complete, checksummed rows of a journal, in order: a torn last line is ignored, a
+    bad line elsewhere is reported and skipped (see ``read_contents``)."""
+    return read_contents(path).rows
 
 
 def try_lock_abandoned(path: Path) -> int | None:

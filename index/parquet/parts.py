@@ -10,11 +10,18 @@ A partition is one directory per target, ``records/target_slug=<slug>/``, of imm
   reader that finds both ignores the superseded ones and a crash mid-rewrite never
   double-counts.
 
+A journal fold writes ``part-`` files too, under a name derived from the journal and the target
+(``fold_part_name``), so folding the same journal again (after a crash part-way through a fold)
+finds or replaces its files instead of adding copies.
+
 Every file carries its target (key, canonical JSON, name) in its Parquet metadata.  A file is
-written under a name readers ignore (``_tmp-...``, see ``index.fsutil``), fsync'ed, renamed
+written under a name readers ignore (``_tmp-...``, see ``tunedb.index.parquet.fsutil``), fsync'ed, renamed
 into place and its directory fsync'ed: a published file is complete and durable, and it is
-never modified afterwards -- only deleted, under the DB lock, once a compacted file
-supersedes it.
+never modified afterwards -- only deleted once a compacted file supersedes it.
+
+All-or-nothing: ``publish_parts`` writes and fsyncs every temp file of a commit before it
+renames any, so a failure while writing (ENOSPC, EIO) removes the temp files and publishes
+nothing; a rename failing part-way un-publishes the files that were renamed before it raises.
 
 Units: sizes in bytes; ``*_us`` values are integer microseconds since the epoch (UTC).
 Nothing here holds state: the store calls these functions under its own locks.
@@ -23,6 +30,7 @@ Nothing here holds state: the store calls these functions under its own locks.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import re
@@ -31,13 +39,14 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index.parquet.fsutil import atomic_write_bytes, fsync_dir
+from tunedb.index.parquet.fsutil import fsync_dir, stage_bytes, unlink_quietly
 from tunedb.index.record import target_slug as target_slug
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.tables import first_by_record_id
@@ -85,48 +94,147 @@ def split_by_target(table: pa.Table) -> list[tuple[str, pa.Table]]:
     return [(k, table.filter(pa.array(codes == i))) for i, k in enumerate(keys)]
 
 
-def write_part(records_dir: Path, slug: str, table: pa.Table, meta: dict[bytes, bytes], prefix: str) -> Path:
-    """Write ``table`` durably as a new file of partition ``slug`` (write-then-rename with
-    fsync of file and directory); ``prefix`` is "part" (a commit) or "cpart" (compacted).
-    Returns the published path.  Thread-safe: touches no shared state."""
+class PartSpec(NamedTuple):
+    """One file to publish: ``table`` (with the store's columns) of partition ``slug`` with
+    Parquet metadata ``meta``; ``prefix`` "part" (a commit or fold) or "cpart" (compacted);
+    ``name``: a fixed file name (a journal fold's, see ``fold_part_name``), else a new one."""
+
+    slug: str
+    table: pa.Table
+    meta: dict[bytes, bytes]
+    prefix: str = "part"
+    name: str | None = None
+
+
+def new_part_name(prefix: str) -> str:
+    return f"{prefix}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+
+
+def fold_part_name(journal_name: str, tkey: str, first_committed_us: int) -> str:
+    """The name of the file that folding journal ``journal_name`` writes for target ``tkey``
+    (whose earliest row was committed at ``first_committed_us``): the same on every fold of
+    that journal, so a re-fold never adds a second copy."""
+    h = hashlib.blake2b(f"{journal_name}\0{tkey}".encode(), digest_size=6).hexdigest()
+    return f"part-{max(first_committed_us, 0) * 1000:020d}-{h}.parquet"
+
+
+def encode(table: pa.Table, meta: dict[bytes, bytes], compacted: bool) -> pa.Buffer:
+    """``table`` as Parquet bytes with ``meta`` added to its schema metadata.  Commit files:
+    lz4, no dictionaries or statistics (cheaper to write); compacted files: zstd, dictionaries
+    and statistics for readers that filter."""
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf, compression="zstd" if compacted else "lz4", row_group_size=ROW_GROUP_ROWS,
+                   write_statistics=compacted, use_dictionary=compacted)
+    return buf.getvalue()
+
+
+def _partition_dir(records_dir: Path, slug: str) -> Path:
     d = records_dir / f"{PARTITION_PREFIX}{slug}"
     if not d.exists():
         d.mkdir(parents=True, exist_ok=True)
         fsync_dir(records_dir)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
-    final = d / f"{prefix}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
-    compacted = prefix == "cpart"
-    buf = pa.BufferOutputStream()
-    # commit files: lz4, no dictionaries or statistics (cheaper to write); compacted files:
-    # zstd, dictionaries and statistics for readers that filter
-    pq.write_table(table, buf, compression="zstd" if compacted else "lz4", row_group_size=ROW_GROUP_ROWS,
-                   write_statistics=compacted, use_dictionary=compacted)
-    atomic_write_bytes(final, buf.getvalue())
-    return final
+    return d
+
+
+def publish_parts(records_dir: Path, specs: list[PartSpec], *, skip: Callable[[Path], bool] | None = None,
+                  parallel: bool = False) -> list[Path | None]:
+    """Publish ``specs`` durably and all-or-nothing; returns the published path of each spec
+    (None for one that ``skip(final path)`` said is already there).
+
+    Phase 1 encodes each table and writes it to a temp file in its partition directory,
+    fsync'ed (in parallel threads when ``parallel``); phase 2 renames every temp file into
+    place and fsyncs the directories.  A failure in phase 1 (ENOSPC, EIO, ...) removes every
+    temp file and raises: nothing is published.  A failure in phase 2 removes the files this
+    call renamed and the temp files left, then raises (a concurrent compaction that merged
+    one of them in that instant keeps its rows: the one window where a failed commit is not
+    all-or-nothing).  A partition directory made for the commit stays (empty: readers see no
+    rows in it).  Thread-safe: touches no shared state."""
+    temps: list[Path] = []
+    out: list[Path | None] = [None] * len(specs)
+    staged: list[tuple[int, Path, Path]] = []  # (spec index, temp, final)
+
+    def stage(i: int) -> None:
+        s = specs[i]
+        d = _partition_dir(records_dir, s.slug)
+        final = d / (s.name or new_part_name(s.prefix))
+        if skip is not None and skip(final):
+            return
+        data = memoryview(encode(s.table, s.meta, s.prefix == "cpart"))
+        for attempt in range(3):
+            try:
+                tmp = stage_bytes(d, data)
+                break
+            except FileNotFoundError:  # a compaction removed the emptied directory meanwhile
+                if attempt == 2:
+                    raise
+                d = _partition_dir(records_dir, s.slug)
+        temps.append(tmp)
+        staged.append((i, tmp, final))
+
+    try:
+        if parallel and len(specs) > 1:
+            with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
+                futures = [ex.submit(stage, i) for i in range(len(specs))]
+            for f in futures:  # every thread has finished: every temp file is in ``temps``
+                f.result()
+        else:
+            for i in range(len(specs)):
+                stage(i)
+    except BaseException:
+        for tmp in temps:
+            unlink_quietly(tmp)
+        raise
+    renamed: list[Path] = []
+    try:
+        for i, tmp, final in staged:
+            os.rename(tmp, final)
+            renamed.append(final)
+            out[i] = final
+        for d in sorted({final.parent for _, _, final in staged}):
+            fsync_dir(d)
+    except BaseException:
+        for final in renamed:
+            unlink_quietly(final)
+        for tmp in temps:
+            unlink_quietly(tmp)
+        raise
+    return out
+
+
+def write_part(records_dir: Path, slug: str, table: pa.Table, meta: dict[bytes, bytes], prefix: str) -> Path:
+    """Write ``table`` durably as a new file of partition ``slug`` (write-then-rename with
+    fsync of file and directory; nothing is published when it raises); ``prefix`` is "part"
+    (a commit) or "cpart" (compacted).  Returns the published path.  Thread-safe."""
+    path = publish_parts(records_dir, [PartSpec(slug, table, meta, prefix)])[0]
+    assert path is not None
+    return path
+
+
+def target_specs(table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict[str, tuple[str, str]],
+                 committed_us: int) -> list[tuple[str, PartSpec]]:
+    """(target_key, its commit file) of ``table`` (batch layout) per target: row ``i`` belongs
+    to target ``tkeys[codes[i]]``, ``target_meta`` maps a target_key to (name, canonical JSON)."""
+    order = np.argsort(codes, kind="stable") if len(tkeys) > 1 else None
+    bounds = np.searchsorted(codes[order], np.arange(len(tkeys) + 1)) if order is not None else [0, len(codes)]
+    out = []
+    for g, tkey in enumerate(tkeys):
+        group = table if order is None else table.take(pa.array(order[bounds[g]:bounds[g + 1]]))
+        name, tj = target_meta[tkey]
+        slug = target_slug(name, tkey)
+        out.append((tkey, PartSpec(slug, stamp(group, slug, committed_us), target_file_meta(tkey, name, tj))))
+    return out
 
 
 def write_targets(records_dir: Path, table: pa.Table, tkeys: list[str], codes: np.ndarray,
                   target_meta: dict[str, tuple[str, str]], committed_us: int) -> list[tuple[str, Path, pa.Table]]:
-    """Publish ``table`` (batch layout) as one commit file per target: row ``i`` belongs to
-    target ``tkeys[codes[i]]``, ``target_meta`` maps a target_key to (name, canonical JSON).
-    Returns (target_key, published path, stamped table) per target, in ``tkeys`` order."""
-    order = np.argsort(codes, kind="stable") if len(tkeys) > 1 else None
-    bounds = np.searchsorted(codes[order], np.arange(len(tkeys) + 1)) if order is not None else [0, len(codes)]
-
-    def write(g: int) -> tuple[str, Path, pa.Table]:
-        tkey = tkeys[g]
-        group = table if order is None else table.take(pa.array(order[bounds[g]:bounds[g + 1]]))
-        name, tj = target_meta[tkey]
-        slug = target_slug(name, tkey)
-        full = stamp(group, slug, committed_us)
-        path = write_part(records_dir, slug, full, target_file_meta(tkey, name, tj), "part")
-        return tkey, path, full
-
-    # targets are written in parallel (Arrow's take and Parquet encoding release the GIL)
-    if len(tkeys) > 1 and table.num_rows >= 20_000:
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as ex:
-            return list(ex.map(write, range(len(tkeys))))
-    return [write(g) for g in range(len(tkeys))]
+    """Publish ``table`` (batch layout) as one commit file per target, all-or-nothing (see
+    ``publish_parts``; ``target_specs`` for the arguments).  Returns (target_key, published
+    path, stamped table) per target, in ``tkeys`` order."""
+    specs = target_specs(table, tkeys, codes, target_meta, committed_us)
+    # targets are encoded in parallel (Arrow's take and Parquet encoding release the GIL)
+    paths = publish_parts(records_dir, [s for _, s in specs], parallel=table.num_rows >= 20_000)
+    return [(tkey, path, s.table) for (tkey, s), path in zip(specs, paths)]
 
 
 def partition_dirs(records_dir: Path) -> list[Path]:
@@ -184,12 +292,14 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
 
     ``small_only``: merge only files smaller than ``small_bytes`` (tiered automatic
     compaction: big compacted files are not rewritten again and again).  ``written(path)`` is
-    called once the compacted file is published, before the old files are deleted.
+    called once the compacted file is published and the old files are deleted.
     Returns this partition's counts (partitions, files_before, files_after, rows_before,
     rows_after), or None when there was nothing to rewrite.
 
     Crash safety: the compacted file (listing what it supersedes) is published before any old
-    file is deleted; a crash in between leaves both and readers ignore the superseded ones."""
+    file is deleted, and deleting them is the very next step; a crash in between leaves both:
+    tunedb's readers ignore the superseded ones and every opener deletes them.  On a failure
+    while writing (ENOSPC) nothing is published or deleted and the error is raised."""
     try:
         names = sorted(n for n in os.listdir(d) if PART_RE.match(n))
     except FileNotFoundError:
@@ -224,15 +334,19 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
         meta = {k: v for k, v in md.items() if k in (META_TARGET_KEY, META_TARGET, META_TARGET_NAME)}
         meta[META_SUPERSEDES] = json.dumps(names).encode()
         path = write_part(records_dir, d.name.split("=", 1)[1], table, meta, "cpart")
-        if written is not None:
-            written(path)
         stats["files_after"] = 1
+    else:
+        path = None
+    # the very next step: delete the superseded inputs (a crash before the last unlink leaves
+    # files that the next opener deletes, see the module docstring of ``tunedb.index.parquet.store``)
     for n in names:
         try:
             os.unlink(d / n)
         except FileNotFoundError:
             pass
     fsync_dir(d)
+    if path is not None and written is not None:
+        written(path)
     if not any(PART_RE.match(n) for n in os.listdir(d)):
         try:
             os.rmdir(d)

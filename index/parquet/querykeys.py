@@ -4,9 +4,11 @@
 again and again; canonicalising and hashing them each time would dominate a lookup (whose
 budget is tens of microseconds).  ``KeyMemo`` remembers, each cache bounded:
 
-* ``canon``: (canonical JSON, key) of a dict or a Record's target/workload.  Flat dicts are
-  memoised by value: (items, value types) -- the types keep ``True``, ``1`` and ``1.0``
-  apart, which compare equal but are different JSON;
+* ``canon``: (canonical JSON, key) of a dict or a Record's target/workload.  Flat dicts
+  (values str, int, float, bool or None; nothing nested) are memoised by value: (items, value
+  types) -- the types keep ``True``, ``1`` and ``1.0`` apart, which compare equal but are
+  different JSON.  Dicts with nested values are never memoised: a tuple ``(True,)`` equals
+  ``(1,)`` and hashes alike, with no type to tell them apart;
 * ``text_key``: the key of a canonical JSON text;
 * ``prefix``: the BLAKE2b state of a lookup key's (target_key, workload_key) prefix, so a
   lookup hashes only the config key;
@@ -24,6 +26,9 @@ from typing import Any
 
 from tunedb.index.keys import canonical_json, key_of_text
 from tunedb.index.record import Record
+
+#: value types of a dict that ``KeyMemo.canon`` memoises by value (equal values, equal JSON)
+_MEMO_VALUE_TYPES = frozenset((str, int, float, bool, type(None)))
 
 
 class KeyMemo:
@@ -59,13 +64,15 @@ class KeyMemo:
             return (obj.target_json, obj.target_key) if what == "target" else (obj.workload_json, obj.workload_key)
         fp = None
         if type(obj) is dict:
-            try:
-                fp = (what, tuple(obj.items()), tuple(map(type, obj.values())))
-                hit = self._canon_cache.get(fp)
-            except TypeError:  # unhashable values (nested lists or objects)
-                fp = hit = None
-            if hit is not None:
-                return hit
+            types = tuple(map(type, obj.values()))
+            if _MEMO_VALUE_TYPES.issuperset(types):  # scalars only: equal items are the same JSON
+                try:
+                    fp = (what, tuple(obj.items()), types)
+                    hit = self._canon_cache.get(fp)
+                except TypeError:  # an unhashable key
+                    fp = hit = None
+                if hit is not None:
+                    return hit
         elif hasattr(obj, "to_json_dict"):
             obj = obj.to_json_dict()
         if not isinstance(obj, Mapping):

@@ -5,7 +5,7 @@ Layout of a DB directory::
     tunedb.json                         marker (format, schema version)
     records/target_slug=<slug>/part-<ns>-<id>.parquet    one file per commit and target
     records/target_slug=<slug>/cpart-<ns>-<id>.parquet   compacted files (list what they supersede)
-    journal/<host>-<pid>-<id>.jsonl     write-ahead journals of small commits (see index.journal)
+    journal/<host>-<pid>-<id>.jsonl     write-ahead journals of small commits (see tunedb.index.parquet.journal)
     invalidations/part-*.parquet        (target_key, invalidated_at): stale-marking, append-only
     derived/                            rebuildable caches (vector index, ...)
     _lock                               advisory lock held by compaction and other rewrites
@@ -16,25 +16,40 @@ Contract
   written).  Up to ``JOURNAL_MAX`` records are appended to the handle's journal and fsync'ed;
   more are written as one new file per target under a name readers ignore (``_tmp-``),
   fsynced, renamed into place, directory fsynced.  Either way durable when it returns.
-  A ``RecordBatch`` (index.batch) is the columnar bulk form; large commits are indexed in
+  A ``RecordBatch`` (tunedb.index.batch) is the columnar bulk form; large commits are indexed in
   memory at the next query rather than in ``commit``.
   Writers never modify a published file, so any number of processes may append to one
-  DB without a lock.  A commit spanning several targets is published target by target.
+  DB without a lock.
+* All-or-nothing: a commit that raises (OSError such as ENOSPC on a full disk) leaves nothing
+  of itself behind -- a failed journal append is truncated away (``tunedb.index.parquet.journal``), the
+  files of a larger commit are all written before any is renamed into place
+  (``parts.publish_parts``) -- and the handle stays usable: once there is room again the next
+  commit succeeds and every acknowledged record is still there.  Work a commit does after
+  its records are durable (folding the journal, automatic compaction) never makes it raise:
+  it is retried later.  ``compact``/``dedup``/``forget`` raise OSError when they cannot write.
 * Readers de-duplicate by ``record_id``.  A compacted file names the files it supersedes in
   its Parquet metadata; readers ignore superseded files, so a crash in the middle of a
   compaction never double-counts.
+* Crash recovery and other readers: a compaction deletes the files it superseded right
+  after publishing its output, and every opener (``open``, ``refresh``; read-only use too, as
+  long as the directory is writable) deletes superseded files a killed compaction left and
+  folds journals whose writer is gone; folding is idempotent (``tunedb.index.parquet.journal_fold``).  So
+  once tunedb has opened the DB after a crash, ``pyarrow.dataset.dataset(DB/records,
+  partitioning="hive")`` (DuckDB, Polars) counts every folded record once.  At any time --
+  during a compaction, right after a crash, or on a read-only copy -- ``snapshot_files()``
+  is the one call that gives other engines a consistent list of files to read.
 * A handle sees its own commits at once and other processes' commits after ``refresh()``
   (or a new ``open``).  Returned Records are immutable; returned tables are fresh copies.
 * Thread safety: one handle may be shared by threads (an internal lock guards its state).
 * Costs and times are seconds; timestamps UTC.
 
 This module is the handle (opening, refreshing, committing, maintenance and queries); the
-pieces it is built from each have their own module: ``index.parts`` (part files: naming,
-durable publishing, compression layouts, partition rewrites), ``index.journal`` and
-``index.journal_fold`` (write-ahead journals: file format; reading and folding),
-``index.memindex`` (the in-memory index arrays), ``index.rowcache`` (decoded rows for
-building Records), ``index.retention`` (what dedup and forget keep) and
-``index.invalidations`` (stale-marking).
+pieces it is built from each have their own module: ``tunedb.index.parquet.parts`` (part files: naming,
+durable publishing, compression layouts, partition rewrites), ``tunedb.index.parquet.journal`` and
+``tunedb.index.parquet.journal_fold`` (write-ahead journals: file format; reading and folding),
+``tunedb.index.parquet.memindex`` (the in-memory index arrays), ``tunedb.index.parquet.rowcache`` (decoded rows for
+building Records), ``tunedb.index.parquet.retention`` (what dedup and forget keep) and
+``tunedb.index.parquet.invalidations`` (stale-marking).
 """
 
 from __future__ import annotations
@@ -46,6 +61,7 @@ import re
 import threading
 import time
 import uuid
+import warnings
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,9 +77,9 @@ from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash
 from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts
-from tunedb.index.parquet.fsutil import file_lock, remove_dead_temp, tree_bytes
+from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
-from tunedb.index.parquet.journal import JournalWriter
+from tunedb.index.parquet.journal import JournalWarning, JournalWriter
 from tunedb.index.parquet.journal_fold import journal_row, journal_table
 from tunedb.index.parquet.layout import MARKER as MARKER
 from tunedb.index.parquet.memindex import Chunk
@@ -136,7 +152,9 @@ class TuningDB(RecordStore):
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, create: bool = True) -> "TuningDB":
-        """Open the DB at ``path`` (created when missing and ``create``)."""
+        """Open the DB at ``path`` (created when missing and ``create``; any number of
+        processes may create the same new DB at once, see ``layout.prepare``).  Finishes
+        what a crashed process left: folds abandoned journals, deletes superseded files."""
         p = layout.prepare(path, create)
         db = cls(p)
         db.refresh()
@@ -144,10 +162,17 @@ class TuningDB(RecordStore):
         return db
 
     def close(self) -> None:
-        """Fold this handle's journal into Parquet and drop caches (the handle stays usable)."""
+        """Fold this handle's journal into Parquet and drop caches (the handle stays usable).
+        When the fold cannot write (a full disk) the journal stays, durable, for the next
+        opener to fold, and a ``JournalWarning`` says so."""
         with self._lock:
-            self._fold_own_journal()
-            self._tables.clear()
+            try:
+                self._fold_own_journal()
+            except OSError as e:
+                warnings.warn(f"could not fold the journal of {self.path} ({e}); it stays and the next open "
+                              f"folds it", JournalWarning, stacklevel=2)
+            finally:
+                self._tables.clear()
 
     def __del__(self) -> None:
         # a handle dropped without close() still folds its journal (like a file flushing)
@@ -171,8 +196,9 @@ class TuningDB(RecordStore):
         return ch
 
     def refresh(self) -> None:
-        """Re-scan the directory: pick up other processes' commits and compactions (and fold
-        the journals of writers that are gone)."""
+        """Re-scan the directory: pick up other processes' commits and compactions, fold the
+        journals of writers that are gone and delete the files a killed compaction left
+        superseded (where the directory is writable)."""
         with self._lock:
             self._fold_abandoned_journals()
             # a shared lock keeps compactions (exclusive) from deleting files while we list and
@@ -186,8 +212,8 @@ class TuningDB(RecordStore):
                         time.sleep(0.005 * (attempt + 1))
                 else:
                     self._refresh_once()
-            if self._superseded:
-                self._try_remove_superseded()
+                if self._superseded:
+                    self._remove_superseded()
 
     def _refresh_once(self) -> None:
         files_by_dir, temps = parts.scan_partitions(self.records_dir)
@@ -234,16 +260,39 @@ class TuningDB(RecordStore):
         return [k for _, keys in state.values() for k in keys]
 
     def _journal_append(self, recs: list[Record], committed: int) -> None:
+        """Append ``recs`` to this handle's journal (opened on first use; a new one after an
+        append that could not be undone).  All-or-nothing: raises with nothing appended."""
         j = self._journal
+        if j is not None and j.broken and j.pid == os.getpid():
+            self._journal = None
+            j.close()  # retired: folded by whoever finds it abandoned
+            j = None
         if j is None or j.pid != os.getpid():  # (a forked child never appends to its parent's)
             j = self._journal = JournalWriter(self.journal_dir)
         j.append([journal_row(r, committed, self.session) for r in recs])
-        if j.records >= self.JOURNAL_FOLD:
-            self._fold_own_journal()
 
-    def _fold(self, path: Path) -> None:
-        """Fold journal ``path`` into Parquet part files, then delete it (see ``fold_journal``)."""
-        journal_fold.fold_journal(path, lambda slug, table, meta: self._write_table(slug, table, meta, "part"))
+    def _maybe_fold_own_journal(self) -> None:
+        """Fold this handle's journal once it holds ``JOURNAL_FOLD`` records.  Its records are
+        durable already, so a failure (a full disk) is not the commit's: the journal, closed,
+        stays for a later fold by whoever finds it abandoned."""
+        j = self._journal
+        if j is not None and j.records >= self.JOURNAL_FOLD:
+            try:
+                self._fold_own_journal()
+            except OSError:
+                pass
+
+    def _fold(self, path: Path, recovering: bool = False) -> None:
+        """Fold journal ``path`` into Parquet part files, then delete it (see ``fold_journal``).
+        ``recovering`` (a journal whose writer is gone): under the DB lock, shared, so that a
+        re-fold after an interrupted fold and a compaction never interleave."""
+        if recovering:
+            with file_lock(self.path / "_lock", shared=True):
+                written = journal_fold.fold_journal(path, self.records_dir, recovering=True)
+        else:
+            written = journal_fold.fold_journal(path, self.records_dir)
+        for f in written:
+            self._count_commit(f.parent, "part")
 
     def _fold_own_journal(self) -> None:
         j, self._journal = self._journal, None
@@ -255,9 +304,11 @@ class TuningDB(RecordStore):
         finally:
             j.close()
 
-    def _fold_abandoned_journals(self) -> None:
+    def _fold_abandoned_journals(self, strict: bool = False) -> None:
+        """Fold the journals of writers that are gone (``strict``: raise OSError when one cannot
+        be written, else warn and leave it; see ``journal_fold.fold_abandoned``)."""
         own = self._journal.path if self._journal is not None else None
-        journal_fold.fold_abandoned(self.journal_dir, own, self._fold)
+        journal_fold.fold_abandoned(self.journal_dir, own, lambda p: self._fold(p, recovering=True), strict=strict)
 
     # ------------------------------------------------------- in-memory index
     def _set_live_files(self) -> None:
@@ -271,16 +322,29 @@ class TuningDB(RecordStore):
         self._file_list = files
         self._pending_rids = []
 
-    def _try_remove_superseded(self) -> None:
-        lock = self.path / "_lock"
-        with file_lock(lock, blocking=False) as held:
-            if not held:
-                return
-            for f in self._superseded:
+    def _remove_superseded(self) -> None:
+        """Delete the files that compacted files supersede (left by a compaction killed between
+        publishing its output and deleting its inputs).  The caller holds the DB lock shared:
+        no compaction runs, and every tunedb reader ignores these files already (one that still
+        reads one refreshes and retries).  Where the DB is read-only they stay."""
+        removed = False
+        for f in self._superseded:
+            try:
+                os.unlink(f)
+                removed = True
+            except FileNotFoundError:
+                removed = True
+            except OSError:
+                continue
+            self._chunks.pop(f, None)
+            self._tables.drop(f)
+        if removed:
+            for d in {os.path.dirname(f) for f in self._superseded}:
                 try:
-                    os.unlink(f)
-                except FileNotFoundError:
+                    fsync_dir(Path(d))
+                except OSError:
                     pass
+            self._superseded = [f for f in self._superseded if f in self._chunks]
 
     # ------------------------------------------------------------ committing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -332,9 +396,14 @@ class TuningDB(RecordStore):
                 if n_new < len(keep):
                     table, codes = table.filter(pa.array(keep)), codes[keep]
                 self._commit_large(table, tkeys, codes, batch.target_meta, committed)
+            # the records are durable now: what follows is upkeep, and never makes the commit raise
+            self._maybe_fold_own_journal()
             due, self._compact_due = self._compact_due, set()
             for d in due:  # after the in-memory state is updated: a compaction refreshes it
-                self._maybe_auto_compact(d)
+                try:
+                    self._maybe_auto_compact(d)
+                except OSError:
+                    pass  # (a full disk: tried again after later commits, or by compact())
             if len(self._overlay) > self.OVERLAY_LIMIT:
                 self.refresh()
             return n_new
@@ -356,12 +425,16 @@ class TuningDB(RecordStore):
         by_target: dict[str, list[Record]] = {}
         for r in recs:
             by_target.setdefault(r.target_key, []).append(r)
+        specs = []
         for tkey, group in by_target.items():
             first = group[0]
             # one C++ conversion of the rows (27 per-column conversions cost more for a few rows)
             table = journal_table([journal_row(r, committed, self.session) for r in group])
-            self._write_table(_slug(first.target_name, tkey), table,
-                              parts.target_file_meta(tkey, first.target_name, first.target_json), "part")
+            specs.append(parts.PartSpec(_slug(first.target_name, tkey), table,
+                                        parts.target_file_meta(tkey, first.target_name, first.target_json)))
+        for path in parts.publish_parts(self.records_dir, specs):  # all targets or none
+            assert path is not None
+            self._count_commit(path.parent, "part")
         self._overlay_add(recs)
 
     def _journal_writable(self) -> bool:
@@ -392,11 +465,6 @@ class TuningDB(RecordStore):
             self._dirty = False
             self._set_live_files()
             self._rebuild_arrays()
-
-    def _write_table(self, slug: str, table: pa.Table, meta: dict, prefix: str) -> Path:
-        path = parts.write_part(self.records_dir, slug, table, meta, prefix)
-        self._count_commit(path.parent, prefix)
-        return path
 
     def _count_commit(self, d: Path, prefix: str) -> None:
         self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
@@ -432,10 +500,11 @@ class TuningDB(RecordStore):
         return stats
 
     def _fold_journals(self) -> None:
-        """Fold this handle's journal and abandoned ones, so a rewrite sees their records."""
+        """Fold this handle's journal and abandoned ones, so a rewrite sees their records.
+        OSError when one cannot be written (a full disk); a read-only DB folds nothing."""
         with self._lock:
             self._fold_own_journal()
-            self._fold_abandoned_journals()
+            self._fold_abandoned_journals(strict=True)
 
     def _all_partition_dirs(self) -> list[Path]:
         return parts.partition_dirs(self.records_dir)
@@ -445,7 +514,9 @@ class TuningDB(RecordStore):
         return [p for p in self._all_partition_dirs() if p.name.endswith(tkey[:16])]
 
     def compact(self) -> dict:
-        """Merge the files of every partition into one (under the DB lock).  Returns counts."""
+        """Merge the files of every partition into one (under the DB lock).  Returns counts.
+        OSError (e.g. ENOSPC) when it cannot write: then what it had not finished is as it
+        was (each partition's rewrite is all-or-nothing) and nothing is lost."""
         self._fold_journals()
         return self._rewrite_partitions(self._all_partition_dirs(), keep=None)
 
@@ -481,6 +552,23 @@ class TuningDB(RecordStore):
         st = self._rewrite_partitions(dirs, keep=keep, min_files=1)
         st["removed"] = st["rows_before"] - st["rows_after"]
         return st
+
+    def snapshot_files(self) -> list[Path]:
+        """The Parquet files that hold this DB's records now, for other engines: each live
+        record in exactly one listed file (superseded files and temp files are left out),
+        e.g. ``pyarrow.dataset.dataset(db.snapshot_files(), partitioning=None)`` or DuckDB's
+        ``read_parquet([...])``.  Folds this handle's journal and abandoned ones first (where
+        the DB is writable; OSError when it cannot be written, e.g. ENOSPC), so every record
+        committed by a process that is gone is included; records still in a live writer's
+        journal are not (they are not Parquet yet).  The files are immutable; a later
+        compaction may delete them, so take a new snapshot rather than keep an old one.
+        Identical records committed by two processes are two rows: count distinct record_id
+        to match ``len(db)`` exactly."""
+        self._fold_journals()
+        self.refresh()
+        with self._lock:
+            root = str(self.records_dir) + os.sep
+            return [Path(f) for f in self._live_files if f.startswith(root) and f.endswith(".parquet")]
 
     def invalidate(self, target: Any) -> str:
         """Mark ``target`` stale (e.g. after a toolchain upgrade): its records committed until
@@ -533,7 +621,7 @@ class TuningDB(RecordStore):
     def _entry_of(self, target: Any, workload: Any) -> tuple:
         """(target JSON, workload JSON, target_key, workload_key, BLAKE2b state of the lookup-key
         prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
-        value, the prefix by the key pair (see ``index.querykeys``).  JSON texts and dicts are
+        value, the prefix by the key pair (see ``tunedb.index.parquet.querykeys``).  JSON texts and dicts are
         None when given as keys or names."""
         keys = self._keys
         if isinstance(target, str):
@@ -633,7 +721,7 @@ class TuningDB(RecordStore):
 
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
         """All records (optionally of one target and/or workload) as a new pyarrow Table,
-        de-duplicated by record_id, with the columns of ``index.schema.RECORD_SCHEMA``."""
+        de-duplicated by record_id, with the columns of ``tunedb.index.schema.RECORD_SCHEMA``."""
         with file_lock(self.path / "_lock", shared=True):
             for _attempt in range(20):
                 paths = self._live_paths()

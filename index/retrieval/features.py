@@ -20,7 +20,7 @@ slots  meaning
        ``fp32_gflops`` is scaled to it.
 ====== ===================================================================================
 
-Where the values come from: a local preset (``index.localcpu``) is resolved to its catalog
+Where the values come from: a local preset (``tunedb.index.hardware.localcpu``) is resolved to its catalog
 CPU (by model name, else CPUID and L3 size) and its own fields (cores, threads, effective
 vector width, caches) override the row; any other target dict is resolved through the
 strings it carries (``device_name``, ``device``, ``model``, ``name``, ``target``, a TVM
@@ -521,10 +521,3 @@ def query_vector(hw: np.ndarray, wl: np.ndarray, w_hw: float = 0.5, w_wl: float 
     return np.concatenate([normalized(hw) * np.float32(s * w_hw), normalized(wl) * np.float32(s * w_wl)]).astype(
         np.float32)
 
-
-def entry_vectors(targets: list[Mapping[str, Any]], workloads: list[Mapping[str, Any]]) -> np.ndarray:
-    """Stacked ``entry_vector`` rows (N x DIM float32, C-contiguous) of aligned lists."""
-    out = np.empty((len(targets), DIM), dtype=np.float32)
-    for i, (t, w) in enumerate(zip(targets, workloads)):
-        out[i] = entry_vector(hardware_vector(t), workload_vector(w))
-    return out

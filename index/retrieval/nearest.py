@@ -25,7 +25,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from tunedb.index.hardware.targets import resolve_target
 from tunedb.index.keys import key_of
 from tunedb.index.record import Record
 from tunedb.index.retrieval import features, vectors
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def parse_weights(weights: Any) -> tuple[float, float]:
     return a / (a + b), b / (a + b)
 
 
-def _target_dict(db: Any, target: Any) -> dict:
+def _target_dict(db: RecordStore, target: Any) -> dict:
     if isinstance(target, Record):
         return target.target
     if isinstance(target, str):
@@ -115,7 +118,7 @@ def _workload_dict(workload: Any) -> dict:
     raise ValueError("workload must be a dict with a string 'family' (or a Record)")
 
 
-def nearest(db: Any, target: Any, workload: Any, k: int = 5, *, same_family: bool = True,
+def nearest(db: RecordStore, target: Any, workload: Any, k: int = 5, *, same_family: bool = True,
             min_similarity: float | None = None, weights: Any = None, exclude_target: bool | str = False,
             best_n: int = 3, index_kind: str | None = None) -> list[Match]:
     """The ``k`` entries of ``db`` most similar to (target, workload); see the module docstring.

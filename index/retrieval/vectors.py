@@ -12,7 +12,7 @@ once there are more than ``max(DELTA_MIN, DELTA_FRACTION * n_main)`` of them (HN
 incrementally; it never removes, so an entry that disappears from the DB triggers a rebuild
 that reuses the stored vectors).
 
-On disk (``db.cache_dir() / "vectors"``), derived data only; Parquet records are the truth:
+On disk (``db.cache_dir() / "vectors"``), derived data only; the store's records are the truth:
 
 * ``emb-<gen>-<part>.parquet`` - target_key, workload_key, family, vector (float32 x DIM),
   in row order; every incremental add writes one more part.
@@ -20,9 +20,10 @@ On disk (``db.cache_dir() / "vectors"``), derived data only; Parquet records are
 * ``manifest.json``           - what the files cover: feature_version, catalog hash, dim,
   kind and parameters, the parts (rows, bytes, CRC-32) and the index file (bytes, CRC-32).
 
-:func:`sync` makes the stored index match ``db.entries()``: it loads the files, verifies
-sizes and checksums (a missing, truncated, garbage or other-``FEATURE_VERSION`` file is
-rebuilt, never an error), adds new entries incrementally and rebuilds when entries were
+:func:`sync` makes the stored index of ``db`` (any ``RecordStore``: its ``cache_dir()`` holds
+the files, its ``change_token()`` says when to look again) match ``db.entries()``: it loads the
+files, verifies sizes and checksums (a missing, truncated, garbage or other-``FEATURE_VERSION``
+file is rebuilt, never an error), adds new entries incrementally and rebuilds when entries were
 removed.  Writers hold ``vectors/.lock``; a write that fails (read-only DB) only warns: the
 in-memory index still answers.
 """
@@ -40,7 +41,7 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -51,6 +52,9 @@ from tunedb.index.hardware import catalog
 from tunedb.index.hardware.catalog import catalog_hash
 from tunedb.index.parquet.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.retrieval import features
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
 
 FORMAT = "tunedb-vectors"
 FORMAT_VERSION = 1
@@ -514,10 +518,6 @@ class _State:
     index_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # index row -> entries row
 
 
-class _NothingToWrite(Exception):
-    pass
-
-
 _CACHE: dict[str, _State] = {}
 _CACHE_LOCK = threading.Lock()
 
@@ -557,9 +557,10 @@ def _embed_entries(entries: pa.Table, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def sync(db: Any, kind: str | None = None) -> _State:
+def sync(db: RecordStore, kind: str | None = None) -> _State:
     """The vector index of ``db``, matching ``db.entries()`` (built, loaded, extended or
-    rebuilt as needed) - see the module docstring.  ``kind``: None/``auto``, ``flat``, ``hnsw``."""
+    rebuilt as needed) - see the module docstring.  ``kind``: None/``auto``, ``flat``, ``hnsw``.
+    Its files live in ``db.cache_dir() / "vectors"``; ``db.change_token()`` says when to look again."""
     d = Path(db.cache_dir()) / SUBDIR
     key = str(d.resolve())
     requested = (kind or os.environ.get("TUNEDB_INDEX_KIND") or "auto").lower()
@@ -568,82 +569,115 @@ def sync(db: Any, kind: str | None = None) -> _State:
         st = _CACHE.get(key)
         token = db.change_token()
         mt = _mtime(d / MANIFEST)
-        if (st is not None and st.token == token and st.manifest_mtime == mt
-                and st.files == _files_sig(d, st.manifest) and (requested == "auto" or st.vi.kind == requested)):
+        if st is not None and _still_valid(st, token, mt, d, requested):
             return st
         entries = db.entries()
-        n = entries.num_rows
-        tks = entries.column("target_key").to_pylist()
-        wks = entries.column("workload_key").to_pylist()
-        fams = entries.column("family").to_pylist()
-        same_files = st is not None and st.files == _files_sig(d, st.manifest)
-        vi, man = (st.vi, st.manifest) if same_files and st.manifest_mtime == mt and mt is not None else (None, None)
-        old = None
+        keys = _entry_keys(entries)
+        vi, man = _reusable(st, d, mt)
+        want = choose_kind(entries.num_rows, None if requested == "auto" else requested)
+        vi, old, full, dirty = _extend(vi, entries, keys, requested, want)
         if vi is None:
-            loaded = load(d)
-            if loaded is not None:
-                vi, man = loaded
-        want = choose_kind(n, None if requested == "auto" else requested)
-        full = dirty = False
-        if vi is not None:
-            current = set(zip(tks, wks))
-            removed = len(vi.pos) > len(current) or any(k not in current for k in vi.pos)
-            wrong_kind = requested != "auto" and vi.kind != requested
-            if removed or wrong_kind:
-                old = vi
-                vi, full = None, True
-            else:
-                new_rows = np.array([i for i, k in enumerate(zip(tks, wks)) if k not in vi.pos], dtype=np.int64)
-                if len(new_rows):
-                    dirty = True
-                    merged = vi.add(_embed_entries(entries, new_rows), [tks[i] for i in new_rows],
-                                    [wks[i] for i in new_rows], [fams[i] for i in new_rows])
-                    if merged and vi.kind == "flat" and want == "hnsw" and requested == "auto":
-                        old, vi, full = vi, None, True
-                    else:
-                        full = merged
-        else:
-            old, full = None, True
-        if vi is None:
-            # (re)build, reusing vectors already computed for entries that are still there
-            x = np.empty((n, features.DIM), dtype=np.float32)
-            need = []
-            for i, k in enumerate(zip(tks, wks)):
-                j = old.pos.get(k) if old is not None else None
-                if j is None:
-                    need.append(i)
-                else:
-                    x[i] = old.vectors([j])[0]
-            if need:
-                need_a = np.array(need, dtype=np.int64)
-                x[need_a] = _embed_entries(entries, need_a)
-            vi = VectorIndex.build(x, tks, wks, fams, want)
-        mt_new = mt
-        try:
-            if not (dirty or full or man is None):
-                raise _NothingToWrite
-            d.mkdir(parents=True, exist_ok=True)
-            with file_lock(d / ".lock", timeout_s=60.0):
-                if _mtime(d / MANIFEST) == mt or full or man is None:
-                    man = save(vi, d, full=full or man is None, manifest=man)
-                    mt_new = _mtime(d / MANIFEST)
-                else:
-                    mt_new = None  # another process wrote meanwhile: reload next time
-        except _NothingToWrite:
-            pass
-        except (OSError, TimeoutError) as e:
-            warnings.warn(f"could not write the vector index to {d}: {e}; using it from memory", RuntimeWarning,
-                          stacklevel=2)
-            mt_new = None
-        index_rows = np.array([vi.pos.get(k, -1) for k in zip(tks, wks)], dtype=np.int64)
-        inv = np.full(vi.ntotal, -1, dtype=np.int64)
-        ok_rows = index_rows >= 0
-        inv[index_rows[ok_rows]] = np.flatnonzero(ok_rows)
-        st = _State(vi=vi, manifest=man, manifest_mtime=mt_new, files=_files_sig(d, man) if mt_new else (),
-                    token=token, entries=entries,
-                    entry_rows=index_rows, index_rows=inv)
-        _CACHE[key] = st
+            vi = _rebuild(entries, keys, old, want)
+        man, mt_new = _persist(vi, d, man, mt, full=full, dirty=dirty)
+        st = _CACHE[key] = _new_state(vi, man, mt_new, d, token, entries, keys)
         return st
+
+
+_Keys = tuple[list[str], list[str], list[str]]  # target keys, workload keys, families of the entries rows
+
+
+def _entry_keys(entries: pa.Table) -> _Keys:
+    """(target keys, workload keys, families) of the rows of ``db.entries()``."""
+    return (entries.column("target_key").to_pylist(), entries.column("workload_key").to_pylist(),
+            entries.column("family").to_pylist())
+
+
+def _still_valid(st: _State, token: tuple, mt: int | None, d: Path, requested: str) -> bool:
+    """Whether the cached state answers as it is: same store token, same files, the kind asked for."""
+    return (st.token == token and st.manifest_mtime == mt and st.files == _files_sig(d, st.manifest)
+            and (requested == "auto" or st.vi.kind == requested))
+
+
+def _reusable(st: _State | None, d: Path, mt: int | None) -> tuple[VectorIndex | None, dict | None]:
+    """(index, manifest) to start from: the cached one when its files are unchanged, else what
+    ``load`` reads from ``d`` (``(None, None)`` when nothing usable is stored)."""
+    if st is not None and st.files == _files_sig(d, st.manifest) and st.manifest_mtime == mt and mt is not None:
+        return st.vi, st.manifest
+    loaded = load(d)
+    return loaded if loaded is not None else (None, None)
+
+
+def _extend(vi: VectorIndex | None, entries: pa.Table, keys: _Keys, requested: str, want: str
+            ) -> tuple[VectorIndex | None, VectorIndex | None, bool, bool]:
+    """Bring ``vi`` up to ``entries`` by adding the new entries: ``(index, old, full, dirty)``.
+
+    The index is None when it must be rebuilt (no index, entries removed, another kind asked for,
+    or a flat index outgrew ``FLAT_MAX``); ``old`` is then the index whose vectors a rebuild may
+    reuse.  ``full``: the stored files must be rewritten; ``dirty``: rows were added."""
+    if vi is None:
+        return None, None, True, False
+    tks, wks, fams = keys
+    current = set(zip(tks, wks))
+    removed = len(vi.pos) > len(current) or any(k not in current for k in vi.pos)
+    if removed or (requested != "auto" and vi.kind != requested):
+        return None, vi, True, False
+    new_rows = np.array([i for i, k in enumerate(zip(tks, wks)) if k not in vi.pos], dtype=np.int64)
+    if not len(new_rows):
+        return vi, None, False, False
+    merged = vi.add(_embed_entries(entries, new_rows), [tks[i] for i in new_rows], [wks[i] for i in new_rows],
+                    [fams[i] for i in new_rows])
+    if merged and vi.kind == "flat" and want == "hnsw" and requested == "auto":
+        return None, vi, True, True
+    return vi, None, merged, True
+
+
+def _rebuild(entries: pa.Table, keys: _Keys, old: VectorIndex | None, want: str) -> VectorIndex:
+    """A new index of kind ``want`` over ``entries``, reusing ``old``'s vectors of entries still there."""
+    tks, wks, fams = keys
+    x = np.empty((entries.num_rows, features.DIM), dtype=np.float32)
+    need = []
+    for i, k in enumerate(zip(tks, wks)):
+        j = old.pos.get(k) if old is not None else None
+        if j is None:
+            need.append(i)
+        else:
+            x[i] = old.vectors([j])[0]
+    if need:
+        need_a = np.array(need, dtype=np.int64)
+        x[need_a] = _embed_entries(entries, need_a)
+    return VectorIndex.build(x, tks, wks, fams, want)
+
+
+def _persist(vi: VectorIndex, d: Path, man: dict | None, mt: int | None, *, full: bool, dirty: bool
+             ) -> tuple[dict | None, int | None]:
+    """Write what changed of ``vi`` to ``d`` under the lock: ``(manifest, its mtime)``; the mtime is
+    None when another process wrote meanwhile or the write failed (a warning: the in-memory index
+    still answers), so the next query loads again."""
+    if not (dirty or full or man is None):
+        return man, mt
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with file_lock(d / ".lock", timeout_s=60.0):
+            if _mtime(d / MANIFEST) == mt or full or man is None:
+                man = save(vi, d, full=full or man is None, manifest=man)
+                return man, _mtime(d / MANIFEST)
+            return man, None  # another process wrote meanwhile: reload next time
+    except (OSError, TimeoutError) as e:
+        warnings.warn(f"could not write the vector index to {d}: {e}; using it from memory", RuntimeWarning,
+                      stacklevel=3)  # the caller of sync
+        return man, None
+
+
+def _new_state(vi: VectorIndex, man: dict | None, mt: int | None, d: Path, token: tuple, entries: pa.Table,
+               keys: _Keys) -> _State:
+    """The cached state of ``vi``: entries row <-> index row maps and what the files looked like."""
+    tks, wks, _ = keys
+    index_rows = np.array([vi.pos.get(k, -1) for k in zip(tks, wks)], dtype=np.int64)
+    inv = np.full(vi.ntotal, -1, dtype=np.int64)
+    ok_rows = index_rows >= 0
+    inv[index_rows[ok_rows]] = np.flatnonzero(ok_rows)
+    return _State(vi=vi, manifest=man, manifest_mtime=mt, files=_files_sig(d, man) if mt else (), token=token,
+                  entries=entries, entry_rows=index_rows, index_rows=inv)
 
 
 def clear_cache() -> None:

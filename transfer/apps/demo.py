@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
 
 SOURCE_PRESET = "cpu-x86-64-t1"
 NEW_PRESET = "cpu-native-t1"
@@ -30,7 +33,7 @@ NEW_WORKLOADS = [
 ]
 
 
-def run_demo(db: Any, *, budget: int = 12, source_budget: int = 16, seed: int = 0,
+def run_demo(db: RecordStore, *, budget: int = 12, source_budget: int = 16, seed: int = 0,
              progress: Callable[[str, dict], None] | None = None) -> dict:
     """Run the demo on ``db``; returns the numbers the CLI prints (seconds for costs)."""
     from tunedb.index.hardware.localcpu import preset
@@ -91,7 +94,7 @@ def run_demo(db: Any, *, budget: int = 12, source_budget: int = 16, seed: int = 
     _, _, second = one_pass("2/2")
     second["hit_rate"] = second["cache_hits"] / second["evaluations"] if second["evaluations"] else 0.0
     return {
-        "db": str(db.path), "budget": budget, "source_budget": source_budget, "source_preset": SOURCE_PRESET, "new_preset": NEW_PRESET,
+        "db": db.location, "budget": budget, "source_budget": source_budget, "source_preset": SOURCE_PRESET, "new_preset": NEW_PRESET,
         "source": src_rows, "new": new_rows, "first_run": first, "second_run": second,
         "summary": {
             "warm_beats_or_ties_cold": sum(1 for r in new_rows if (r["warm_best"] or 1e9) <= (r["cold_best"] or 1e9)),

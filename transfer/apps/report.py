@@ -26,7 +26,7 @@ Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display n
     so far (1.0 = the best the DB has) against the number of its records, with the median over
     entries.
 ``similarity.png``
-    cosine similarity of the targets' hardware vectors (``index.features.hardware_vector``).
+    cosine similarity of the targets' hardware vectors (``tunedb.index.retrieval.features.hardware_vector``).
 
 The page also has a table of the best config of each entry (most records first).
 Costs are seconds.
@@ -43,11 +43,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tunedb.transfer.cli.util import fmt_seconds
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
 
 MAX_CONVERGENCE_WORKLOADS = 6
 MAX_LINES_PER_PANEL = 8
@@ -111,7 +114,7 @@ def short_workload(w: Mapping[str, Any], limit: int = 60) -> str:
 
 def entry_curves(table: Any) -> list[EntryCurve]:
     """One :class:`EntryCurve` per (target_key, workload_key) of a records table
-    (``TuningDB.records()``), records ordered by timestamp (ties: table order)."""
+    (``RecordStore.records()``), records ordered by timestamp (ties: table order)."""
     n = table.num_rows
     if n == 0:
         return []
@@ -496,74 +499,104 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None =
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def build_report(db: Any, out_dir: str | Path, runs: RunsData | None = None) -> dict:
+def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = None) -> dict:
     """Write ``index.html`` and its PNG figures into ``out_dir`` (created); returns
-    ``{"out": str(out_dir), "files": [names relative to out_dir], "notes": [...], "summary": {...}}``."""
+    ``{"out": str(out_dir), "files": [names relative to out_dir], "notes": [...], "summary": {...}}``.
+    ``db`` is any record store (only its live records and targets are read)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = runs or RunsData()
     table = db.records(include_stale=False)
     targets = db.targets()
     curves = entry_curves(table)
-    files: list[str] = []
-    notes: list[str] = list(runs.notes)
-    sections: list[str] = []
+    page = _Page(out, notes=list(runs.notes))
+    _tuning_sections(page, curves, runs)
+    _store_sections(page, table, targets, curves)
+    page.sections.append(_best_configs_section(curves))
+    summary = _summary(table, targets, curves, runs)
+    head = _head_table(db.location, summary)
+    (out / "index.html").write_text(_page_html(head, page.sections, page.notes), encoding="utf-8")
+    return {"out": str(out), "files": ["index.html", *page.files], "notes": page.notes, "summary": summary}
 
-    def figure(name: str, title: str, caption: str, drawn: Any, missing: str) -> None:
+
+@dataclass
+class _Page:
+    """What the page collects while figures are drawn: file names, notes and HTML sections."""
+
+    out: Path
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sections: list[str] = field(default_factory=list)
+
+    def figure(self, name: str, title: str, caption: str, drawn: Any, missing: str) -> None:
+        """A figure section for ``name`` when ``drawn``, else a note saying ``missing`` (and no file)."""
         if drawn:
-            files.append(name)
-            sections.append(f"<h2>{html.escape(title)}</h2><figure><img src=\"{name}\" alt=\"{html.escape(title)}\">"
-                            f"<figcaption>{caption}</figcaption></figure>")
+            self.files.append(name)
+            self.sections.append(f"<h2>{html.escape(title)}</h2><figure><img src=\"{name}\" "
+                                 f"alt=\"{html.escape(title)}\"><figcaption>{caption}</figcaption></figure>")
         else:
-            (out / name).unlink(missing_ok=True)
-            notes.append(f"{title}: {missing}")
-            sections.append(f"<h2>{html.escape(title)}</h2><p class=\"note\">{html.escape(missing)}</p>")
+            (self.out / name).unlink(missing_ok=True)
+            self.notes.append(f"{title}: {missing}")
+            self.sections.append(f"<h2>{html.escape(title)}</h2><p class=\"note\">{html.escape(missing)}</p>")
 
+
+def _tuning_sections(page: _Page, curves: list[EntryCurve], runs: RunsData) -> None:
+    """The search figures: warm vs cold (runs), convergence (DB), hit rate (runs) and its table."""
+    out = page.out
     drawn = plot_warm_vs_cold(runs.runs, out / "warm_vs_cold.png") if runs.runs else 0
-    figure("warm_vs_cold.png", "Warm start vs cold search",
-           "Best cost so far (seconds, log scale) against evaluations of each tuning run given with "
-           "<code>--runs</code>; <b>warm</b> runs were seeded from the database's nearest entries, <b>cold</b> runs "
-           "had no seeds (or the label stored with the run).", drawn,
-           "no tuning-run histories given: pass --runs with the JSON output of 'tunedb tune', "
-           "'tunedb warm-start' (with and without --cold) or a demo output that includes its histories")
+    page.figure("warm_vs_cold.png", "Warm start vs cold search",
+                "Best cost so far (seconds, log scale) against evaluations of each tuning run given with "
+                "<code>--runs</code>; <b>warm</b> runs were seeded from the database's nearest entries, <b>cold</b> "
+                "runs had no seeds (or the label stored with the run).", drawn,
+                "no tuning-run histories given: pass --runs with the JSON output of 'tunedb tune', "
+                "'tunedb warm-start' (with and without --cold) or a demo output that includes its histories")
     conv = plot_convergence(curves, out / "convergence.png")
-    figure("convergence.png", "Convergence per workload (from the database)",
-           "For the workloads with the most records: best cost so far (seconds, log scale) of each target's entry "
-           "against the number of its records in timestamp order (imported records keep their file order). "
-           "Warm and cold runs of the same target and workload share one entry in the database, so this view "
-           "cannot tell them apart; see the figure above.", conv,
-           f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
+    page.figure("convergence.png", "Convergence per workload (from the database)",
+                "For the workloads with the most records: best cost so far (seconds, log scale) of each target's "
+                "entry against the number of its records in timestamp order (imported records keep their file "
+                "order). Warm and cold runs of the same target and workload share one entry in the database, so "
+                "this view cannot tell them apart; see the figure above.", conv,
+                f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
     drawn = plot_hit_rate(runs, out / "hit_rate.png")
-    figure("hit_rate.png", "Hit rate over time",
-           "Share of each run's evaluations answered from the database instead of measured (bars; labels are "
-           "hits/evaluations) and the cumulative share (line), in the order the runs were given.", drawn,
-           "lookups are not stored in the database, so the hit rate can only come from run outputs: pass --runs "
-           "with 'tunedb tune/warm-start/demo --json' outputs")
+    page.figure("hit_rate.png", "Hit rate over time",
+                "Share of each run's evaluations answered from the database instead of measured (bars; labels are "
+                "hits/evaluations) and the cumulative share (line), in the order the runs were given.", drawn,
+                "lookups are not stored in the database, so the hit rate can only come from run outputs: pass "
+                "--runs with 'tunedb tune/warm-start/demo --json' outputs")
     if runs.hit_points:
-        sections.append(_table(["run", "evaluations", "answered from the DB", "hit rate"], [
+        page.sections.append(_table(["run", "evaluations", "answered from the DB", "hit rate"], [
             [html.escape(p["label"]), str(p["evaluations"]), str(p["cache_hits"]),
              f"{p['cache_hits'] / p['evaluations']:.0%}" if p["evaluations"] else "–"] for p in runs.hit_points],
             {1, 2, 3}))
-    drawn = plot_records_over_time(table, out / "records_over_time.png")
-    figure("records_over_time.png", "Records over time",
-           "Cumulative number of records against their timestamps (UTC), one line per source "
-           "(measured, replay, imported:&lt;format&gt;, migrated:&lt;target&gt;).", drawn, "the database holds no records")
-    drawn = plot_records_per_target(targets, out / "records_per_target.png")
-    figure("records_per_target.png", "Records per target",
-           f"Live records per target (the {MAX_BAR_TARGETS} targets with the most records).", drawn,
-           "the database holds no records")
-    drawn = plot_saturation(curves, out / "saturation.png")
-    figure("saturation.png", "Saturation: best cost against number of records",
-           f"Each grey line is one entry with at least {MIN_SATURATION_RECORDS} ok records: the entry's best cost "
-           "divided by its best so far after each of its records (1.0 = the best the database knows); red: the "
-           "median over entries (drawn while at least 3 entries have that many records).", drawn,
-           f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
-    drawn = plot_similarity(targets, out / "similarity.png")
-    figure("similarity.png", "Similarity of targets",
-           "Cosine similarity of the targets' hardware feature vectors (<code>index.features.hardware_vector</code>), "
-           "the hardware half of what <code>tunedb nearest</code> ranks by.", drawn,
-           "fewer than two targets (or index.features is not available)")
 
+
+def _store_sections(page: _Page, table: Any, targets: list[dict], curves: list[EntryCurve]) -> None:
+    """The figures of what the store holds: records over time, per target, saturation, similarity."""
+    out = page.out
+    drawn = plot_records_over_time(table, out / "records_over_time.png")
+    page.figure("records_over_time.png", "Records over time",
+                "Cumulative number of records against their timestamps (UTC), one line per source "
+                "(measured, replay, imported:&lt;format&gt;, migrated:&lt;target&gt;).", drawn,
+                "the database holds no records")
+    drawn = plot_records_per_target(targets, out / "records_per_target.png")
+    page.figure("records_per_target.png", "Records per target",
+                f"Live records per target (the {MAX_BAR_TARGETS} targets with the most records).", drawn,
+                "the database holds no records")
+    drawn = plot_saturation(curves, out / "saturation.png")
+    page.figure("saturation.png", "Saturation: best cost against number of records",
+                f"Each grey line is one entry with at least {MIN_SATURATION_RECORDS} ok records: the entry's best "
+                "cost divided by its best so far after each of its records (1.0 = the best the database knows); "
+                "red: the median over entries (drawn while at least 3 entries have that many records).", drawn,
+                f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
+    drawn = plot_similarity(targets, out / "similarity.png")
+    page.figure("similarity.png", "Similarity of targets",
+                "Cosine similarity of the targets' hardware feature vectors "
+                "(<code>tunedb.index.retrieval.features.hardware_vector</code>), the hardware half of what <code>tunedb nearest</code> "
+                "ranks by.", drawn, "fewer than two targets (or tunedb.index.retrieval.features is not available)")
+
+
+def _best_configs_section(curves: list[EntryCurve]) -> str:
+    """The "Best configs" section: the best config of each entry with an ok record, most records first."""
     best_rows = []
     for e in [c for c in curves if c.best_cost is not None][:MAX_TABLE_ROWS]:
         cfg = json.dumps(e.best_config, sort_keys=True)
@@ -571,34 +604,43 @@ def build_report(db: Any, out_dir: str | Path, runs: RunsData | None = None) -> 
         best_rows.append([html.escape(e.target_name), html.escape(short_workload(e.workload)), str(e.records),
                           str(e.ok_records), _fmt_s(e.best_cost),
                           f"<code title=\"{html.escape(cfg)}\">{html.escape(shown)}</code>"])
+    if not best_rows:
+        return "<h2>Best configs</h2><p class=\"note\">no entry has an ok record</p>"
     n_ok_entries = sum(1 for c in curves if c.best_cost is not None)
-    sections.append("<h2>Best configs</h2>" + (
-        _table(["target", "workload", "records", "ok", "best cost", "best config"], best_rows, {2, 3, 4})
-        + (f"<p class=\"note\">Showing {len(best_rows)} of {n_ok_entries} entries with an ok record (most records "
-           "first).</p>" if n_ok_entries > len(best_rows) else "")
-        if best_rows else "<p class=\"note\">no entry has an ok record</p>"))
+    more = (f"<p class=\"note\">Showing {len(best_rows)} of {n_ok_entries} entries with an ok record (most records "
+            "first).</p>" if n_ok_entries > len(best_rows) else "")
+    return ("<h2>Best configs</h2>"
+            + _table(["target", "workload", "records", "ok", "best cost", "best config"], best_rows, {2, 3, 4}) + more)
 
-    families = sorted({c.family for c in curves})
+
+def _summary(table: Any, targets: list[dict], curves: list[EntryCurve], runs: RunsData) -> dict:
+    """The report's ``summary``: counts of records, targets, entries, families, sources and runs."""
     sources: dict[str, int] = defaultdict(int)
     for s in table.column("source").to_pylist():
         sources[s] += 1
-    summary = {"records": table.num_rows, "targets": len(targets), "entries": len(curves),
-               "entries_with_ok": n_ok_entries, "families": families, "sources": dict(sorted(sources.items())),
-               "runs": len(runs.runs)}
+    return {"records": table.num_rows, "targets": len(targets), "entries": len(curves),
+            "entries_with_ok": sum(1 for c in curves if c.best_cost is not None),
+            "families": sorted({c.family for c in curves}), "sources": dict(sorted(sources.items())),
+            "runs": len(runs.runs)}
+
+
+def _head_table(location: str, summary: dict) -> str:
+    """The table at the top of the page: where the store is and the summary's counts."""
+    return _table(["", ""], [
+        ["database", f"<code>{html.escape(location)}</code>"],
+        ["records (live)", str(summary["records"])], ["targets", str(summary["targets"])],
+        ["entries (target × workload)", f"{summary['entries']} ({summary['entries_with_ok']} with an ok record)"],
+        ["workload families", html.escape(", ".join(summary["families"]) or "–")],
+        ["sources", html.escape(", ".join(f"{k}: {v}" for k, v in summary["sources"].items()) or "–")],
+        ["tuning runs given (--runs)", str(summary["runs"])]])
+
+
+def _page_html(head: str, sections: list[str], notes: list[str]) -> str:
+    """The whole HTML page: header, the head table, the sections and the notes."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    head = _table(["", ""], [
-        ["database", f"<code>{html.escape(str(db.path))}</code>"],
-        ["records (live)", str(table.num_rows)], ["targets", str(len(targets))],
-        ["entries (target × workload)", f"{len(curves)} ({n_ok_entries} with an ok record)"],
-        ["workload families", html.escape(", ".join(families) or "–")],
-        ["sources", html.escape(", ".join(f"{k}: {v}" for k, v in sorted(sources.items())) or "–")],
-        ["tuning runs given (--runs)", str(len(runs.runs))]])
     note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
-    page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tunedb report</title>"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tunedb report</title>"
             f"<style>{_CSS}</style></head><body><h1>tunedb report</h1><p class=\"note\">Generated {stamp} by "
             "<code>tunedb report</code>. Every number comes from the database's records or the tuning-run outputs "
             "passed with <code>--runs</code>; costs are seconds.</p>" + head + "".join(sections)
             + (f"<h2>Notes</h2><ul>{note_html}</ul>" if notes else "") + "</body></html>\n")
-    (out / "index.html").write_text(page, encoding="utf-8")
-    files.insert(0, "index.html")
-    return {"out": str(out), "files": files, "notes": notes, "summary": summary}

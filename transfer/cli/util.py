@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 class UserError(Exception):
@@ -114,38 +117,35 @@ def fmt_seconds(s: float | None, *, missing: str = "-", micro: str = "us") -> st
 
 
 def table_text(headers: list[str], rows: list[list]) -> str:
-    """A plain fixed-width text table."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """A plain fixed-width text table (``tabulate``'s "simple" format: header, dashed rule,
+    columns two spaces apart).  Cells are printed as ``str(cell)``, never re-parsed as numbers."""
+    from tabulate import tabulate
+
+    return tabulate([[str(c) for c in r] for r in rows], headers=[str(h) for h in headers], tablefmt="simple",
+                    disable_numparse=True)
 
 
-class ProgressBar:
-    """A one-line progress bar on stderr, drawn only on a TTY and never with --json."""
+def progress_bar(args, total: int, label: str = "", *, unit: str = "it") -> tqdm:
+    """A ``tqdm`` progress bar on stderr for ``total`` steps, drawn only when stderr is a TTY
+    and never with ``--json`` (then every call on it is a no-op).
 
-    def __init__(self, total: int, label: str = "", enabled: bool | None = None):
-        self.total = max(int(total), 1)
-        self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._last = 0.0
+    Callers move it to an absolute count with :func:`progress_to`; ``bar.total`` may be changed.
+    """
+    from tqdm import tqdm
 
-    def update(self, done: int, info: str = "", force: bool = False) -> None:
-        if not self.enabled:
-            return
-        import time
+    disable = bool(getattr(args, "json", False)) or not sys.stderr.isatty()
+    try:  # a TTY that reports no size (some CI ptys, serial consoles) gets a fixed 80x24 screen
+        sized = min(os.get_terminal_size(sys.stderr.fileno())) > 0
+    except (OSError, ValueError, AttributeError):
+        sized = False
+    return tqdm(total=max(int(total), 1), desc=label or None, unit=unit, file=sys.stderr, disable=disable,
+                leave=True, mininterval=0.1, dynamic_ncols=sized, ncols=None if sized else 80,
+                nrows=None if sized else 24)
 
-        now = time.monotonic()
-        if not force and now - self._last < 0.1 and done < self.total:
-            return
-        self._last = now
-        width = 28
-        filled = int(width * min(done, self.total) / self.total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {info}\x1b[K")
-        sys.stderr.flush()
 
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+def progress_to(bar: tqdm, done: int, info: str = "") -> None:
+    """Move ``bar`` to ``done`` (an absolute count) with ``info`` after the counts."""
+    if bar.disable:
+        return
+    bar.set_postfix_str(info, refresh=False)
+    bar.update(int(done) - bar.n)

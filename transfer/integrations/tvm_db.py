@@ -9,20 +9,20 @@ TVM (``apache-tvm==0.27.0.post1`` with ``apache-tvm-ffi==0.1.14.post0``; MetaSch
 only touching :data:`TunedbDatabase` (or calling the TVM helpers) does.
 
 Mapping (one MetaSchedule ``TuningRecord`` -> one tunedb Record, source ``measured``), the same
-as :mod:`transfer.importers.metaschedule`, so a JSONDatabase imported with ``tunedb import
+as :mod:`tunedb.transfer.interop.metaschedule`, so a JSONDatabase imported with ``tunedb import
 metaschedule`` is served by this class and records written here export back with ``tunedb
 export --format metaschedule``:
 
 * target: the TVM target's JSON export (``Target.export()``: kind, keys, mcpu, num-cores, ...) as a
   dict, plus the catalog fields the importer adds for a known ``mcpu`` (:func:`target_of`).
 * workload: ``{family, structural_hash, shapes, dtypes, dtype[, M, N, K]}``
-  (:func:`~transfer.importers.metaschedule.workload_of`): keyed by the IRModule's structural hash
+  (:func:`~tunedb.transfer.interop.metaschedule.workload_of`): keyed by the IRModule's structural hash
   (an opaque string; MetaSchedule's ``"structural"`` module equality), shapes and dtypes from the
   module's entry-function ``ArgInfo``; ``family`` is ``matmul`` for ``[M,K] x [K,N] -> [M,N]``, else
   ``tir``.  The workload is always computed from the IRModule itself, never from a record's
   ``args_info``, so a module maps to one workload key whatever the record says.
 * config: the trace's sampling decisions as knobs ``decision_<inst>_<Kind>`` plus ``sketch``
-  (:func:`~transfer.importers.metaschedule.config_of`).
+  (:func:`~tunedb.transfer.interop.metaschedule.config_of`).
 * costs: ``run_secs`` in seconds.  ``run_secs`` missing, or MetaSchedule's failure marker (1e10 s)
   -> status ``runtime_error`` without costs (MetaSchedule never returns those from ``get_top_k``).
 * meta ``{"metaschedule": {"record": [trace, run_secs, target, args_info], "workload":
@@ -97,16 +97,22 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
+from tunedb.index.base import RecordStore
 from tunedb.index.keys import key_of
-from tunedb.index.parquet.store import TuningDB
 from tunedb.index.record import Record
+from tunedb.index.stores import open_store
 from tunedb.transfer.interop.metaschedule import FAILED_RUN_S, config_of, target_of, workload_of
 
 __all__ = ["TunedbDatabase",  # noqa: F822 (built lazily by __getattr__)
            "TVM_INSTALL_HINT", "build_without_tensor_intrin", "local_builder", "strip_postproc",
            "tvm_available"]
+
+if TYPE_CHECKING:
+    import tvm
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
 log = logging.getLogger(__name__)
 
@@ -192,313 +198,379 @@ def local_builder(max_workers: int | None = None, timeout_sec: float = 120.0) ->
     return LocalBuilder(max_workers=max_workers, timeout_sec=timeout_sec, f_build=build_without_tensor_intrin)
 
 
-def _build_class() -> type:
-    """Create the ``@derived_object`` PyDatabase subclass (imports TVM)."""
-    import tvm
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir import Schedule
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import PyDatabase, TuningRecord, Workload
-    from tvm.s_tir.meta_schedule.utils import _json_de_tvm
-    from tvm.s_tir.schedule import Trace
+# ----------------------------------------------------------------------------- TVM, lazily
+_TVM: SimpleNamespace | None = None
 
-    def to_tvm_target(target: Any) -> tvm.target.Target:
-        if isinstance(target, tvm.target.Target):
-            return target
-        if isinstance(target, Mapping):
-            return tvm.target.Target(dict(target))
-        if isinstance(target, str):
-            return tvm.target.Target(target)
-        raise TypeError(f"target must be a tvm Target, a JSON dict or a string, not {type(target).__name__}")
 
-    def plain(obj: Any) -> Any:
-        """TVM containers (Array, Map, IntImm, FloatImm, String) -> plain JSON data."""
-        if obj is None or isinstance(obj, (bool, int, float)):
-            return obj
-        if isinstance(obj, str):
-            return str(obj)
-        if isinstance(obj, (list, tuple)):
-            return [plain(x) for x in obj]
-        if isinstance(obj, dict):
-            return {str(k): plain(v) for k, v in obj.items()}
-        return plain(_json_de_tvm(obj))
+def _tvm() -> SimpleNamespace:
+    """The TVM names the database uses, imported on first call (ImportError without TVM), plus
+    ``default_triple``: the LLVM host triple of this TVM build (None without LLVM)."""
+    global _TVM
+    if _TVM is None:
+        import tvm
+        from tvm.s_tir import Schedule
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+        from tvm.s_tir.meta_schedule.utils import _json_de_tvm
+        from tvm.s_tir.schedule import Trace
 
+        try:
+            default_triple: str | None = str(tvm.target.codegen.llvm_get_system_triple())
+        except Exception:  # a TVM built without LLVM
+            default_triple = None
+        _TVM = SimpleNamespace(tvm=tvm, Schedule=Schedule, ArgInfo=ArgInfo, TuningRecord=TuningRecord,
+                               Workload=Workload, Trace=Trace, json_de_tvm=_json_de_tvm,
+                               default_triple=default_triple)
+    return _TVM
+
+
+def _to_tvm_target(target: Any) -> tvm.target.Target:
+    """``target`` (a ``tvm.target.Target``, a JSON dict or a target string) as a Target."""
+    tvm_ = _tvm().tvm
+    if isinstance(target, tvm_.target.Target):
+        return target
+    if isinstance(target, Mapping):
+        return tvm_.target.Target(dict(target))
+    if isinstance(target, str):
+        return tvm_.target.Target(target)
+    raise TypeError(f"target must be a tvm Target, a JSON dict or a string, not {type(target).__name__}")
+
+
+def _plain(obj: Any) -> Any:
+    """TVM containers (Array, Map, IntImm, FloatImm, String) -> plain JSON data."""
+    if obj is None or isinstance(obj, (bool, int, float)):
+        return obj
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, (list, tuple)):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    return _plain(_tvm().json_de_tvm(obj))
+
+
+def _target_json(target: tvm.target.Target) -> dict:
+    """The TVM target's JSON export as plain Python data (verbatim)."""
+    return _plain(target.export())
+
+
+def _tunedb_target(tjson: Mapping[str, Any]) -> dict:
+    """tunedb target dict of a TVM target JSON (what records are stored and matched under)."""
+    return target_of(normalise_target_json(tjson, _tvm().default_triple))
+
+
+def _metaschedule_meta(rec: Record) -> Mapping[str, Any] | None:
+    """The ``metaschedule`` meta of a tunedb record when it holds a full MetaSchedule record."""
+    ms = rec.meta.get("metaschedule")
+    if isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and len(ms["record"]) == 4:
+        return ms
+    return None
+
+
+def _adapted_trace(trace_json: Any, mod: tvm.IRModule) -> tuple[Any, str] | None:
+    """A stored trace (cut before its postprocessors) replayed on a fresh schedule of ``mod``:
+    ``(trace, dedup key)``, or None when it does not fit ``mod``."""
+    t = _tvm()
     try:
-        default_triple: str | None = str(tvm.target.codegen.llvm_get_system_triple())
-    except Exception:  # a TVM built without LLVM
-        default_triple = None
+        pre = strip_postproc(trace_json)
+        sch = t.Schedule(mod, error_render_level="none")
+        t.Trace.apply_json_to_schedule(pre, sch)
+        trace = sch.trace
+        return trace, json.dumps(_plain(trace.as_json(remove_postproc=True)), sort_keys=True)
+    except Exception:  # the trace does not fit this workload: skip it
+        return None
 
-    def target_json(target: tvm.target.Target) -> dict:
-        """The TVM target's JSON export as plain Python data (verbatim)."""
-        return plain(target.export())
 
-    def tunedb_target(tjson: Mapping[str, Any]) -> dict:
-        """tunedb target dict of a TVM target JSON (what records are stored and matched under)."""
-        return target_of(normalise_target_json(tjson, default_triple))
+# ----------------------------------------------------------------------------- the database
+class _TunedbDatabase:
+    """MetaSchedule database stored in tunedb (see :mod:`tunedb.transfer.integrations.tvm_db` for the contract).
 
-    class TunedbDatabase(PyDatabase):
-        """MetaSchedule database stored in tunedb (see :mod:`transfer.tvm_db` for the contract).
+    ``path``: tunedb store location (a DB directory, created when missing, or ``memory:``) or an
+    open :class:`~tunedb.index.base.RecordStore`; ``target``: the current target
+    (``tvm.target.Target``, JSON dict or string; see module docstring); ``warm_start``: offer
+    nearest-neighbour traces for unseen workloads; ``warm_start_neighbours``: entries asked from
+    ``db.nearest``; ``warm_start_per_neighbour``: best records taken from each;
+    ``min_similarity``: ignore neighbours below it; ``session``: tunedb session label of
+    committed records.
 
-        ``path``: tunedb DB directory (created when missing) or an open :class:`TuningDB`;
-        ``target``: the current target (``tvm.target.Target``, JSON dict or string; see module
-        docstring); ``warm_start``: offer nearest-neighbour traces for unseen workloads;
-        ``warm_start_neighbours``: entries asked from ``db.nearest``;
-        ``warm_start_per_neighbour``: best records taken from each; ``min_similarity``: ignore
-        neighbours below it; ``session``: tunedb session label of committed records."""
+    Not a "look up, else measure" client (``tunedb.transfer.measure.backend.backend.lookup_or_measure``):
+    MetaSchedule's runner measures and decides what to measure; this class only commits what it
+    is handed and answers queries."""
 
-        def __init__(self, path: str | os.PathLike | TuningDB, target: Any = None, *, warm_start: bool = True,
-                     warm_start_neighbours: int = 8, warm_start_per_neighbour: int = 4,
-                     min_similarity: float | None = None, session: str = "") -> None:
-            super().__init__()
-            self.db = path if isinstance(path, TuningDB) else TuningDB.open(path)
-            self.warm_start = bool(warm_start)
-            self.warm_start_neighbours = int(warm_start_neighbours)
-            self.warm_start_per_neighbour = int(warm_start_per_neighbour)
-            self.min_similarity = min_similarity
-            self.session = session
-            self.last_warm_start: list[dict] = []
-            self._lock = threading.RLock()
-            self._tvm_target: tvm.target.Target | None = None
-            self._target: dict | None = None
-            self._workloads: dict[str, Workload] = {}       # structural hash -> Workload (this handle)
-            self._wl_info: dict[str, tuple[dict, str]] = {}  # structural hash -> (workload dict, base64 module)
-            self._known_wl_keys: set[str] | None = None      # workload keys with a record in the store
-            self._rebuilt: OrderedDict[str, Any] = OrderedDict()
-            self._warned_mismatch = False
-            if target is not None:
-                self.set_target(target)
+    def __init__(self, path: str | os.PathLike | RecordStore, target: Any = None, *, warm_start: bool = True,
+                 warm_start_neighbours: int = 8, warm_start_per_neighbour: int = 4,
+                 min_similarity: float | None = None, session: str = "") -> None:
+        self.db = path if isinstance(path, RecordStore) else open_store(path)
+        self.warm_start = bool(warm_start)
+        self.warm_start_neighbours = int(warm_start_neighbours)
+        self.warm_start_per_neighbour = int(warm_start_per_neighbour)
+        self.min_similarity = min_similarity
+        self.session = session
+        self.last_warm_start: list[dict] = []
+        self._lock = threading.RLock()
+        self._tvm_target: tvm.target.Target | None = None
+        self._target: dict | None = None
+        self._workloads: dict[str, Workload] = {}       # structural hash -> Workload (this handle)
+        self._wl_info: dict[str, tuple[dict, str]] = {}  # structural hash -> (workload dict, base64 module)
+        self._known_wl_keys: set[str] | None = None      # workload keys with a record in the store
+        self._rebuilt: OrderedDict[str, Any] = OrderedDict()
+        self._warned_mismatch = False
+        if target is not None:
+            self.set_target(target)
 
-        # ------------------------------------------------------------------ targets
-        @property
-        def target(self) -> dict | None:
-            """The current target as a tunedb target dict (None until known)."""
+    # ------------------------------------------------------------------ targets
+    @property
+    def target(self) -> dict | None:
+        """The current target as a tunedb target dict (None until known)."""
+        return self._target
+
+    @property
+    def tvm_target(self) -> tvm.target.Target | None:
+        """The current target as a ``tvm.target.Target`` (None until known)."""
+        return self._tvm_target
+
+    def set_target(self, target: Any) -> dict:
+        """Make ``target`` (Target, JSON dict or string) the current target; returns its dict."""
+        t = _to_tvm_target(target)
+        with self._lock:
+            self._tvm_target = t
+            self._target = _tunedb_target(_target_json(t))
             return self._target
 
-        @property
-        def tvm_target(self) -> tvm.target.Target | None:
-            """The current target as a ``tvm.target.Target`` (None until known)."""
-            return self._tvm_target
+    def target_dict(self, target: Any) -> dict:
+        """tunedb target dict of a Target / JSON dict / string (as records are committed)."""
+        return _tunedb_target(_target_json(_to_tvm_target(target)))
 
-        def set_target(self, target: Any) -> dict:
-            """Make ``target`` (Target, JSON dict or string) the current target; returns its dict."""
-            t = to_tvm_target(target)
-            with self._lock:
-                self._tvm_target = t
-                self._target = tunedb_target(target_json(t))
-                return self._target
+    # ---------------------------------------------------------------- workloads
+    def _workload_info(self, mod: tvm.IRModule, shash: str | None = None,
+                       b64: str | None = None) -> tuple[str, dict, str]:
+        """(structural hash, workload dict, base64 module JSON) of ``mod``."""
+        if shash is None or b64 is None:
+            shash, b64 = (str(x) for x in _tvm().Workload(mod).as_json())
+        info = self._wl_info.get(shash)
+        if info is None:
+            args = _plain([a.as_json() for a in _tvm().ArgInfo.from_entry_func(mod, remove_preproc=True)])
+            info = self._wl_info[shash] = (workload_of(shash, args), b64)
+        return shash, info[0], info[1]
 
-        def target_dict(self, target: Any) -> dict:
-            """tunedb target dict of a Target / JSON dict / string (as records are committed)."""
-            return tunedb_target(target_json(to_tvm_target(target)))
+    def _known_workload_keys(self) -> set[str]:
+        """Workload keys with a live record in the store (read once per handle, then kept up to date)."""
+        if self._known_wl_keys is None:
+            t = self.db.records(include_stale=False)
+            self._known_wl_keys = set(t.column("workload_key").to_pylist()) if t.num_rows else set()
+        return self._known_wl_keys
 
-        # ---------------------------------------------------------------- workloads
-        def _workload_info(self, mod: tvm.IRModule, shash: str | None = None,
-                           b64: str | None = None) -> tuple[str, dict, str]:
-            """(structural hash, workload dict, base64 module JSON) of ``mod``."""
-            if shash is None or b64 is None:
-                shash, b64 = (str(x) for x in Workload(mod).as_json())
-            info = self._wl_info.get(shash)
-            if info is None:
-                args = plain([a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)])
-                info = self._wl_info[shash] = (workload_of(shash, args), b64)
-            return shash, info[0], info[1]
+    def has_workload(self, mod: tvm.IRModule) -> bool:
+        """True when any target has a record of ``mod`` or it was committed through this handle."""
+        with self._lock:
+            shash, wl, _ = self._workload_info(mod)
+            if shash in self._workloads:
+                return True
+            return key_of(wl) in self._known_workload_keys()
 
-        def _known_workload_keys(self) -> set[str]:
-            if self._known_wl_keys is None:
-                t = self.db.records(include_stale=False)
-                self._known_wl_keys = set(t.column("workload_key").to_pylist()) if t.num_rows else set()
-            return self._known_wl_keys
+    def commit_workload(self, mod: tvm.IRModule) -> Workload:
+        """The ``Workload`` of ``mod`` (one object per structural hash and handle; nothing is
+        written: tunedb stores a workload with its records)."""
+        with self._lock:
+            w = _tvm().Workload(mod)
+            shash, b64 = (str(x) for x in w.as_json())
+            have = self._workloads.get(shash)
+            if have is not None:
+                return have
+            self._workload_info(mod, shash, b64)
+            self._workloads[shash] = w
+            return w
 
-        def has_workload(self, mod: tvm.IRModule) -> bool:
-            """True when any target has a record of ``mod`` or it was committed through this handle."""
-            with self._lock:
-                shash, wl, _ = self._workload_info(mod)
-                if shash in self._workloads:
-                    return True
-                return key_of(wl) in self._known_workload_keys()
+    def _workload_of_object(self, workload: Workload) -> tuple[str, dict, str]:
+        """:meth:`_workload_info` of a MetaSchedule ``Workload`` (remembered by structural hash)."""
+        shash, b64 = (str(x) for x in workload.as_json())
+        self._workloads.setdefault(shash, workload)
+        return self._workload_info(workload.mod, shash, b64)
 
-        def commit_workload(self, mod: tvm.IRModule) -> Workload:
-            """The ``Workload`` of ``mod`` (one object per structural hash and handle; nothing is
-            written: tunedb stores a workload with its records)."""
-            with self._lock:
-                w = Workload(mod)
-                shash, b64 = (str(x) for x in w.as_json())
-                have = self._workloads.get(shash)
-                if have is not None:
-                    return have
-                self._workload_info(mod, shash, b64)
-                self._workloads[shash] = w
-                return w
+    # ------------------------------------------------------------------ records
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Store one MetaSchedule record as a tunedb Record (durable on return)."""
+        with self._lock:
+            inner = _plain(record.as_json())  # [trace, run_secs, target, args_info]
+            shash, wl, b64 = self._workload_of_object(record.workload)
+            tdict = self._record_target(inner)
+            costs, status, error = _run_secs_status(inner[1])
+            rec = Record(target=tdict, workload=wl, config=config_of(inner[0]), costs=costs, status=status,
+                         error=error, source=SOURCE, session=self.session,
+                         meta={"metaschedule": {"record": inner, "workload": [shash, b64]}})
+            self.db.commit(rec)
+            if self._known_wl_keys is not None:
+                self._known_wl_keys.add(rec.workload_key)
 
-        def _workload_of_object(self, workload: Workload) -> tuple[str, dict, str]:
-            shash, b64 = (str(x) for x in workload.as_json())
-            self._workloads.setdefault(shash, workload)
-            return self._workload_info(workload.mod, shash, b64)
+    def _record_target(self, inner: list) -> dict:
+        """The tunedb target of a record's JSON ``inner`` (filling in the current target when it
+        has none); the first record's target becomes current, a later different one warns once."""
+        if inner[2] is None:
+            if self._tvm_target is None:
+                raise ValueError("TuningRecord has no target and the database has no current target")
+            inner[2] = _target_json(self._tvm_target)
+        tdict = _tunedb_target(inner[2])
+        if self._target is None:
+            self.set_target(inner[2])
+        elif tdict != self._target and not self._warned_mismatch:
+            self._warned_mismatch = True
+            log.warning("TunedbDatabase: committing records for target %s while get_top_k serves %s; "
+                        "pass the tuning target to TunedbDatabase(target=...)",
+                        json.dumps(tdict, sort_keys=True), json.dumps(self._target, sort_keys=True))
+        return tdict
 
-        # ------------------------------------------------------------------ records
-        def commit_tuning_record(self, record: TuningRecord) -> None:
-            """Store one MetaSchedule record as a tunedb Record (durable on return)."""
-            with self._lock:
-                inner = plain(record.as_json())  # [trace, run_secs, target, args_info]
-                shash, wl, b64 = self._workload_of_object(record.workload)
-                if inner[2] is None:
-                    if self._tvm_target is None:
-                        raise ValueError("TuningRecord has no target and the database has no current target")
-                    inner[2] = target_json(self._tvm_target)
-                tdict = tunedb_target(inner[2])
-                if self._target is None:
-                    self.set_target(inner[2])
-                elif tdict != self._target and not self._warned_mismatch:
-                    self._warned_mismatch = True
-                    log.warning("TunedbDatabase: committing records for target %s while get_top_k serves %s; "
-                                "pass the tuning target to TunedbDatabase(target=...)",
-                                json.dumps(tdict, sort_keys=True), json.dumps(self._target, sort_keys=True))
-                costs, status, error = _run_secs_status(inner[1])
-                rec = Record(target=tdict, workload=wl, config=config_of(inner[0]), costs=costs, status=status,
-                             error=error, source=SOURCE, session=self.session,
-                             meta={"metaschedule": {"record": inner, "workload": [shash, b64]}})
-                self.db.commit(rec)
-                if self._known_wl_keys is not None:
-                    self._known_wl_keys.add(rec.workload_key)
+    def _rebuild(self, rec: Record, workload: Workload) -> TuningRecord | None:
+        """The MetaSchedule record stored in ``rec.meta`` (trace replayed on ``workload``)."""
+        cached = self._rebuilt.get(rec.record_id)
+        if cached is not None:
+            self._rebuilt.move_to_end(rec.record_id)
+            return cached
+        ms = _metaschedule_meta(rec)
+        if ms is None:
+            return None
+        try:
+            tr = _tvm().TuningRecord.from_json(ms["record"], workload)
+        except Exception as e:  # a stored trace that no longer applies: skip it, keep serving
+            log.warning("tunedb record %s: MetaSchedule trace does not apply: %s", rec.record_id,
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return None
+        self._rebuilt[rec.record_id] = tr
+        if len(self._rebuilt) > _CACHE_LIMIT:
+            self._rebuilt.popitem(last=False)
+        return tr
 
-        def _rebuild(self, rec: Record, workload: Workload) -> TuningRecord | None:
-            """The MetaSchedule record stored in ``rec.meta`` (trace replayed on ``workload``)."""
-            cached = self._rebuilt.get(rec.record_id)
-            if cached is not None:
-                self._rebuilt.move_to_end(rec.record_id)
-                return cached
-            ms = rec.meta.get("metaschedule")
-            if not (isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and len(ms["record"]) == 4):
-                return None
+    def _measured_top_k(self, target: dict, wl: dict, workload: Workload, k: int) -> list[TuningRecord]:
+        """The ``k`` best stored records of (target, workload) that rebuild into TuningRecords."""
+        out = []
+        for rec in self.db.best(target, wl, k):
+            tr = self._rebuild(rec, workload)
+            if tr is not None:
+                out.append(tr)
+        return out
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        """Best ``top_k`` measured records of ``workload`` on the current target (ascending mean
+        run time); for a workload the current target has none of, adapted nearest-neighbour
+        traces (unmeasured, ``run_secs=None``); [] without a current target."""
+        with self._lock:
+            if top_k <= 0 or self._target is None:
+                return []
+            _, wl, _ = self._workload_of_object(workload)
+            out = self._measured_top_k(self._target, wl, workload, int(top_k))
+            if out or not self.warm_start:
+                return out
+            return self._warm_start(workload, wl, int(top_k))
+
+    # ---------------------------------------------------------------- warm start
+    def _warm_start(self, workload: Workload, wl: dict, top_k: int) -> list[TuningRecord]:
+        """Up to ``top_k`` nearest-neighbour traces adapted to ``workload`` (see module docstring)."""
+        target = self._target
+        assert target is not None and self._tvm_target is not None
+        self.last_warm_start = []
+        matches = self._neighbours(target, wl)
+        mod = workload.mod
+        args_info = _tvm().ArgInfo.from_entry_func(mod, remove_preproc=True)
+        out: list[TuningRecord] = []
+        seen: set[str] = set()
+        for m in matches:
+            if m.target.get("kind") != target.get("kind"):
+                continue
+            for rec in m.best:
+                ms = rec.meta.get("metaschedule")
+                if not (isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and ms["record"]):
+                    continue
+                adapted = _adapted_trace(ms["record"][0], mod)
+                if adapted is None or adapted[1] in seen:
+                    continue
+                seen.add(adapted[1])
+                out.append(_tvm().TuningRecord(adapted[0], workload, None, self._tvm_target, args_info))
+                self.last_warm_start.append({"record_id": rec.record_id, "from_target": m.target_name,
+                                             "from_workload": m.workload, "similarity": m.similarity,
+                                             "cost": rec.cost})
+                if len(out) >= top_k:
+                    return out
+        return out
+
+    def _neighbours(self, target: dict, wl: dict) -> list:
+        """``db.nearest`` of (target, wl) for the warm start ([] when the query fails)."""
+        try:
+            with warnings.catch_warnings():  # "target matches no catalog device": expected for TVM targets
+                warnings.simplefilter("ignore", UserWarning)
+                return self.db.nearest(target, wl, self.warm_start_neighbours, same_family=True,
+                                       min_similarity=self.min_similarity,
+                                       best_n=self.warm_start_per_neighbour)
+        except (ValueError, TypeError) as e:
+            log.warning("tunedb warm start: nearest query failed: %s", e)
+            return []
+
+    # ------------------------------------------------------------------ listing
+    def _scoped_records(self) -> list[Record]:
+        """Stored MetaSchedule records of the current target (of every target when none is set)."""
+        t = self.db.records(self._target, include_stale=False) if self._target is not None else \
+            self.db.records(include_stale=False)
+        if t.num_rows == 0:
+            return []
+        metas = t.column("meta").to_pylist()
+        rows = [i for i, m in enumerate(metas) if '"metaschedule"' in m]
+        if not rows:
+            return []
+        return [Record.from_row(d) for d in t.take(rows).to_pylist()]
+
+    def _stored_workload(self, wjson: Any) -> Workload | None:
+        """The ``Workload`` of a record's stored ``[structural_hash, base64 module]`` (None when unreadable)."""
+        if not (isinstance(wjson, list) and len(wjson) == 2):
+            return None
+        w = self._workloads.get(str(wjson[0]))
+        if w is None:
             try:
-                tr = TuningRecord.from_json(ms["record"], workload)
-            except Exception as e:  # a stored trace that no longer applies: skip it, keep serving
-                log.warning("tunedb record %s: MetaSchedule trace does not apply: %s", rec.record_id,
-                            str(e).splitlines()[0] if str(e) else type(e).__name__)
+                w = _tvm().Workload.from_json(wjson)
+            except Exception:
                 return None
-            self._rebuilt[rec.record_id] = tr
-            if len(self._rebuilt) > _CACHE_LIMIT:
-                self._rebuilt.popitem(last=False)
-            return tr
+            self._workloads[str(wjson[0])] = w
+        return w
 
-        def _measured_top_k(self, target: dict, wl: dict, workload: Workload, k: int) -> list[TuningRecord]:
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        """Every stored MetaSchedule record of the current target (of all targets when none is
+        set), failed ones included, in commit order."""
+        with self._lock:
             out = []
-            for rec in self.db.best(target, wl, k):
-                tr = self._rebuild(rec, workload)
+            for rec in self._scoped_records():
+                w = self._stored_workload(rec.meta["metaschedule"].get("workload"))
+                tr = self._rebuild(rec, w) if w is not None else None
                 if tr is not None:
                     out.append(tr)
             return out
 
-        def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
-            """Best ``top_k`` measured records of ``workload`` on the current target (ascending mean
-            run time); for a workload the current target has none of, adapted nearest-neighbour
-            traces (unmeasured, ``run_secs=None``); [] without a current target."""
-            with self._lock:
-                if top_k <= 0 or self._target is None:
-                    return []
-                _, wl, _ = self._workload_of_object(workload)
-                out = self._measured_top_k(self._target, wl, workload, int(top_k))
-                if out or not self.warm_start:
-                    return out
-                return self._warm_start(workload, wl, int(top_k))
+    def __len__(self) -> int:
+        """Number of stored MetaSchedule records in the scope of ``get_all_tuning_records``."""
+        with self._lock:
+            return len(self._scoped_records())
 
-        def _warm_start(self, workload: Workload, wl: dict, top_k: int) -> list[TuningRecord]:
-            target = self._target
-            assert target is not None and self._tvm_target is not None
-            self.last_warm_start = []
-            try:
-                with warnings.catch_warnings():  # "target matches no catalog device": expected for TVM targets
-                    warnings.simplefilter("ignore", UserWarning)
-                    matches = self.db.nearest(target, wl, self.warm_start_neighbours, same_family=True,
-                                              min_similarity=self.min_similarity,
-                                              best_n=self.warm_start_per_neighbour)
-            except (ValueError, TypeError) as e:
-                log.warning("tunedb warm start: nearest query failed: %s", e)
-                return []
-            mod = workload.mod
-            args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
-            out: list[TuningRecord] = []
-            seen: set[str] = set()
-            for m in matches:
-                if m.target.get("kind") != target.get("kind"):
-                    continue
-                for rec in m.best:
-                    ms = rec.meta.get("metaschedule")
-                    if not (isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and ms["record"]):
-                        continue
-                    try:
-                        pre = strip_postproc(ms["record"][0])
-                        sch = Schedule(mod, error_render_level="none")
-                        Trace.apply_json_to_schedule(pre, sch)
-                        trace = sch.trace
-                        key = json.dumps(plain(trace.as_json(remove_postproc=True)), sort_keys=True)
-                    except Exception:  # the trace does not fit this workload: skip it
-                        continue
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    out.append(TuningRecord(trace, workload, None, self._tvm_target, args_info))
-                    self.last_warm_start.append({"record_id": rec.record_id, "from_target": m.target_name,
-                                                 "from_workload": m.workload, "similarity": m.similarity,
-                                                 "cost": rec.cost})
-                    if len(out) >= top_k:
-                        return out
-            return out
+    def query_tuning_record(self, mod: tvm.IRModule, target: tvm.target.Target,
+                            workload_name: str | None = None) -> TuningRecord | None:
+        """Best measured record of ``mod`` on exactly ``target`` (``workload_name`` is ignored,
+        as in MetaSchedule); None when that target has none."""
+        with self._lock:
+            tdict = self.target_dict(target)
+            w = self.commit_workload(mod)
+            _, wl, _ = self._workload_of_object(w)
+            for rec in self.db.best(tdict, wl, 8):
+                tr = self._rebuild(rec, w)
+                if tr is not None:
+                    return tr
+            return None
 
-        def _scoped_records(self) -> list[Record]:
-            t = self.db.records(self._target, include_stale=False) if self._target is not None else \
-                self.db.records(include_stale=False)
-            if t.num_rows == 0:
-                return []
-            metas = t.column("meta").to_pylist()
-            rows = [i for i, m in enumerate(metas) if '"metaschedule"' in m]
-            if not rows:
-                return []
-            return [Record.from_row(d) for d in t.take(rows).to_pylist()]
 
-        def get_all_tuning_records(self) -> list[TuningRecord]:
-            """Every stored MetaSchedule record of the current target (of all targets when none is
-            set), failed ones included, in commit order."""
-            with self._lock:
-                out = []
-                for rec in self._scoped_records():
-                    ms = rec.meta["metaschedule"]
-                    wjson = ms.get("workload")
-                    if not (isinstance(wjson, list) and len(wjson) == 2):
-                        continue
-                    w = self._workloads.get(str(wjson[0]))
-                    if w is None:
-                        try:
-                            w = Workload.from_json(wjson)
-                        except Exception:
-                            continue
-                        self._workloads[str(wjson[0])] = w
-                    tr = self._rebuild(rec, w)
-                    if tr is not None:
-                        out.append(tr)
-                return out
+def _build_class() -> type:
+    """Create the ``@derived_object`` PyDatabase subclass of :class:`_TunedbDatabase` (imports TVM)."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.database import PyDatabase
 
-        def __len__(self) -> int:
-            """Number of stored MetaSchedule records in the scope of ``get_all_tuning_records``."""
-            with self._lock:
-                return len(self._scoped_records())
-
-        def query_tuning_record(self, mod: tvm.IRModule, target: tvm.target.Target,
-                                workload_name: str | None = None) -> TuningRecord | None:
-            """Best measured record of ``mod`` on exactly ``target`` (``workload_name`` is ignored,
-            as in MetaSchedule); None when that target has none."""
-            with self._lock:
-                tdict = self.target_dict(target)
-                w = self.commit_workload(mod)
-                _, wl, _ = self._workload_of_object(w)
-                for rec in self.db.best(tdict, wl, 8):
-                    tr = self._rebuild(rec, w)
-                    if tr is not None:
-                        return tr
-                return None
-
-    TunedbDatabase.__module__ = __name__
-    return derived_object(TunedbDatabase)
+    _tvm()
+    body = {k: v for k, v in vars(_TunedbDatabase).items() if k not in ("__dict__", "__weakref__")}
+    cls = type("TunedbDatabase", (PyDatabase,), {**body, "__qualname__": "TunedbDatabase"})
+    cls.__module__ = __name__
+    return derived_object(cls)
 
 
 _CLASS: type | None = None

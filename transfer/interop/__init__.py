@@ -4,7 +4,7 @@ Contract
 --------
 * ``FORMATS`` maps a format name (``autotvm``, ``metaschedule``, ``kernel-tuner``, ``parquet``,
   ``jsonl``) to a :class:`Format`.  ``Format.parse(path, device=None)`` yields, in file order,
-  either a :class:`~index.record.Record` or an :class:`ImportIssue` (a line/entry that was
+  either a :class:`~tunedb.index.record.Record` or an :class:`ImportIssue` (a line/entry that was
   skipped: malformed, or a layout that is never decoded such as AutoTVM v0.1 or pickle lines).
   A whole file that cannot be read or is not in the format raises :class:`ImportFormatError`
   (the one documented import error); nothing else escapes a parser.
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.keys import key_of, key_of_text, normalise
+from tunedb.index.keys import canonical_json_normalised, hash64, key_of, key_of_text, normalise
 from tunedb.index.record import Record, target_display_name
 
 MAX_REPORTED_ERRORS = 10
@@ -173,17 +173,6 @@ def read_text(path: Path) -> str:
         raise ImportFormatError(f"cannot read {path}: {e}") from None
 
 
-def load_json(path: Path, what: str) -> Any:
-    """One JSON document (plain or gzip); ImportFormatError with a one-line reason otherwise."""
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ImportFormatError(f"{path} is not a valid {what} (JSON error: {e.msg} at line {e.lineno})") from None
-    except RecursionError:
-        raise ImportFormatError(f"{path} is not a valid {what} (JSON nested too deeply)") from None
-
-
 def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
     """Yield ``(line_no, text, value, error)`` for each non-blank, non-``#`` line (1-based)."""
     text = read_text(path)
@@ -199,74 +188,20 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
             yield no, s, None, "not JSON: nested too deeply"
 
 
-def _parse_float(text: str) -> Any:
-    v = float(text)
-    if math.isfinite(v) and v.is_integer() and abs(v) < 2**53:
-        return int(v)
-    return v
-
-
 def fast_normalise(value: Any, what: str = "$") -> Any:
-    """Same result as ``index.keys.normalise`` for JSON-loaded data, much faster (C json codec).
-
-    Falls back to ``normalise`` (and its exact error message) for anything that is not plain
-    JSON data; NaN/inf raise ValueError.
-    """
-    flat = _flat_normalise(value)
-    if flat is not None:
-        return flat
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return normalise(value, what)
-    if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
-        return normalise(value, what)
-    return json.loads(text, parse_float=_parse_float)
+    """``tunedb.index.keys.normalise(value, what)``: the project's one normaliser (fast on JSON-loaded
+    data; ValueError naming the path for anything that is not plain JSON data, NaN/inf included).
+    Kept under this name for the parsers."""
+    return normalise(value, what)
 
 
 def canon(value: Any) -> str:
-    """Canonical JSON text of already normalised data (same text as ``index.keys.canonical_json``)."""
-    return _canon(value)
+    """Canonical JSON text of already normalised data (``tunedb.index.keys.canonical_json_normalised``,
+    the same text as ``tunedb.index.keys.canonical_json``)."""
+    return canonical_json_normalised(value)
 
 
-_INT_LIMIT = 2**53
-
-
-def _scalar_ok(v: Any) -> Any:
-    t = type(v)
-    if t is float:
-        if v != v or v in (math.inf, -math.inf):
-            raise _NotFlat
-        return int(v) if v.is_integer() and -_INT_LIMIT < v < _INT_LIMIT else v
-    if t is int or t is str or t is bool or v is None:
-        return v
-    raise _NotFlat
-
-
-class _NotFlat(Exception):
-    pass
-
-
-def _flat_normalise(value: Any) -> Any:
-    """Fast path of :func:`fast_normalise` for a dict of scalars and lists of scalars (None if not)."""
-    if type(value) is not dict:
-        return None
-    out = {}
-    try:
-        for k, v in value.items():
-            if type(k) is not str:
-                return None
-            if type(v) is list:
-                out[k] = [_scalar_ok(x) for x in v]
-            else:
-                out[k] = _scalar_ok(v)
-    except _NotFlat:
-        return None
-    return out
-
-
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_canon = canonical_json_normalised
 
 
 @dataclass(frozen=True)
@@ -293,7 +228,7 @@ class Prepared:
 _RECORD_FIELDS = {f.name for f in dataclasses.fields(Record)}
 _FAST_FIELDS = {"target", "workload", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
                 "source", "session", "meta", "record_id", "target_name", "target_key", "workload_key",
-                "config_key", "target_json", "workload_json", "config_json", "meta_json"}
+                "config_key", "target_json", "workload_json", "config_json", "meta_json", "lookup_key", "entry_key"}
 FAST_PATH = _RECORD_FIELDS == _FAST_FIELDS  # fall back to the constructor if Record changes shape
 
 
@@ -317,7 +252,7 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
         rec.validate()
         return rec
     if not isinstance(config, Mapping):
-        raise ValueError(f"record {record_id}: field 'config' must be a JSON object")
+        raise ValueError(f"record {record_id}: field 'config' must be a JSON object, got {type(config).__name__}")
     try:
         cfg = fast_normalise(dict(config), "config")
     except ValueError as e:
@@ -330,13 +265,15 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=_dt.timezone.utc)
     cj = _canon(cfg)
+    ck = key_of_text(cj)
     r = object.__new__(Record)
     d = r.__dict__
     d.update(target=target.value, workload=workload.value, config=cfg, costs=c, status=status, error=error,
              compile_s=compile_s, wall_s=wall_s, timestamp=ts, source=source, session=session,
-             meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id, target_name=target_name or target.name,
-             target_key=target.key, workload_key=workload.key, config_key=key_of_text(cj),
-             target_json=target.text, workload_json=workload.text, config_json=cj)
+             meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id,
+             target_name=target_name or target.name, target_key=target.key, workload_key=workload.key,
+             config_key=ck, target_json=target.text, workload_json=workload.text, config_json=cj,
+             lookup_key=hash64(target.key, workload.key, ck), entry_key=hash64(target.key, workload.key))
     d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
     r.validate()
     return r
@@ -389,7 +326,7 @@ def check_costs(costs: Iterable[Any]) -> list[float]:
 
 
 def resolve_device_fields(name: str, kind: str | None = None) -> dict:
-    """Vendor/arch/... of a device name from ``index.catalog`` when that module exists; else {}.
+    """Vendor/arch/... of a device name from ``tunedb.index.hardware.catalog`` when that module exists; else {}.
 
     The catalog is owned by another module; any resolver it offers (``resolve_device``) is
     called with the device name.  An unknown device simply adds nothing.

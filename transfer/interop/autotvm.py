@@ -8,7 +8,7 @@ Mapping (one line -> one Record, source ``imported:autotvm``):
 
 * target string (``cuda -model=titanx``) -> target dict ``{kind, raw, keys, device, model, mcpu,
   mtriple, mattr, libs, ...}`` (only options present in the string, plus TVM's default keys),
-  enriched with vendor/arch from ``index.catalog`` when that module resolves the device;
+  enriched with vendor/arch from ``tunedb.index.hardware.catalog`` when that module resolves the device;
 * task name + args -> workload ``{family, task, layout, shapes, dtypes, dtype, args}``: family from
   the task name (``conv2d_nchw.cuda`` -> ``conv2d``), shapes/dtypes from ``["TENSOR", shape, dtype]``
   args, ``args`` = the other args in order, ``kwargs`` when not empty;

@@ -129,6 +129,8 @@ def config_of(trace: Any) -> dict:
 
 
 def _load_workloads(d: Path) -> tuple[dict[int, tuple[str, str]], list[ImportIssue]]:
+    """Workload index -> (structural hash, base64 module), and the lines skipped.  Raises
+    ImportFormatError when the file has lines but none of them is a workload line."""
     wl: dict[int, tuple[str, str]] = {}
     issues = []
     idx = -1
@@ -141,11 +143,24 @@ def _load_workloads(d: Path) -> tuple[dict[int, tuple[str, str]], list[ImportIss
             issues.append(ImportIssue(where(d / WORKLOAD_FILE, no), err))
             continue
         wl[idx] = (value[0], value[1])
+    if issues and not wl:
+        raise ImportFormatError(f"{d} is not a MetaSchedule JSONDatabase (no line of {WORKLOAD_FILE} holds a "
+                                f"[structural_hash, base64_module] workload)")
     return wl, issues
 
 
+def _is_record_line(value: Any) -> bool:
+    """Whether a parsed line has the shape of a tuning record, ``[workload_index, [...]]`` (it
+    may still be invalid inside: then it is a skipped line, not a foreign file)."""
+    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)
+            and not isinstance(value[0], bool) and isinstance(value[1], list))
+
+
 def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
-    """Yield one Record per tuning-record line of the database at ``path`` (a directory)."""
+    """Yield one Record per tuning-record line of the database at ``path`` (a directory), and
+    an ImportIssue per line skipped.  ImportFormatError when ``path`` is not a MetaSchedule
+    JSONDatabase: a file is missing, or a file has lines but none of the MetaSchedule kind (the
+    same rule as the other formats' "no line holds ..."); an empty database yields nothing."""
     d = _dir_of(path)
     for f in (WORKLOAD_FILE, RECORD_FILE):
         if not (d / f).is_file():
@@ -156,10 +171,13 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
     targets: dict[str, Prepared] = {}
     wps: dict[str, Prepared] = {}
     seen: Counter = Counter()
+    lines = recognised = 0
     for no, _text, value, err in iter_json_lines(rfile):
+        lines += 1
         if err is not None:
             yield ImportIssue(where(rfile, no), err)
             continue
+        recognised += _is_record_line(value)
         try:
             if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)
                     and not isinstance(value[0], bool) and isinstance(value[1], list) and len(value[1]) == 4):
@@ -200,6 +218,9 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
             yield ImportIssue(where(rfile, no), str(e) or type(e).__name__)
             continue
         yield rec
+    if lines and not recognised:
+        raise ImportFormatError(f"{d} is not a MetaSchedule JSONDatabase (no line of {RECORD_FILE} holds a "
+                                f"MetaSchedule tuning record)")
 
 
 def _order(rec: Record) -> tuple:

@@ -4,7 +4,7 @@
   ``Record.from_dict`` semantics (keys recomputed, never trusted) and validates it; a line
   without a record_id gets a deterministic one from its content, so re-imports never duplicate.
 * ``parquet``: export writes a hive-partitioned directory like the store's ``records/``
-  (``<OUT>/<PARTITION>=<slug>/part-<n>.parquet`` with the columns of ``index.schema.RECORD_SCHEMA``),
+  (``<OUT>/<PARTITION>=<slug>/part-<n>.parquet`` with the columns of ``tunedb.index.schema.RECORD_SCHEMA``),
   readable by ``pyarrow.dataset.dataset(OUT, partitioning="hive")``.  Import accepts such a
   directory (or a store's ``records/`` directory, or one ``.parquet`` file): every ``*.parquet``
   file under it not starting with ``_`` or ``.``, each read on its own (never through the hive
@@ -45,7 +45,7 @@ _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
 def target_slug(rec: Record) -> str:
-    """Partition value of a record, the same as the store's (``index.parts.target_slug``)."""
+    """Partition value of a record, the same as the store's (``tunedb.index.parquet.parts.target_slug``)."""
     return partition_slug(rec.target_name, rec.target_key)
 
 

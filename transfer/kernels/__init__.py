@@ -9,6 +9,10 @@ A *family* turns a workload dict (``{"family": "matmul", "M": 512, ...}``) and a
 * NumPy families (``kind == "numpy"``) run a Python/NumPy function whose speed depends on the
   config (no build step).
 
+Default configs are derived from the target (``default_config(workload, target)``: vector width,
+vector registers and cache sizes of the target dict through ``tunedb.transfer.kernels.targets``; no target
+means a portable x86-64-baseline default), never from the CPU this process runs on.
+
 Registry: ``families()`` lists the family names, ``get_family(name)`` returns the family object
 (``ValueError`` for an unknown name).  Besides the built-in families, the environment variable
 ``TUNEDB_FAMILIES`` may name extra ones as comma-separated ``module:Class`` entries (the class is
@@ -20,131 +24,14 @@ like a built-in one (the test suite registers its fault-injecting family this wa
 from __future__ import annotations
 
 import importlib
-import math
+import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from tunedb.transfer.search.space import Space
+from tunedb.transfer.kernels.base import MAX_ELEMENTS, KernelFamily
 
 FAMILIES_ENV = "TUNEDB_FAMILIES"
-
-#: largest accepted number of elements of any single array of a workload (guards memory)
-MAX_ELEMENTS = 1 << 27
-
-
-class KernelFamily:
-    """Base class of a kernel family.  Subclasses set ``name``, ``kind``, ``dims`` and implement the hooks.
-
-    ``dims`` maps each required integer workload key to its inclusive ``(lo, hi)`` range;
-    ``options`` maps optional keys to ``(allowed values, default)``.
-    """
-
-    name: str = ""
-    kind: str = "c"  # "c" or "numpy"
-    dims: Mapping[str, tuple[int, int]] = {}
-    options: Mapping[str, tuple[tuple, Any]] = {}
-    doc: str = ""
-    #: knobs whose good value scales with a hardware property of the target (knob -> target key);
-    #: adaptation multiplies a neighbour's value by dst[key] / src[key] before snapping
-    hardware_knobs: Mapping[str, str] = {}
-
-    # ------------------------------------------------------------------ workloads
-    def validate_workload(self, workload: Any) -> dict:
-        """Return the normalised workload (family, every dim, every option) or raise ValueError saying why."""
-        if not isinstance(workload, Mapping):
-            raise ValueError(f"{self.name}: workload must be an object, got {type(workload).__name__}")
-        fam = workload.get("family")
-        if fam != self.name:
-            raise ValueError(f"{self.name}: workload family is {fam!r}, expected {self.name!r}")
-        known = set(self.dims) | set(self.options) | {"family"}
-        unknown = sorted(set(workload) - known)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown workload key(s) {unknown}; expected {sorted(known - {'family'})}")
-        out: dict[str, Any] = {"family": self.name}
-        for key, (lo, hi) in self.dims.items():
-            if key not in workload:
-                raise ValueError(f"{self.name}: workload needs integer {key} in [{lo}, {hi}]")
-            v = workload[key]
-            if isinstance(v, float) and v.is_integer():
-                v = int(v)
-            if type(v) is not int or not lo <= v <= hi:
-                raise ValueError(f"{self.name}: workload {key}={v!r} must be an integer in [{lo}, {hi}]")
-            out[key] = v
-        for key, (allowed, default) in self.options.items():
-            v = workload.get(key, default)
-            if v not in allowed or type(v) is not type(default):
-                raise ValueError(f"{self.name}: workload {key}={v!r} must be one of {list(allowed)}")
-            out[key] = v
-        self.check_shapes(out)
-        for shape in self.shapes(out).values():
-            if math.prod(shape) > MAX_ELEMENTS:
-                raise ValueError(f"{self.name}: an array of shape {shape} is larger than {MAX_ELEMENTS} elements")
-        return out
-
-    def check_shapes(self, w: dict) -> None:
-        """Extra shape rules between dims (raise ValueError); the default accepts everything."""
-
-    def shapes(self, w: dict) -> dict[str, tuple[int, ...]]:
-        """Shapes of the kernel's arrays (inputs and output) for a validated workload."""
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ space
-    def space(self, workload: Any) -> Space:
-        """The schedule space for ``workload`` (validated first)."""
-        raise NotImplementedError
-
-    def default_config(self, workload: Any) -> dict:
-        """A reasonable valid config for ``workload`` (a tuner's starting point)."""
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ cost model inputs
-    def flops(self, workload: Any) -> float:
-        """Floating-point operations of one run (multiply and add count as 2)."""
-        raise NotImplementedError
-
-    def bytes(self, workload: Any) -> float:
-        """Compulsory memory traffic of one run in bytes (each input read once, the output written once)."""
-        w = self.validate_workload(workload)
-        return float(sum(4 * math.prod(s) for s in self.shapes(w).values()))
-
-    # ------------------------------------------------------------------ running
-    def make_inputs(self, w: dict, seed: int = 0) -> dict[str, np.ndarray]:
-        """Deterministic float32 inputs plus a zeroed output array named ``out``."""
-        rng = np.random.default_rng(seed)
-        arrays = {}
-        for name, shape in self.shapes(w).items():
-            if name == "out":
-                arrays[name] = np.zeros(shape, np.float32)
-            else:
-                arrays[name] = rng.standard_normal(shape, dtype=np.float32)
-        return arrays
-
-    def reference(self, w: dict, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The correct output (computed in float64 with NumPy)."""
-        raise NotImplementedError
-
-    def tolerance(self, w: dict) -> tuple[float, float]:
-        """``(rtol, atol)`` for comparing a float32 result against the float64 reference."""
-        return 1e-4, 1e-4
-
-    def numpy_baseline(self, w: dict, inputs: Mapping[str, np.ndarray]) -> Callable[[], Any]:
-        """NumPy's own float32 implementation of the workload (the speed yardstick)."""
-        raise NotImplementedError
-
-    def source(self, workload: Any, config: Mapping[str, Any]) -> str:
-        """C source of ``kernel`` for a config already validated against ``space(workload)`` (C families)."""
-        raise NotImplementedError
-
-    def bind(self, w: dict, config: Mapping[str, Any], lib: Any, inputs: Mapping[str, np.ndarray]) -> Callable[[], None]:
-        """A zero-argument callable doing one run that writes ``inputs['out']``.
-
-        ``lib`` is the loaded ``ctypes.CDLL`` for C families, None for NumPy families.
-        """
-        raise NotImplementedError
-
 
 def _builtin() -> list[KernelFamily]:
     from tunedb.transfer.kernels.conv2d import Conv2dFamily
@@ -191,6 +78,36 @@ def get_family(name: Any) -> KernelFamily:
     raise ValueError(f"unknown kernel family {name!r}; known: {', '.join(sorted(fams))}")
 
 
+_TAKES_TARGET: dict[type, bool] = {}
+
+
+def _takes_target(fam: KernelFamily) -> bool:
+    """Whether ``fam.default_config`` accepts a target after the workload (plug-ins may predate it)."""
+    cls = type(fam)
+    if cls not in _TAKES_TARGET:
+        try:
+            params = list(inspect.signature(fam.default_config).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        _TAKES_TARGET[cls] = any(p.kind is p.VAR_POSITIONAL for p in params) or len(
+            [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 2
+    return _TAKES_TARGET[cls]
+
+
+def family_default_config(fam: KernelFamily, workload: Any, target: Mapping[str, Any] | None = None) -> dict:
+    """``fam.default_config(workload, target)`` as a new dict; a family whose ``default_config``
+    takes only the workload (an older plug-in) gets ``fam.default_config(workload)``."""
+    if target is not None and _takes_target(fam):
+        return dict(fam.default_config(workload, target))
+    return dict(fam.default_config(workload))
+
+
+def default_config(workload: Any, target: Mapping[str, Any] | None = None) -> dict:
+    """Default config of ``workload``'s family for ``target`` (None: portable); ValueError for an
+    unknown family or a bad workload."""
+    return family_default_config(family_of(workload), workload, target)
+
+
 def family_of(workload: Any) -> KernelFamily:
     """The family named by ``workload['family']`` (ValueError when missing or unknown)."""
     if not isinstance(workload, Mapping) or not isinstance(workload.get("family"), str):
@@ -198,4 +115,5 @@ def family_of(workload: Any) -> KernelFamily:
     return get_family(workload["family"])
 
 
-__all__ = ["KernelFamily", "families", "get_family", "family_of", "FAMILIES_ENV", "MAX_ELEMENTS"]
+__all__ = ["KernelFamily", "families", "get_family", "family_of", "default_config", "family_default_config",
+           "FAMILIES_ENV", "MAX_ELEMENTS"]

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.base import KernelFamily
+from tunedb.transfer.kernels.targets import cache_bytes, cores, snap_down, snap_up, vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.search.space import Constraint, Knob, Space
 
@@ -170,9 +171,46 @@ MC_VALUES = (16, 32, 64, 96, 128, 256, 512)
 NC_VALUES = (32, 64, 128, 256, 512, 1024, 2048)
 KC_VALUES = (16, 32, 64, 128, 256, 512, 1024)
 UNROLL_VALUES = (1, 2, 4, 8)
+#: most accumulator vectors the space allows (``mr * nr / vec``)
+MAX_ACCUMULATORS = 32
 
-#: the config that reaches >= 50% of NumPy sgemm at 512^3 on one Sapphire Rapids core (AVX-512)
+#: a config that reaches >= 50% of NumPy sgemm at 512^3 on one Sapphire Rapids core (AVX-512 only:
+#: built for AVX2 its 16 512-bit accumulators need 32 ymm registers, it spills and runs 7-19x slower
+#: than the AVX2 default).  Kept as a reference point; ``default_config`` derives one from the target.
 FAST_CONFIG = {"mc": 64, "nc": 512, "kc": 512, "order": 0, "mr": 4, "nr": 64, "vec": 16, "pack": 1, "unroll": 4}
+
+
+def register_footprint(config: Mapping[str, Any]) -> int:
+    """Vector registers the micro-kernel keeps live: ``mr * nr / vec`` accumulators, ``nr / vec``
+    B vectors and one A broadcast."""
+    nv = config["nr"] // config["vec"]
+    return config["mr"] * nv + nv + 1
+
+
+def register_tile(vec: int, registers: int) -> tuple[int, int]:
+    """``(mr, nr)`` of the micro-kernel for ``vec``-float vectors and ``registers`` vector registers.
+
+    Accumulators are at most half the register file (the other half holds the B vectors, the A
+    broadcast and the loads of the next unrolled K steps; measured on AVX2 and AVX-512, fuller
+    tiles spill and run slower) and the whole footprint fits; among those the tile with the
+    most accumulators, then the fewest loads per FMA (``mr + nr / vec``), then the taller one.
+    SSE2: 4 x 8, AVX2: 4 x 16, AVX-512: 4 x 64 (for 4-, 8- and 16-float vectors, 16/16/32 registers).
+    """
+    best: tuple | None = None
+    for mr in MR_VALUES:
+        for nr in NR_VALUES:
+            if nr % vec:
+                continue
+            nv = nr // vec
+            acc = mr * nv
+            if acc > max(1, registers // 2) or acc > MAX_ACCUMULATORS or acc + nv + 1 > max(registers, 3):
+                continue
+            cand = ((acc, -(mr + nv), mr), mr, nr)
+            if best is None or cand[0] > best[0]:
+                best = cand
+    if best is None:  # fewer registers than any tile needs: the smallest tile
+        return MR_VALUES[0], min(nr for nr in NR_VALUES if nr % vec == 0)
+    return best[1], best[2]
 
 
 class MatmulMath:
@@ -222,15 +260,39 @@ class MatmulFamily(MatmulMath, KernelFamily):
         )
         constraints = (
             Constraint("nr % vec == 0", lambda c: c["nr"] % c["vec"] == 0),
-            Constraint("mr * nr / vec <= 32 accumulator vectors", lambda c: c["mr"] * (c["nr"] // c["vec"]) <= 32),
+            Constraint(f"mr * nr / vec <= {MAX_ACCUMULATORS} accumulator vectors",
+                       lambda c: c["mr"] * (c["nr"] // c["vec"]) <= MAX_ACCUMULATORS),
             Constraint("mc >= mr", lambda c: c["mc"] >= c["mr"]),
             Constraint("nc >= nr", lambda c: c["nc"] >= c["nr"]),
         )
         return Space(knobs, constraints)
 
-    def default_config(self, workload: Any) -> dict:
-        self.validate_workload(workload)
-        return dict(FAST_CONFIG)
+    def default_config(self, workload: Any, target: Mapping[str, Any] | None = None) -> dict:
+        """The BLIS-style default for ``target`` (None: the portable x86-64 baseline).
+
+        * ``vec``: the target's vector width in floats (``vector_bits / 32``, snapped to 4/8/16);
+        * ``mr x nr``: ``register_tile`` for that width and the target's vector registers;
+        * ``kc``: the B sliver (``kc x nr``) and A sliver (``mr x kc``) reused by the micro-kernel
+          fill at most 3/4 of L1d; ``mc``: the packed A block (``mc x kc``) half of L2; ``nc``: the
+          packed B panel (``kc x nc``) half of the target's L3 share per core (L2 when L3 is unknown);
+        * none larger than the workload needs (the smallest allowed value covering M, N, K), which
+          keeps the packing buffers of small products small;
+        * ``order`` 0 (n, k, m), packed, K loop unrolled 4 times.
+        """
+        w = self.validate_workload(workload)
+        vec = snap_down(VEC_VALUES, vector_floats(target))
+        mr, nr = register_tile(vec, vector_registers(target))
+        l1 = cache_bytes(target, "l1d") or 0
+        l2 = cache_bytes(target, "l2") or 0
+        l3 = cache_bytes(target, "l3")
+        panel = l3 // cores(target) if l3 else l2
+        kc = min(snap_down(KC_VALUES, l1 * 3 / 4 / (4 * (mr + nr))), snap_up(KC_VALUES, w["K"]))
+        mc = snap_down(MC_VALUES, l2 / 2 / (4 * kc))
+        nc = snap_down(NC_VALUES, panel / 2 / (4 * kc))
+        mc = max(min(mc, snap_up(MC_VALUES, w["M"])), snap_up(MC_VALUES, mr))
+        nc = max(min(nc, snap_up(NC_VALUES, w["N"])), snap_up(NC_VALUES, nr))
+        cfg = {"mc": mc, "nc": nc, "kc": kc, "order": 0, "mr": mr, "nr": nr, "vec": vec, "pack": 1, "unroll": 4}
+        return self.space(w).validate(cfg)
 
 
     def source(self, workload: Any, config: Mapping[str, Any]) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.transfer.kernels import KernelFamily
+from tunedb.transfer.kernels.base import KernelFamily
+from tunedb.transfer.kernels.targets import snap_down, threads, vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.search.space import Knob, Space
 
@@ -153,6 +154,19 @@ int kernel(const float *x, float *y, int M, int N) {
 """
 
 
+VEC_VALUES = (4, 8, 16)
+ACCS_VALUES = (1, 2, 4)
+ROWS_VALUES = (1, 4, 16, 64)
+#: vector registers one accumulator keeps live in the exp-and-sum pass (accumulator, argument,
+#: polynomial, scale/exponent) -- the pass that needs the most
+REGISTERS_PER_ACC = 4
+
+
+def register_footprint(config: Mapping[str, Any]) -> int:
+    """Vector registers the widest pass keeps live: ``REGISTERS_PER_ACC`` per accumulator."""
+    return REGISTERS_PER_ACC * config["accs"]
+
+
 class SoftmaxFamily(KernelFamily):
     """float32 row softmax in C: passes, vector width, accumulators, exp implementation, rows per task."""
 
@@ -169,16 +183,29 @@ class SoftmaxFamily(KernelFamily):
         self.validate_workload(workload)
         knobs = (
             Knob("online", (0, 1), "0 = three passes, 1 = online max+sum then one write pass"),
-            Knob("vec", (4, 8, 16), "vector width in floats"),
-            Knob("accs", (1, 2, 4), "independent accumulator vectors"),
+            Knob("vec", VEC_VALUES, "vector width in floats"),
+            Knob("accs", ACCS_VALUES, "independent accumulator vectors"),
             Knob("fast_exp", (0, 1), "1 = vectorised polynomial exp, 0 = libm expf"),
-            Knob("rows", (1, 4, 16, 64), "rows per OpenMP work unit"),
+            Knob("rows", ROWS_VALUES, "rows per OpenMP work unit"),
         )
         return Space(knobs, ())
 
-    def default_config(self, workload: Any) -> dict:
-        self.validate_workload(workload)
-        return {"online": 0, "vec": 16, "accs": 2, "fast_exp": 1, "rows": 4}
+    def default_config(self, workload: Any, target: Mapping[str, Any] | None = None) -> dict:
+        """The default for ``target`` (None: the portable x86-64 baseline).
+
+        ``vec`` is the target's vector width in floats (``vector_bits / 32``); ``accs`` the most
+        accumulators whose ``register_footprint`` fits the target's vector registers, fewer when a
+        row is shorter than ``vec * accs`` (the rest of a row runs scalar); ``rows`` the largest
+        work unit that still gives every thread 4 of them; three passes with the polynomial exp
+        (measured fastest on AVX2 and AVX-512 at 512 x 1024).
+        """
+        w = self.validate_workload(workload)
+        vec = snap_down(VEC_VALUES, vector_floats(target))
+        accs = snap_down(ACCS_VALUES, vector_registers(target) // REGISTERS_PER_ACC)
+        while accs > ACCS_VALUES[0] and vec * accs > w["N"]:
+            accs = ACCS_VALUES[ACCS_VALUES.index(accs) - 1]
+        rows = snap_down(ROWS_VALUES, w["M"] / (4 * threads(target)))
+        return self.space(w).validate({"online": 0, "vec": vec, "accs": accs, "fast_exp": 1, "rows": rows})
 
     def flops(self, workload: Any) -> float:
         # count per element: max, subtract, exp (as 1), add, multiply

@@ -7,6 +7,11 @@ Backends share ``MeasureBackend.measure(target, workload, config) -> Record``:
 ``LocalBackend`` builds and runs here for a local preset target; ``ReplayBackend`` (answers from a
 recorded data set) is an abstract slot filled by the transfer work.
 
+:func:`lookup_or_measure` is the one "look up, else measure, then commit" step of the project:
+the DB (any ``RecordStore``) answers what it holds, the backend measures the rest (building in
+parallel) and every new record is committed as soon as it is made.  ``measure``, ``measure_many``,
+the Tuner's evaluations and migration's candidate measurements all go through it.
+
 ``measure(target, workload, config, db=...)`` looks the (target, workload, config) triple up in the
 DB first and returns ``(record, True)`` without running when it is there; otherwise it measures,
 commits and returns ``(record, False)``.  ``measure_many`` builds all missing configs in parallel,
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tunedb.transfer.measure.timing import TimingProtocol
 
 if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
     from tunedb.index.record import Record
 
 
@@ -69,7 +75,7 @@ class MeasureBackend(ABC):
 
 class ReplayBackend(MeasureBackend):
     """Base of backends that answer costs from a recorded data set instead of running
-    (``transfer.replay.KernelTunerReplayBackend``).
+    (``tunedb.transfer.measure.replay.KernelTunerReplayBackend``).
 
     Contract: ``measure`` returns a Record with ``source="replay"`` whose costs come from the data
     set for the config, the recorded failure status when the data set holds a failure, and status
@@ -101,7 +107,7 @@ def check_local_target(target: Any) -> dict:
 
 
 class LocalBackend(MeasureBackend):
-    """Build (C families) and run here, each run in an isolated worker (``transfer.runner``)."""
+    """Build (C families) and run here, each run in an isolated worker (``tunedb.transfer.measure.runner``)."""
 
     name = "local"
 
@@ -225,60 +231,119 @@ def normalise_workload(workload: Any, backend: MeasureBackend | None = None) -> 
     return fam.validate_workload(workload)
 
 
-def measure(target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any], db: Any = None,
-            backend: MeasureBackend | None = None, force: bool = False) -> tuple[Record, bool]:
+def _check_configs(configs: Iterable[Any]) -> list[Mapping[str, Any]]:
+    """``configs`` as a list; ValueError naming the type of the first one that is not a mapping."""
+    out = list(configs)
+    for c in out:
+        if not isinstance(c, Mapping):
+            raise ValueError(f"config must be an object, got {type(c).__name__}")
+    return out
+
+
+def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: Mapping[str, Any],
+                      workload: Mapping[str, Any], configs: Sequence[Mapping[str, Any]],
+                      on_record: Callable[[int, Record, bool], None] | None = None, *, force: bool = False
+                      ) -> list[tuple[Record, bool]]:
+    """Look each config up in ``db``, measure only the misses, commit each new record at once.
+
+    Returns one ``(record, was_cached)`` per config, in order.  A stored record of the triple
+    (whatever its status) is a hit and nothing runs for it (``force``: no look-ups, everything
+    is measured).  The misses go to ``backend.measure_many`` in one call (the local backend
+    builds them in parallel); each new record is committed as soon as it is made, so an
+    interrupt (Ctrl-C) keeps everything measured before it.  A config repeated among the misses
+    is measured once; its later copies come back as ``(that record, True)``.
+
+    ``on_record(position, record, was_cached)`` (``position``: the index in ``configs``) sees
+    every result as it becomes known: the hits first (in order), then each new record right
+    after its commit (in the order the backend hands them over), then the repeats.
+    ``db`` None: nothing is looked up or committed.  Workload and configs are passed on as
+    given (callers normalise them)."""
+    configs = list(configs)
+    found = [None] * len(configs) if db is None or force else db.lookup_many(target, workload, configs)
+    results: list[tuple[Record, bool] | None] = [None] * len(configs)
+    for i, hit in enumerate(found):
+        if hit is not None:
+            results[i] = (hit, True)
+            if on_record:
+                on_record(i, hit, True)
+    misses, repeats = _split_repeats(configs, [i for i, hit in enumerate(found) if hit is None])
+    if misses:
+        where = _Positions(configs, misses)
+
+        def fresh(rec: Record) -> None:
+            if db is not None:
+                db.commit(rec)
+            if on_record:
+                on_record(where.take(rec), rec, False)
+
+        recs = backend.measure_many(target, workload, [configs[i] for i in misses], on_record=fresh)
+        for i, rec in zip(misses, recs):
+            results[i] = (rec, False)
+    for i, first in repeats:
+        rec = results[first][0]  # type: ignore[index]
+        results[i] = (rec, True)
+        if on_record:
+            on_record(i, rec, True)
+    return [r for r in results if r is not None]
+
+
+def _split_repeats(configs: Sequence[Mapping[str, Any]], positions: list[int]
+                   ) -> tuple[list[int], list[tuple[int, int]]]:
+    """Of ``positions``: the first occurrence of each config (by key), and (repeat, first) pairs."""
+    from tunedb.index.keys import key_of
+
+    first: dict[str, int] = {}
+    repeats: list[tuple[int, int]] = []
+    for i in positions:
+        k = key_of(configs[i])
+        if k in first:
+            repeats.append((i, first[k]))
+        else:
+            first[k] = i
+    return list(first.values()), repeats
+
+
+class _Positions:
+    """Which of the measured positions a new record answers: by config key (a backend may hand
+    records over in completion order), else the first one not yet answered."""
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]], positions: list[int]) -> None:
+        from tunedb.index.keys import key_of
+
+        self._by_key = {key_of(configs[i]): i for i in positions}
+        self._left = list(positions)
+
+    def take(self, rec: Record) -> int:
+        """The position ``rec`` answers (each position is answered once)."""
+        from tunedb.index.keys import key_of
+
+        i = self._by_key.pop(key_of(rec.config), None)
+        if i is None or i not in self._left:
+            i = self._left[0]
+        self._left.remove(i)
+        return i
+
+
+def measure(target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any],
+            db: RecordStore | None = None, backend: MeasureBackend | None = None, force: bool = False
+            ) -> tuple[Record, bool]:
     """Measure one config, DB first: return ``(record, cached)``.
 
-    With ``db`` (a TuningDB): a stored record of the triple (the latest one, whatever its status) is
+    With ``db``: a stored record of the triple (the latest one, whatever its status) is
     returned with ``cached=True`` and nothing runs, unless ``force``; a new record is committed.
     ``backend`` defaults to ``LocalBackend()``.  Raises ValueError for an unknown family, a bad
     workload or a target the backend cannot serve; an invalid config is an ``invalid`` record.
     """
-    w = normalise_workload(workload, backend)
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be an object, got {type(config).__name__}")
-    if db is not None and not force:
-        hit = db.lookup(target, w, config)
-        if hit is not None:
-            return hit, True
-    rec = (backend or LocalBackend()).measure(target, w, config)
-    if db is not None:
-        db.commit(rec)
-    return rec, False
+    (out,) = measure_many(target, workload, [config], db=db, backend=backend, force=force)
+    return out
 
 
 def measure_many(target: Mapping[str, Any], workload: Mapping[str, Any], configs: Iterable[Mapping[str, Any]],
-                 db: Any = None, backend: MeasureBackend | None = None, force: bool = False
+                 db: RecordStore | None = None, backend: MeasureBackend | None = None, force: bool = False
                  ) -> list[tuple[Record, bool]]:
-    """``measure`` for several configs: DB hits are returned as they are; the rest are built in
-    parallel and run one by one (each committed as soon as it is measured).  Order is kept."""
+    """``measure`` for several configs (:func:`lookup_or_measure`): DB hits are returned as they
+    are; the rest are built in parallel and run one by one (each committed as soon as it is
+    measured).  Order is kept; a config given twice is measured once."""
     w = normalise_workload(workload, backend)
-    configs = list(configs)
-    for c in configs:
-        if not isinstance(c, Mapping):
-            raise ValueError(f"config must be an object, got {type(c).__name__}")
-    results: list[tuple[Record, bool] | None] = [None] * len(configs)
-    missing: list[int] = []
-    seen: dict[str, int] = {}
-    for i, c in enumerate(configs):
-        hit = db.lookup(target, w, c) if db is not None and not force else None
-        if hit is not None:
-            results[i] = (hit, True)
-        else:
-            from tunedb.index.keys import key_of
-
-            k = key_of(c)
-            if k in seen:  # the same config twice in one batch runs once
-                continue
-            seen[k] = i
-            missing.append(i)
-    commit = db.commit if db is not None else None
-    recs = (backend or LocalBackend()).measure_many(target, w, [configs[i] for i in missing], on_record=commit)
-    for i, r in zip(missing, recs):
-        results[i] = (r, False)
-    for i, c in enumerate(configs):
-        if results[i] is None:
-            from tunedb.index.keys import key_of
-
-            results[i] = (results[seen[key_of(c)]][0], True)
-    return [r for r in results if r is not None]
+    cfgs = _check_configs(configs)
+    return lookup_or_measure(db, backend or LocalBackend(), target, w, cfgs, force=force)

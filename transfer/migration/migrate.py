@@ -9,14 +9,16 @@ For every workload tuned on SRC (or the listed ones):
    measures nothing it measured before (resumable).  These records get source
    ``migrated:<SRC target_name>``, session ``migrate:<SRC>-><DST>`` and meta ``migration``
    (``src_top`` with ``src_rank``/``src_cost``, or ``default``).
-2. With ``budget`` > 0, a short local search (``transfer.search.Tuner`` with the DB) starting
+2. With ``budget`` > 0, a short local search (``tunedb.transfer.search.tuner.Tuner`` with the DB) starting
    from everything DST already knows about the workload, spending at most ``budget`` new
    evaluations per workload *over all runs*: evaluations of earlier migration searches of the
    same (SRC, DST) pair (their session) count, so a rerun resumes.  Search records keep their
    backend's source (``measured`` / ``replay``).
 
-Every record is committed by this process as soon as it is measured (Ctrl-C keeps them); the
-executor (``transfer.executors``) decides where measurements run (here or as Ray tasks).
+Every record is committed by this process as soon as it is measured (Ctrl-C keeps them): step 1
+is ``tunedb.transfer.measure.backend.backend.lookup_or_measure`` and step 2 the ``Tuner``, which uses it too.  The
+executor (``transfer.migration.executors``) decides where measurements run (here or as Ray
+tasks).  ``db`` is any ``RecordStore`` (a Parquet directory or the in-memory store).
 
 Destination: a target (dict or spec string, measured locally: it must be a local preset of
 this machine), or a Kernel Tuner cache file (``pathlib.Path`` or ``ReplayData``): the file's
@@ -34,14 +36,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunedb.index.keys import key_of
 from tunedb.index.record import Record, target_display_name
-from tunedb.transfer.measure.backend import MeasureOptions
-from tunedb.transfer.migration.executors import Executor, ExecutorBackend, Finalise, make_executor, new_run_id
+from tunedb.transfer.measure.backend import MeasureOptions, lookup_or_measure
+from tunedb.transfer.migration.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
 from tunedb.transfer.search.adapt import AdaptReport, adapt_config, adapt_many, hardware_scale
 from tunedb.transfer.search.jobs import Job
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
 
 ProgressFn = Callable[[dict], None]
 
@@ -75,11 +80,23 @@ class _Plan:
     skip: str = ""
 
 
+def make_executor(name: str, address: str | None = None) -> Executor:
+    """``local`` or ``ray`` (``transfer.integrations.ray_executor``, imported only here); raises
+    ExecutorUnavailable (ray missing) or ValueError (unknown name)."""
+    if name == "local":
+        return LocalExecutor()
+    if name == "ray":
+        from tunedb.transfer.integrations.ray_executor import RayExecutor
+
+        return RayExecutor(address=address)
+    raise ValueError(f"unknown executor {name!r}; expected local or ray")
+
+
 def _cfg_key(cfg: Mapping[str, Any]) -> str:
     return key_of(dict(cfg))
 
 
-def _src_workloads(db: Any, src: dict, workloads: Iterable[Mapping[str, Any]] | None) -> list[dict]:
+def _src_workloads(db: RecordStore, src: dict, workloads: Iterable[Mapping[str, Any]] | None) -> list[dict]:
     """SRC's workloads (entries order), or the listed ones normalised by their family."""
     skey = key_of(src)
     ents = [json.loads(e["workload"]) for e in db.entries().to_pylist() if e["target_key"] == skey]
@@ -96,9 +113,8 @@ def _src_workloads(db: Any, src: dict, workloads: Iterable[Mapping[str, Any]] | 
     return out
 
 
-def _plan_one(db: Any, src: dict, dst: dict, src_w: dict, replay: Any, top_k: int, tags: dict,
+def _plan_one(db: RecordStore, src: dict, dst: dict, src_w: dict, replay: Any, top_k: int, tags: dict,
               options: MeasureOptions | None) -> _Plan:
-    from tunedb.transfer.kernels import family_of
     from tunedb.transfer.measure.backend import LocalBackend
     from tunedb.transfer.search.jobs import local_job
 
@@ -122,7 +138,7 @@ def _plan_one(db: Any, src: dict, dst: dict, src_w: dict, replay: Any, top_k: in
         except ValueError as e:
             empty.skip = str(e).splitlines()[0]
             return empty
-        default = dict(family_of(job.workload).default_config(job.workload))
+        default = dict(job.defaults)  # the family's default for the destination target
         if not job.space.is_valid(default):
             default = None
     rep = AdaptReport()
@@ -163,7 +179,7 @@ def _geomean(xs: list[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def _search_done(db: Any, dst: dict, w: dict, session: str) -> int:
+def _search_done(db: RecordStore, dst: dict, w: dict, session: str) -> int:
     """Evaluations earlier migration searches of this (SRC, DST) pair spent on ``w``."""
     t = db.records(dst, w)
     if t.num_rows == 0:
@@ -172,7 +188,7 @@ def _search_done(db: Any, dst: dict, w: dict, session: str) -> int:
                if s == session and not str(src).startswith("migrated:"))
 
 
-def _known_records(db: Any, dst: dict, w: dict) -> list[Record]:
+def _known_records(db: RecordStore, dst: dict, w: dict) -> list[Record]:
     """DST's records of ``w``, one per config (the latest)."""
     latest: dict[str, Record] = {}
     for r in sorted(db.iter_records(dst, w), key=lambda r: r.timestamp):
@@ -180,7 +196,7 @@ def _known_records(db: Any, dst: dict, w: dict) -> list[Record]:
     return list(latest.values())
 
 
-def _nearest_works(db: Any, target: dict, workload: dict) -> bool:
+def _nearest_works(db: RecordStore, target: dict, workload: dict) -> bool:
     try:
         db.nearest(target, workload, k=1)
         return True
@@ -188,10 +204,10 @@ def _nearest_works(db: Any, target: dict, workload: dict) -> bool:
         return False
 
 
-def migrate(db: Any, src_target: Any, dst_target_or_replay: Any, workloads: Iterable[Mapping[str, Any]] | None = None,
-            top_k: int = 3, budget: int = 0, executor: str | Executor = "local",
-            progress: ProgressFn | None = None, *, seed: int = 0, device: str | None = None,
-            measure_options: MeasureOptions | None = None) -> MigrationReport:
+def migrate(db: RecordStore, src_target: Any, dst_target_or_replay: Any,
+            workloads: Iterable[Mapping[str, Any]] | None = None, top_k: int = 3, budget: int = 0,
+            executor: str | Executor = "local", progress: ProgressFn | None = None, *, seed: int = 0,
+            device: str | None = None, measure_options: MeasureOptions | None = None) -> MigrationReport:
     """Migrate SRC's tuning results to DST (see the module docstring); returns the report.
 
     ``src_target``: target dict or spec (DB name/key, preset, ...); it must have records in ``db``.
@@ -204,14 +220,50 @@ def migrate(db: Any, src_target: Any, dst_target_or_replay: Any, workloads: Iter
     cannot run.  KeyboardInterrupt stops the run: what was measured stays committed and the
     report says ``interrupted``.
     """
-    from tunedb.index.hardware.targets import resolve_target
-    from tunedb.transfer.measure.replay import ReplayData
-
     t_start = time.perf_counter()
+    _check_sizes(top_k, budget)
+    src, dst, replay = _resolve_pair(db, src_target, dst_target_or_replay, device)
+    src_name, dst_name = target_display_name(src), target_display_name(dst)
+    src_ws = _src_workloads(db, src, workloads)
+    if replay is not None and workloads is None:
+        src_ws = _replay_workloads(src_ws, replay, src_name)
+    tags = {"migrated_from": src_name}
+    plans = [_plan_one(db, src, dst, w, replay, top_k, tags, measure_options) for w in src_ws]
+    own = not isinstance(executor, Executor)
+    ex = make_executor(executor) if own else executor
+    report = MigrationReport(src=src_name, dst=dst_name, executor=ex.name)
+    run = _Run(db, ex, dst, new_run_id(), f"migrated:{src_name}", f"migrate:{src_name}->{dst_name}", budget, seed,
+               progress, total=sum(len(p.candidates) + (budget if p.job is not None else 0) for p in plans),
+               workloads=len(plans))
+    try:
+        for i, p in enumerate(plans):
+            report.rows.append(_skipped_row(p))
+            if p.job is not None:
+                _migrate_workload(run, i, p, report.rows[-1])
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        if own:
+            ex.close()
+    report.totals = _totals(report, run.counters, time.perf_counter() - t_start)
+    return report
+
+
+def _check_sizes(top_k: Any, budget: Any) -> None:
+    """ValueError unless ``top_k`` >= 1 and ``budget`` >= 0 are integers."""
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k!r}")
     if not isinstance(budget, int) or budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget!r}")
+
+
+def _resolve_pair(db: RecordStore, src_target: Any, dst_target_or_replay: Any, device: str | None
+                  ) -> tuple[dict, dict, Any]:
+    """(SRC target, DST target, the replay data or None); ValueError when SRC has no records or
+    SRC and DST are the same target."""
+    from tunedb.index.hardware.targets import resolve_target
+    from tunedb.transfer.measure.replay import ReplayData
+
     src = resolve_target(src_target, db)
     skey = key_of(src)
     if not any(e == skey for e in db.entries().column("target_key").to_pylist()):
@@ -229,109 +281,114 @@ def migrate(db: Any, src_target: Any, dst_target_or_replay: Any, workloads: Iter
         dst = check_local_target(resolve_target(dst_target_or_replay, db))
     if key_of(dst) == skey:
         raise ValueError(f"source and destination are the same target ({target_display_name(dst)!r})")
-    src_name, dst_name = target_display_name(src), target_display_name(dst)
-    source = f"migrated:{src_name}"
-    session = f"migrate:{src_name}->{dst_name}"
-    run_id = new_run_id()
+    return src, dst, replay
 
-    src_ws = _src_workloads(db, src, workloads)
-    if replay is not None and workloads is None:
-        rw = replay.workload
-        src_ws = [w for w in src_ws if w.get("family") == rw.get("family")
-                  and w.get("kernel", rw.get("kernel")) == rw.get("kernel")]
-        if not src_ws:
-            raise ValueError(f"source target {src_name!r} has no workload of kernel "
-                             f"{rw.get('kernel') or rw.get('family')!r} (the replay file's)")
-    tags = {"migrated_from": src_name}
-    plans = [_plan_one(db, src, dst, w, replay, top_k, tags, measure_options) for w in src_ws]
 
-    own = not isinstance(executor, Executor)
-    ex = make_executor(executor) if own else executor
-    report = MigrationReport(src=src_name, dst=dst_name, executor=ex.name)
-    total = sum(len(p.candidates) + (budget if p.job is not None else 0) for p in plans)
-    done = 0
-    counters = {"measurements": 0, "cache_hits": 0, "failed": 0, "search_measurements": 0, "search_cache_hits": 0}
+def _replay_workloads(src_ws: list[dict], replay: Any, src_name: str) -> list[dict]:
+    """SRC's workloads of the replay file's family and kernel; ValueError when there are none."""
+    rw = replay.workload
+    out = [w for w in src_ws if w.get("family") == rw.get("family")
+           and w.get("kernel", rw.get("kernel")) == rw.get("kernel")]
+    if not out:
+        raise ValueError(f"source target {src_name!r} has no workload of kernel "
+                         f"{rw.get('kernel') or rw.get('family')!r} (the replay file's)")
+    return out
 
-    def tick(i: int, w: dict, status: str, cached: bool, best: float | None = None) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress({"done": done, "total": total, "index": i, "workloads": len(plans), "workload": w,
-                      "best": best, "cached": cached, "status": status})
 
-    try:
-        for i, p in enumerate(plans):
-            row: dict[str, Any] = {"src_workload": p.src_workload,
-                                   "workload": p.job.workload if p.job else p.src_workload,
-                                   "family": p.src_workload.get("family"), "status": "skipped", "reason": p.skip}
-            report.rows.append(row)
-            if p.job is None:
-                continue
-            job = p.job
-            row.update(status="interrupted", reason="", src_best={"config": p.src_best[0].config,
-                                                                   "cost": p.src_best[0].cost},
-                       candidates=len(p.candidates), adapt=p.adapt.to_json(), measurements=0, cache_hits=0,
-                       failed=0)
-            # 1. SRC's top-k (adapted) and DST's default, DB first
-            got: dict[str, Record] = {}
-            todo, todo_meta = [], []
-            for c, m in zip(p.candidates, p.metas):
-                hit = db.lookup(dst, job.workload, c)
-                if hit is not None:
-                    got[_cfg_key(c)] = hit
-                    row["cache_hits"] += 1
-                    counters["cache_hits"] += 1
-                    tick(i, job.workload, hit.status, True)
-                else:
-                    todo.append(c)
-                    todo_meta.append(m)
+@dataclass
+class _Run:
+    """What one migration run shares across workloads: where it measures, how records are
+    stamped, the progress count and the totals' counters."""
 
-            def on_record(rec: Record, _row: dict = row, _i: int = i, _w: dict = job.workload,
-                          _got: dict = got) -> None:
-                db.commit(rec)
-                _got[_cfg_key(rec.config)] = rec
-                _row["measurements"] += 1
-                counters["measurements"] += 1
-                if rec.status != "ok":
-                    _row["failed"] += 1
-                    counters["failed"] += 1
-                tick(_i, _w, rec.status, False)
+    db: RecordStore
+    ex: Executor
+    dst: dict
+    run_id: str
+    source: str
+    session: str
+    budget: int
+    seed: int
+    progress: ProgressFn | None
+    total: int
+    workloads: int
+    done: int = 0
+    counters: dict = field(default_factory=lambda: {"measurements": 0, "cache_hits": 0, "failed": 0,
+                                                    "search_measurements": 0, "search_cache_hits": 0})
 
-            if todo:
-                ex.measure(job.backend, dst, job.workload, todo, Finalise(run_id, source, session),
-                           metas=todo_meta, on_record=on_record)
-            # 2. optional short search
-            if budget > 0:
-                row["search"] = _search(db, ex, job, dst, session, run_id, budget, seed, counters,
-                                        lambda ev, _i=i, _w=job.workload: tick(_i, _w, ev["status"], ev["cached"],
-                                                                               ev["best"]))
-                if row["search"].get("interrupted"):
-                    raise KeyboardInterrupt
-            _summarise(db, row, dst, job.workload, got, p)
-    except KeyboardInterrupt:
-        report.interrupted = True
-    finally:
-        if own:
-            ex.close()
+    def tick(self, i: int, w: dict, status: str, cached: bool, best: float | None = None) -> None:
+        """Count one evaluation of workload ``i`` and tell ``progress``."""
+        self.done += 1
+        if self.progress:
+            self.progress({"done": self.done, "total": self.total, "index": i, "workloads": self.workloads,
+                           "workload": w, "best": best, "cached": cached, "status": status})
+
+
+def _skipped_row(p: _Plan) -> dict:
+    """The report row of plan ``p`` before anything ran (``skipped`` with the plan's reason)."""
+    return {"src_workload": p.src_workload, "workload": p.job.workload if p.job else p.src_workload,
+            "family": p.src_workload.get("family"), "status": "skipped", "reason": p.skip}
+
+
+def _migrate_workload(run: _Run, i: int, p: _Plan, row: dict) -> None:
+    """Migrate one planned workload into ``row``: candidates, the optional search, the summary.
+    KeyboardInterrupt passes through (the row stays ``interrupted``)."""
+    job = p.job
+    assert job is not None
+    row.update(status="interrupted", reason="", src_best={"config": p.src_best[0].config,
+                                                           "cost": p.src_best[0].cost},
+               candidates=len(p.candidates), adapt=p.adapt.to_json(), measurements=0, cache_hits=0, failed=0)
+    got = _measure_candidates(run, i, p, row)
+    if run.budget > 0:
+        row["search"] = _search(run, job, lambda ev: run.tick(i, job.workload, ev["status"], ev["cached"],
+                                                               ev["best"]))
+        if row["search"].get("interrupted"):
+            raise KeyboardInterrupt
+    _summarise(run.db, row, run.dst, job.workload, got, p)
+
+
+def _measure_candidates(run: _Run, i: int, p: _Plan, row: dict) -> dict[str, Record]:
+    """Step 1: SRC's top-k (adapted) and DST's default, DB first (``lookup_or_measure``), each new
+    record committed at once; returns every candidate's record by config key."""
+    job = p.job
+    assert job is not None
+    got: dict[str, Record] = {}
+    metas = {_cfg_key(c): m for c, m in zip(p.candidates, p.metas)}
+    backend = ExecutorBackend(run.ex, job.backend, Finalise(run.run_id, run.source, run.session), metas)
+
+    def on_record(k: int, rec: Record, cached: bool) -> None:
+        got[_cfg_key(p.candidates[k])] = rec
+        kind = "cache_hits" if cached else "measurements"
+        row[kind] += 1
+        run.counters[kind] += 1
+        if not cached and rec.status != "ok":
+            row["failed"] += 1
+            run.counters["failed"] += 1
+        run.tick(i, job.workload, rec.status, cached)
+
+    lookup_or_measure(run.db, backend, run.dst, job.workload, p.candidates, on_record=on_record)
+    return got
+
+
+def _totals(report: MigrationReport, counters: dict, elapsed_s: float) -> dict:
+    """The report's totals: row counts, the counters, geometric-mean speedups, elapsed seconds."""
     ok_rows = [r for r in report.rows if r["status"] == "ok"]
-    report.totals = {
+    return {
         "workloads": len(report.rows), "migrated": len(ok_rows),
         "skipped": sum(1 for r in report.rows if r["status"] == "skipped"),
         **counters,
         "src_best_stayed_best": sum(1 for r in ok_rows if r.get("src_best_stayed_best")),
         "geomean_speedup_over_default": _geomean([r.get("speedup_over_default") for r in ok_rows]),
         "geomean_speedup_over_src_best": _geomean([r.get("speedup_over_src_best") for r in ok_rows]),
-        "interrupted": report.interrupted, "elapsed_s": time.perf_counter() - t_start,
+        "interrupted": report.interrupted, "elapsed_s": elapsed_s,
     }
-    return report
 
 
-def _search(db: Any, ex: Executor, job: Job, dst: dict, session: str, run_id: str, budget: int, seed: int,
-            counters: dict, tick: Callable[[dict], None]) -> dict:
-    """The short local search on DST (resumable through ``session``); returns its summary."""
+def _search(run: _Run, job: Job, tick: Callable[[dict], None]) -> dict:
+    """The short local search on DST (resumable through the run's session); returns its summary."""
     from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
-    remaining = budget - _search_done(db, dst, job.workload, session)
+    db, dst, budget = run.db, run.dst, run.budget
+    remaining = budget - _search_done(db, dst, job.workload, run.session)
     info: dict[str, Any] = {"budget": budget, "remaining": max(remaining, 0), "measurements": 0, "cache_hits": 0}
     if remaining <= 0:
         info["stopped_by"] = "done before"
@@ -340,9 +397,9 @@ def _search(db: Any, ex: Executor, job: Job, dst: dict, session: str, run_id: st
         return info
     known = _known_records(db, dst, job.workload)
     cold = not _nearest_works(db, dst, job.workload)
-    backend = ExecutorBackend(ex, job.backend, Finalise(run_id, None, session))
+    backend = ExecutorBackend(run.ex, job.backend, Finalise(run.run_id, None, run.session))
     tuner = Tuner(db, dst, job.workload, job.space, backend,
-                  TuneOptions(budget=len(known) + remaining, seed=seed, cold=cold), **job.tuner_kwargs())
+                  TuneOptions(budget=len(known) + remaining, seed=run.seed, cold=cold), **job.tuner_kwargs())
     # start from what DST already knows (no budget spent on it)
     tuner.preload(known)
     last = {"n": len(tuner.evaluated)}
@@ -356,12 +413,12 @@ def _search(db: Any, ex: Executor, job: Job, dst: dict, session: str, run_id: st
     res = tuner.run()
     info.update(measurements=res.measurements, cache_hits=res.cache_hits, stopped_by=res.stopped_by,
                 cold=cold, interrupted=res.interrupted)
-    counters["search_measurements"] += res.measurements
-    counters["search_cache_hits"] += res.cache_hits
+    run.counters["search_measurements"] += res.measurements
+    run.counters["search_cache_hits"] += res.cache_hits
     return info
 
 
-def _summarise(db: Any, row: dict, dst: dict, w: dict, got: dict[str, Record], p: _Plan) -> None:
+def _summarise(db: RecordStore, row: dict, dst: dict, w: dict, got: dict[str, Record], p: _Plan) -> None:
     """Fill the row's DST best, default, SRC-best-on-DST and speedups."""
     best = db.best(dst, w, k=1)
     b = best[0] if best else None

@@ -13,7 +13,7 @@ comparison.
 Feature layout (``FeatureSpace``): for each knob name seen in training, in sorted order, one
 column -- log2(1 + |v|) with the sign of v for numbers, 0/1 for booleans, a stable hashed code
 for strings; a list value (AutoTVM splits) gives one column per element (``knob[i]``, up to 4);
-then the workload vector and the hardware vector of ``index.features`` (fixed layouts).
+then the workload vector and the hardware vector of ``tunedb.index.retrieval.features`` (fixed layouts).
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
 
 MAX_LIST = 4
 
@@ -53,7 +56,7 @@ def _flatten(config: Mapping[str, Any]) -> dict[str, float]:
 
 
 def hardware_features(target: Mapping[str, Any]) -> np.ndarray:
-    """Fixed-length hardware vector of ``target`` (index.features when available)."""
+    """Fixed-length hardware vector of ``target`` (tunedb.index.retrieval.features when available)."""
     try:
         from tunedb.index.retrieval.features import hardware_vector
     except ImportError:  # pragma: no cover - retrieval not installed
@@ -63,7 +66,7 @@ def hardware_features(target: Mapping[str, Any]) -> np.ndarray:
 
 
 def workload_features(workload: Mapping[str, Any]) -> np.ndarray:
-    """Fixed-length workload vector of ``workload`` (index.features when available)."""
+    """Fixed-length workload vector of ``workload`` (tunedb.index.retrieval.features when available)."""
     try:
         from tunedb.index.retrieval.features import workload_vector
     except ImportError:  # pragma: no cover
@@ -230,9 +233,10 @@ def default_model(seed: int = 0) -> _Base:
     return LightGBMCostModel(seed=seed)
 
 
-def training_data(db: Any, family: str, *, max_records: int = 200_000, seed: int = 0
+def training_data(db: RecordStore, family: str, *, max_records: int = 200_000, seed: int = 0
                   ) -> tuple[list, list, list, list]:
-    """(configs, workloads, targets, costs) of the family's live ``ok`` records in ``db``."""
+    """(configs, workloads, targets, costs) of the family's live ``ok`` records in ``db`` (any
+    record store), in the store's record order; at most ``max_records`` (a seeded sample)."""
     import json
 
     import pyarrow.compute as pc

@@ -2,7 +2,7 @@
 
 Shared by ``benchmarks/bench_transfer.py`` and ``notebooks/03_replay_gpus.ipynb``.  For a held-out
 device, a fresh DB holds the other devices' records (all of them, as the cache files hold them);
-the held-out device is replayed (``transfer.replay``) and tuned four ways:
+the held-out device is replayed (``tunedb.transfer.measure.replay``) and tuned four ways:
 
 ``warm``          tunedb: the nearest entries' best configs seed a cost-model-ranked local search
 ``cold``          tunedb's local search from a random start, no retrieval, no prior model

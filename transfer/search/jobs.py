@@ -28,20 +28,22 @@ class Job:
 
 def local_job(target: Mapping[str, Any], workload: Mapping[str, Any], backend: MeasureBackend | None = None) -> Job:
     """A job measured on this machine: ``target`` must be a local preset, ``workload`` a kernel family's.
-    Raises ValueError with one clear line otherwise."""
-    from tunedb.transfer.kernels import family_of
+    Its ``defaults`` are the family's default config for that target (vector width, register tile
+    and cache blocks of the target, not of the CPU this runs on).  Raises ValueError with one clear
+    line otherwise."""
+    from tunedb.transfer.kernels import family_default_config, family_of
     from tunedb.transfer.measure.backend import LocalBackend, check_local_target
 
     t = check_local_target(target)
     fam = family_of(workload)
     w = fam.validate_workload(workload)
-    return Job(t, w, fam.space(w), backend or LocalBackend(), dict(fam.default_config(w)),
+    return Job(t, w, fam.space(w), backend or LocalBackend(), family_default_config(fam, w, t),
                dict(getattr(fam, "hardware_knobs", {}) or {}))
 
 
 def replay_job(path: str, target: Mapping[str, Any] | None = None, workload: Mapping[str, Any] | None = None,
                device: str | None = None) -> Job:
-    """A job answered from a Kernel Tuner cache file (see transfer.replay)."""
+    """A job answered from a Kernel Tuner cache file (see tunedb.transfer.measure.replay)."""
     from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 
     data = ReplayData(path, device=device)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,20 +164,3 @@ class Space:
             "constraints": [c.doc for c in self.constraints],
             "size": self.size(),
         }
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def powers_of_two(lo: int, hi: int) -> list[int]:
-    out, v = [], 1
-    while v <= hi:
-        if v >= lo:
-            out.append(v)
-        v *= 2
-    return out
-
-
-def knobs_from_values(values: Mapping[str, Sequence[Any]]) -> tuple:
-    return tuple(Knob(name, tuple(vals)) for name, vals in values.items())

@@ -21,15 +21,20 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tunedb.index.keys import canonical_json
-from tunedb.transfer.measure.backend import MeasureBackend
+from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
 from tunedb.transfer.search.costmodel import default_model, training_data
+from tunedb.transfer.search.jobs import local_job
 from tunedb.transfer.search.space import Space
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
+    from tunedb.index.record import Record
 
 
 @dataclass
@@ -98,9 +103,10 @@ def _sig(cfg: Mapping[str, Any]) -> str:
 
 
 class Tuner:
-    """One tuning run of (target, workload) over ``space`` with ``backend``."""
+    """One tuning run of (target, workload) over ``space`` with ``backend``, on ``db`` (any
+    ``RecordStore``; None: nothing is looked up or stored, and there are no warm seeds)."""
 
-    def __init__(self, db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space,
+    def __init__(self, db: RecordStore | None, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space,
                  backend: MeasureBackend, options: TuneOptions | None = None, *,
                  defaults: Mapping[str, Any] | None = None,
                  progress: Callable[[dict], None] | None = None, model: Any = None,
@@ -144,33 +150,37 @@ class Tuner:
         return self.opt.wall_s is not None and time.monotonic() - self._t0 > self.opt.wall_s
 
     def evaluate(self, configs: list[dict]) -> None:
-        """DB first, then the backend for the rest (each committed as soon as measured)."""
+        """Evaluate the first configs not evaluated yet, as many as the budget allows:
+        DB first, the backend for the rest, each committed as soon as measured
+        (``lookup_or_measure``)."""
+        todo = self._unevaluated(configs)
+        if todo:
+            lookup_or_measure(self.db, self.backend, self.target, self.workload, todo,
+                              on_record=lambda i, rec, cached: self._evaluated(todo[i], rec, cached))
+
+    def _unevaluated(self, configs: list[dict]) -> list[dict]:
+        """The leading distinct configs not evaluated yet that the remaining budget covers (marked tried)."""
         todo: list[dict] = []
-        todo_sigs: set[str] = set()
+        sigs: set[str] = set()
         for c in configs:
             if self._remaining() - len(todo) <= 0:
                 break
             s = _sig(c)
-            if s in self.evaluated or s in todo_sigs:
+            if s in self.evaluated or s in sigs:
                 continue
             self.tried.add(s)
-            hit = self.db.lookup(self.target, self.workload, c) if self.db is not None else None
-            if hit is not None:
-                self.cache_hits += 1
-                self._record(c, hit, cached=True)
-            else:
-                todo.append(c)
-                todo_sigs.add(s)
-        if not todo:
-            return
+            todo.append(c)
+            sigs.add(s)
+        return todo
 
-        def on_record(rec) -> None:
-            if self.db is not None:
-                self.db.commit(rec)
+    def _evaluated(self, cfg: dict, rec: Record, cached: bool) -> None:
+        """Count one result of ``evaluate``: a hit under the config as asked, a new record under its own."""
+        if cached:
+            self.cache_hits += 1
+            self._record(cfg, rec, cached=True)
+        else:
             self.measurements += 1
             self._record(rec.config, rec, cached=False)
-
-        self.backend.measure_many(self.target, self.workload, todo, on_record=on_record)
 
     def preload(self, records: Any) -> None:
         """Count already known records of this (target, workload) as evaluations (no measuring,
@@ -266,63 +276,79 @@ class Tuner:
         own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
         if not force and len(own) - self._entry_evals_at_fit < self.opt.retrain_every:
             return
-        if self.opt.cold:
-            if len(own) < 8:
-                return
-            model = default_model(seed=self.opt.seed)
-            try:
-                model.fit([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own),
-                          [v for _, v in own], seed=self.opt.seed, holdout=0)
-            except Exception as e:  # a model failure must never stop tuning
-                self.model_info = {"error": f"{type(e).__name__}: {e}"}
-                return
-        else:
-            if self.db is None:
-                return
-            if self._base is not None and len(self.db) - self._db_len_at_base >= \
-                    self.opt.refit_fraction * max(len(self._base[0]), 1):
-                self._base = self._features = None  # the DB grew by a set fraction: reload what it knows
-            if self._base is None:
-                self._db_len_at_base = len(self.db)
-                fam = self.workload.get("family")
-                cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
-                from tunedb.index.keys import key_of
-
-                mine = key_of(self.target), key_of(self.workload)
-                keep = [i for i, (t, w) in enumerate(zip(tgs, wls)) if (key_of(t), key_of(w)) != mine] \
-                    if len(cfgs) < 50_000 else list(range(len(cfgs)))
-                self._base = ([cfgs[i] for i in keep], [wls[i] for i in keep], [tgs[i] for i in keep],
-                              [costs[i] for i in keep])
-            cfgs, wls, tgs, costs = self._base
-            if len(cfgs) + len(own) < 20:
-                return
-            from tunedb.transfer.search.costmodel import FeatureSpace
-
-            if self._features is None:
-                self._features = FeatureSpace.from_configs(list(cfgs) + [c for c, _ in own])
-                self._X_base = self._features.matrix(cfgs, wls, tgs)
-                self._y_base = np.log(np.asarray(costs, np.float64))
-            X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
-            X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
-            y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
-            boost = own_sample_weight(len(cfgs), len(own), self.opt.own_weight)
-            w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
-            model = default_model(seed=self.opt.seed)
-            model.features_ = self._features
-            try:
-                model.fit_matrix(X, y, sample_weight=w, seed=self.opt.seed,
-                                 holdout=0.2 if self.model is None else 0.0,
-                                 target_names=sorted({str(t.get("name", "")) for t in tgs}))
-            except Exception as e:  # a model failure must never stop tuning
-                self.model_info = {"error": f"{type(e).__name__}: {e}"}
-                return
-            if self.model is not None and "heldout_spearman" in self.model_info:
-                model.heldout_spearman_ = self.model_info["heldout_spearman"]
+        model = self._fit_cold(own) if self.opt.cold else self._fit_warm(own)
+        if model is None:
+            return
         self.model = model
         self._entry_evals_at_fit = len(own)
         self.model_info = {"kind": type(model).__name__, "records": model.n_records_,
                            "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
                            "fits": self.model_info.get("fits", 0) + 1}
+
+    def _fit_cold(self, own: list[tuple[dict, float]]) -> Any:
+        """A model of this run's own evaluations (None below 8 of them or when fitting fails)."""
+        if len(own) < 8:
+            return None
+        model = default_model(seed=self.opt.seed)
+        try:
+            model.fit([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own),
+                      [v for _, v in own], seed=self.opt.seed, holdout=0)
+        except Exception as e:  # a model failure must never stop tuning
+            self.model_info = {"error": f"{type(e).__name__}: {e}"}
+            return None
+        return model
+
+    def _fit_warm(self, own: list[tuple[dict, float]]) -> Any:
+        """A model of the family's DB records plus ``own`` (None without a DB, below 20 records
+        or when fitting fails)."""
+        if self.db is None:
+            return None
+        cfgs, wls, tgs, costs = self._base_records()
+        if len(cfgs) + len(own) < 20:
+            return None
+        from tunedb.transfer.search.costmodel import FeatureSpace
+
+        if self._features is None:
+            self._features = FeatureSpace.from_configs(list(cfgs) + [c for c, _ in own])
+            self._X_base = self._features.matrix(cfgs, wls, tgs)
+            self._y_base = np.log(np.asarray(costs, np.float64))
+        X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
+        X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
+        y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
+        boost = own_sample_weight(len(cfgs), len(own), self.opt.own_weight)
+        w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
+        model = default_model(seed=self.opt.seed)
+        model.features_ = self._features
+        try:
+            model.fit_matrix(X, y, sample_weight=w, seed=self.opt.seed,
+                             holdout=0.2 if self.model is None else 0.0,
+                             target_names=sorted({str(t.get("name", "")) for t in tgs}))
+        except Exception as e:  # a model failure must never stop tuning
+            self.model_info = {"error": f"{type(e).__name__}: {e}"}
+            return None
+        if self.model is not None and "heldout_spearman" in self.model_info:
+            model.heldout_spearman_ = self.model_info["heldout_spearman"]
+        return model
+
+    def _base_records(self) -> tuple:
+        """The family's DB records other than this entry's (configs, workloads, targets, costs),
+        reloaded when the DB grew by ``refit_fraction`` of what was loaded."""
+        assert self.db is not None
+        if self._base is not None and len(self.db) - self._db_len_at_base >= \
+                self.opt.refit_fraction * max(len(self._base[0]), 1):
+            self._base = self._features = None  # the DB grew by a set fraction: reload what it knows
+        if self._base is None:
+            self._db_len_at_base = len(self.db)
+            fam = self.workload.get("family")
+            cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
+            from tunedb.index.keys import key_of
+
+            mine = key_of(self.target), key_of(self.workload)
+            keep = [i for i, (t, w) in enumerate(zip(tgs, wls)) if (key_of(t), key_of(w)) != mine] \
+                if len(cfgs) < 50_000 else list(range(len(cfgs)))
+            self._base = ([cfgs[i] for i in keep], [wls[i] for i in keep], [tgs[i] for i in keep],
+                          [costs[i] for i in keep])
+        return self._base
 
     def _predict(self, cands: list[dict]) -> np.ndarray | None:
         if self.model is None or not cands:
@@ -444,7 +470,17 @@ class Tuner:
         return chosen
 
 
-def tune(db: Any, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space, backend: MeasureBackend,
-         options: TuneOptions | None = None, **kw: Any) -> TuneResult:
-    """Run one tuning session (see module docstring)."""
-    return Tuner(db, target, workload, space, backend, options, **kw).run()
+def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any], *, budget: int = 16,
+         options: TuneOptions | None = None, backend: MeasureBackend | None = None, **kw: Any) -> TuneResult:
+    """Tune ``workload`` on ``target`` (a local preset of this machine) with real builds: the public
+    ``tunedb.tune``.
+
+    The space, defaults and hardware knobs come from the workload's kernel family
+    (``local_job``); ``backend`` defaults to ``LocalBackend()``.  ``options`` (default
+    ``TuneOptions(budget=budget)``; when given, ``budget`` is ignored); ``kw`` goes to
+    :class:`Tuner` (``progress``, ``model``).  Every evaluation asks ``db`` first and commits what
+    it measures (see the module docstring), so a rerun is all cache hits.  Raises ValueError (one
+    line) for a target that is not a local preset or a workload no kernel family accepts."""
+    job = local_job(target, workload, backend)
+    return Tuner(db, job.target, job.workload, job.space, job.backend, options or TuneOptions(budget=budget),
+                 **job.tuner_kwargs(), **kw).run()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tunedb.transfer.cli.util import ProgressBar, UserError, emit, fmt_seconds, open_db, table_text
+from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, progress_bar, progress_to, table_text
 
 
 def register(sub, common) -> None:
@@ -32,10 +32,10 @@ def run_demo_cmd(args) -> int:
         if state["label"] != label:
             if state["bar"] is not None:
                 state["bar"].close()
-            state["bar"] = ProgressBar(ev["budget"], label)
+            state["bar"] = progress_bar(args, ev["budget"], label, unit="eval")
             state["label"] = label
         best = fmt_seconds(ev["best"]) if ev["best"] is not None else "-"
-        state["bar"].update(ev["evaluations"], f"best {best} new {ev['measurements']} hits {ev['cache_hits']}")
+        progress_to(state["bar"], ev["evaluations"], f"best {best} new {ev['measurements']} hits {ev['cache_hits']}")
 
     try:
         res = run_demo(db, budget=args.budget, seed=args.seed, progress=progress)

@@ -1,4 +1,4 @@
-"""``tunedb migrate``: move a body of tuning results from one device to another (transfer.migrate)."""
+"""``tunedb migrate``: move a body of tuning results from one device to another (tunedb.transfer.migration.migrate)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,16 @@ import json
 import os
 from pathlib import Path
 
-from tunedb.transfer.cli.util import ProgressBar, UserError, emit, fmt_seconds, open_db, resolve_target, table_text
+from tunedb.transfer.cli.util import (
+    UserError,
+    emit,
+    fmt_seconds,
+    open_db,
+    progress_bar,
+    progress_to,
+    resolve_target,
+    table_text,
+)
 
 
 def register(sub, common) -> None:
@@ -61,8 +70,8 @@ def _human(rep) -> str:
 
 def run_migrate(args) -> int:
     from tunedb.transfer.cli.commands.tune import _workloads_from_file
-    from tunedb.transfer.migration.executors import ExecutorUnavailable, make_executor
-    from tunedb.transfer.migration.migrate import migrate
+    from tunedb.transfer.migration.executors import ExecutorUnavailable
+    from tunedb.transfer.migration.migrate import make_executor, migrate
 
     if args.top_k < 1:
         raise UserError("--top-k must be >= 1")
@@ -85,13 +94,13 @@ def run_migrate(args) -> int:
         executor = make_executor(args.executor, address=args.ray_address)
     except ExecutorUnavailable as e:
         raise UserError(str(e)) from None
-    bar = ProgressBar(1, "migrate", enabled=None if not args.json else False)
+    bar = progress_bar(args, 1, "migrate")
 
     def progress(ev: dict) -> None:
         bar.total = max(ev["total"], 1)
         best = fmt_seconds(ev["best"]) if ev["best"] is not None else ""
-        bar.update(ev["done"], f"workload {ev['index'] + 1}/{ev['workloads']} {ev['workload'].get('family', '')}"
-                               f"{'  best ' + best if best else ''}")
+        progress_to(bar, ev["done"], f"workload {ev['index'] + 1}/{ev['workloads']} {ev['workload'].get('family', '')}"
+                                   f"{'  best ' + best if best else ''}")
 
     try:
         rep = migrate(db, src, dst, workloads, top_k=args.top_k, budget=args.budget, executor=executor,

@@ -6,7 +6,6 @@ import json
 import os
 
 from tunedb.transfer.cli.util import (
-    ProgressBar,
     UserError,
     emit,
     fmt_seconds,
@@ -14,6 +13,8 @@ from tunedb.transfer.cli.util import (
     open_db,
     parse_config,
     parse_workload,
+    progress_bar,
+    progress_to,
     resolve_target,
     table_text,
 )
@@ -79,11 +80,11 @@ def make_job(args, db, target_spec, workload_spec, replay: str | None = None):
 
 
 def _progress(args, label: str, total: int):
-    bar = ProgressBar(total, label, enabled=None if not args.json else False)
+    bar = progress_bar(args, total, label, unit="eval")
 
     def cb(ev: dict) -> None:
         best = fmt_seconds(ev["best"]) if ev["best"] is not None else "-"
-        bar.update(ev["evaluations"], f"best {best}  new {ev['measurements']}  hits {ev['cache_hits']}")
+        progress_to(bar, ev["evaluations"], f"best {best}  new {ev['measurements']}  hits {ev['cache_hits']}")
     return bar, cb
 
 
