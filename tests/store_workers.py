@@ -106,6 +106,11 @@ def disk_full(path: str, ballast: str, seed: int) -> None:
         except OSError as e:
             print("C OSError", e.errno, flush=True)
     os.unlink(ballast)
+    _commit_after_freeing_then_die(db, seed)
+
+
+def _commit_after_freeing_then_die(db: TuningDB, seed: int) -> None:
+    """Space is back: five more acknowledged commits on the same handle, then SIGKILL ourselves."""
     print("FREED", flush=True)
     for i in range(5):
         recs = durable_records(f"after{seed}-{i}", 10, targets=2)
@@ -144,12 +149,7 @@ def file_size_limit(path: str, seed: int) -> None:
             continue
         emit("A", recs)
     resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-    print("FREED", flush=True)
-    for i in range(5):
-        recs = durable_records(f"after{seed}-{i}", 10, targets=2)
-        db.commit(recs)
-        emit("A", recs)
-    os.kill(os.getpid(), signal.SIGKILL)
+    _commit_after_freeing_then_die(db, seed)
 
 
 def populate_parts(path: str, tag: str, commits: int, per_commit: int) -> None:
