@@ -16,9 +16,9 @@ use, so ``import tunedb`` itself loads no heavy dependency (pyarrow, FAISS, Ligh
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tunedb.index.lazy import lazy_getattr
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 __version__ = TUNEDB_VERSION
@@ -53,14 +53,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'tunedb' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("tunedb", _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -9,9 +9,7 @@ location).  ``tunedb.index`` never imports ``tunedb.transfer``.  Names below loa
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from tunedb.index.lazy import lazy_getattr
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _LAZY = {
@@ -30,11 +28,4 @@ __all__ = ["TuningDB", "MemoryStore", "RecordStore", "open_store", "Record", "ST
            "canonical_json", "key_of", "SCHEMA_VERSION", "TUNEDB_VERSION"]
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'tunedb.index' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("tunedb.index", _LAZY, globals())

@@ -35,6 +35,12 @@ class _NotJSON(Exception):
         self.where: list[str] = []
 
 
+def _flat_normal(d: dict) -> bool:
+    """Whether dict ``d`` is a flat dict of strings, ints, bools and nulls with string keys:
+    already its own normal form."""
+    return set(map(type, d.values())) <= _SELF_NORMAL and (not d or set(map(type, d)) == _STR_SET)
+
+
 def normalise(value: Any, path: str = "$") -> Any:
     """Return ``value`` as plain JSON data with normalised numbers (a fresh copy of every container).
 
@@ -65,8 +71,8 @@ def _norm(value: Any) -> Any:
             raise _NotJSON(f"non-finite number {value!r} is not JSON data")
         return value
     if t is dict:
-        if set(map(type, value.values())) <= _SELF_NORMAL and (not value or set(map(type, value)) == _STR_SET):
-            return dict(value)  # flat dict of strings, ints, bools and nulls: already normal
+        if _flat_normal(value):
+            return dict(value)
         out = {}
         for k, v in value.items():
             if type(k) is not str and not isinstance(k, str):
@@ -143,8 +149,7 @@ def canonical_json(value: Any) -> str:
 def canonical_json_flat(value: Any) -> tuple[str, bool]:
     """(canonical JSON of ``value``, whether ``value`` is a flat dict of strings, ints, bools and
     nulls -- already its own normal form, so a plain copy of it equals the parsed text)."""
-    if type(value) is dict and set(map(type, value.values())) <= _SELF_NORMAL and \
-            (not value or set(map(type, value)) == _STR_SET):
+    if type(value) is dict and _flat_normal(value):
         return _fast_dumps(value), True  # fast path: no normalising copy
     return _fast_dumps(normalise(value)), False
 

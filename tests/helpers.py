@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,39 @@ def kernel_tuner_file(device: str, kernel: str = "convolution_milo") -> Path:
         if p.is_file():
             return p
     pytest.skip(f"Kernel Tuner data for {kernel}/{device} not found")
+
+
+def run_command(cmd: list[str]) -> str | None:
+    """None when ``cmd`` succeeded, else why not (one line)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{cmd[0]}: {e}"
+    return None if p.returncode == 0 else (p.stderr.strip() or p.stdout.strip() or f"rc {p.returncode}")
+
+
+@contextlib.contextmanager
+def small_fs(where: Path, size_mb: int = 2) -> Iterator[str]:
+    """Mount a ``size_mb`` file system at ``where``: a tmpfs, else a loop-mounted ext4 image
+    (``TUNEDB_TEST_SMALL_FS=loop`` forces the latter).  Yields which one; skips the test, with
+    both reasons, when neither can be mounted (not root, or a container without mount)."""
+    where.mkdir(parents=True, exist_ok=True)
+    why = {}
+    kind = None
+    if os.environ.get("TUNEDB_TEST_SMALL_FS", "tmpfs") != "loop":
+        why["tmpfs"] = run_command(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)])
+        kind = "tmpfs" if why["tmpfs"] is None else None
+    if kind is None:
+        img = where.parent / f"{where.name}.ext4"
+        why["loop ext4"] = (run_command(["truncate", "-s", f"{max(size_mb, 4)}M", str(img)])
+                            or run_command(["mkfs.ext4", "-q", "-F", "-m", "0", str(img)])
+                            or run_command(["mount", "-o", "loop", str(img), str(where)]))
+        kind = "loop ext4" if why["loop ext4"] is None else None
+    if kind is None:
+        pytest.skip("cannot mount a small file system for the disk-full test: "
+                    + "; ".join(f"{k}: {v}" for k, v in why.items()))
+    try:
+        yield kind
+    finally:
+        if run_command(["umount", str(where)]) is not None:
+            run_command(["umount", "-l", str(where)])

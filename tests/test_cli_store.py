@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 
 from tunedb.index import Record, TuningDB
 
-from helpers import ROOT, run_cli
+from helpers import ROOT, run_cli, small_fs
 
 T = {"kind": "cpu", "name": "cli-target"}
 W = {"family": "matmul", "M": 8, "N": 8, "K": 8}
@@ -138,20 +140,22 @@ def test_os_error_from_the_store_is_one_line_exit_2(tmp_path):
     assert line.startswith(f"tunedb: error: {os.strerror(20)} (") and partition in line, line
 
 
-def test_disk_full_is_one_line_exit_2(db_path, tmp_path):
+def test_disk_full_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    # a real full disk: the DB lives on a 2 MB file system, the import is larger than that
+    rng = random.Random(0)
+    src = tmp_path / "src"
+    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)], meta={"pad": rng.randbytes(150).hex()})
+                               for i in range(8000)])
     dump = tmp_path / "records.jsonl"
-    assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(db_path)).returncode == 0
-    full = tmp_path / "full"
-    code = ("import errno, os\n"
-            "from tunedb.index import TuningDB\n"
-            "def commit(self, records):\n"
-            "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path / 'records' / 'part.parquet'))\n"
-            "TuningDB.commit = commit\n"
-            "from tunedb.transfer.cli.main import main\n"
-            f"raise SystemExit(main(['import', 'jsonl', {str(dump)!r}, '--db', {str(full)!r}]))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    line = _one_line_error(r)
-    assert line == f"tunedb: error: No space left on device ({full / 'records' / 'part.parquet'})", line
+    assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
+    with small_fs(tmp_path / "mnt") as _kind:
+        full = tmp_path / "mnt" / "db"
+        assert run_cli("init", "--db", str(full)).returncode == 0
+        line = _one_line_error(run_cli("--db", str(full), "import", "jsonl", str(dump)))
+        assert line.startswith(f"tunedb: error: {os.strerror(errno.ENOSPC)}"), line
+        stats = run_cli("--db", str(full), "--json", "stats")
+        assert stats.returncode == 0 and json.loads(stats.stdout)["records"] == 0  # all-or-nothing
+        assert not [p for p in full.rglob("*") if p.is_file() and p.name.startswith("_tmp-")]
 
 
 def test_db_under_proc_is_one_line_exit_2():

@@ -34,6 +34,7 @@ from tunedb.index import TuningDB
 from tunedb.index.parquet.journal import JournalWarning, encode_rows, read_contents
 from tunedb.index.parquet.journal_fold import journal_row
 
+from helpers import run_command, small_fs
 from store_workers import DURABILITY_TARGETS, durable_records
 
 HERE = Path(__file__).resolve().parent
@@ -76,42 +77,6 @@ def assert_exact(found: dict, acked: set[str], ctx: str = "") -> None:
     assert found["pyarrow_rows"] == found["pyarrow_distinct"] == len(acked), why
     assert found["snapshot_rows"] == found["snapshot_distinct"] == len(acked), why
     assert found["temps"] == [] and found["journals"] == [], why
-
-
-def _run(cmd: list[str]) -> str | None:
-    """None when ``cmd`` succeeded, else why not (one line)."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"{cmd[0]}: {e}"
-    return None if p.returncode == 0 else (p.stderr.strip() or p.stdout.strip() or f"rc {p.returncode}")
-
-
-@contextlib.contextmanager
-def small_fs(where: Path, size_mb: int = 2) -> Iterator[str]:
-    """Mount a ``size_mb`` file system at ``where``: a tmpfs, else a loop-mounted ext4 image
-    (``TUNEDB_TEST_SMALL_FS=loop`` forces the latter).  Yields which one; skips the test, with
-    both reasons, when neither can be mounted (not root, or a container without mount)."""
-    where.mkdir(parents=True, exist_ok=True)
-    why = {}
-    kind = None
-    if os.environ.get("TUNEDB_TEST_SMALL_FS", "tmpfs") != "loop":
-        why["tmpfs"] = _run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)])
-        kind = "tmpfs" if why["tmpfs"] is None else None
-    if kind is None:
-        img = where.parent / f"{where.name}.ext4"
-        why["loop ext4"] = (_run(["truncate", "-s", f"{max(size_mb, 4)}M", str(img)])
-                            or _run(["mkfs.ext4", "-q", "-F", "-m", "0", str(img)])
-                            or _run(["mount", "-o", "loop", str(img), str(where)]))
-        kind = "loop ext4" if why["loop ext4"] is None else None
-    if kind is None:
-        pytest.skip("cannot mount a small file system for the disk-full test: "
-                    + "; ".join(f"{k}: {v}" for k, v in why.items()))
-    try:
-        yield kind
-    finally:
-        if _run(["umount", str(where)]) is not None:
-            _run(["umount", "-l", str(where)])
 
 
 # ------------------------------------------------------------------------------ disk full
@@ -394,14 +359,14 @@ def test_sigkill_during_fold(tmp_path):
 def read_only_view(src: Path, dst: Path) -> Iterator[bool]:
     """``dst``: a read-only bind mount of ``src`` (yields False where it cannot be made)."""
     dst.mkdir()
-    if _run(["mount", "--bind", str(src), str(dst)]) is not None:
+    if run_command(["mount", "--bind", str(src), str(dst)]) is not None:
         yield False
         return
     try:
-        yield _run(["mount", "-o", "remount,ro,bind", str(dst)]) is None
+        yield run_command(["mount", "-o", "remount,ro,bind", str(dst)]) is None
     finally:
-        if _run(["umount", str(dst)]) is not None:
-            _run(["umount", "-l", str(dst)])
+        if run_command(["umount", str(dst)]) is not None:
+            run_command(["umount", "-l", str(dst)])
 
 
 def test_snapshot_files_is_consistent_mid_crash(tmp_path):

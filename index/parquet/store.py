@@ -48,7 +48,7 @@ pieces it is built from each have their own module: ``tunedb.index.parquet.parts
 durable publishing, compression layouts, partition rewrites), ``tunedb.index.parquet.journal`` and
 ``tunedb.index.parquet.journal_fold`` (write-ahead journals: file format; reading and folding),
 ``tunedb.index.parquet.memindex`` (the in-memory index arrays), ``tunedb.index.parquet.rowcache`` (decoded rows for
-building Records), ``tunedb.index.parquet.retention`` (what dedup and forget keep) and
+building Records), ``tunedb.index.retention`` (what dedup and forget keep) and
 ``tunedb.index.parquet.invalidations`` (stale-marking).
 """
 
@@ -820,7 +820,7 @@ class TuningDB(RecordStore):
 
     def change_token(self) -> tuple:
         """Record count and the names of the record and invalidation files (commits,
-        compactions, forgets and invalidations change them) and of the journals' sizes."""
+        compactions, forgets and invalidations change them; a journaled commit changes the count)."""
         names: list[str] = []
         for base in (self.records_dir, self.inval_dir):
             for root, _, files in os.walk(base):

@@ -266,9 +266,10 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
             results[i] = (hit, True)
             if on_record:
                 on_record(i, hit, True)
-    misses, repeats = _split_repeats(configs, [i for i, hit in enumerate(found) if hit is None])
+    first_by_key, repeats = _split_repeats(configs, [i for i, hit in enumerate(found) if hit is None])
+    misses = list(first_by_key.values())
     if misses:
-        where = _Positions(configs, misses)
+        where = _Positions(first_by_key)
 
         def fresh(rec: Record) -> None:
             if db is not None:
@@ -288,8 +289,8 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
 
 
 def _split_repeats(configs: Sequence[Mapping[str, Any]], positions: list[int]
-                   ) -> tuple[list[int], list[tuple[int, int]]]:
-    """Of ``positions``: the first occurrence of each config (by key), and (repeat, first) pairs."""
+                   ) -> tuple[dict[str, int], list[tuple[int, int]]]:
+    """Of ``positions``: config key -> first position with that config, and (repeat, first) pairs."""
     from tunedb.index.keys import key_of
 
     first: dict[str, int] = {}
@@ -300,24 +301,20 @@ def _split_repeats(configs: Sequence[Mapping[str, Any]], positions: list[int]
             repeats.append((i, first[k]))
         else:
             first[k] = i
-    return list(first.values()), repeats
+    return first, repeats
 
 
 class _Positions:
     """Which of the measured positions a new record answers: by config key (a backend may hand
     records over in completion order), else the first one not yet answered."""
 
-    def __init__(self, configs: Sequence[Mapping[str, Any]], positions: list[int]) -> None:
-        from tunedb.index.keys import key_of
-
-        self._by_key = {key_of(configs[i]): i for i in positions}
-        self._left = list(positions)
+    def __init__(self, by_key: Mapping[str, int]) -> None:
+        self._by_key = dict(by_key)
+        self._left = list(by_key.values())
 
     def take(self, rec: Record) -> int:
         """The position ``rec`` answers (each position is answered once)."""
-        from tunedb.index.keys import key_of
-
-        i = self._by_key.pop(key_of(rec.config), None)
+        i = self._by_key.pop(rec.config_key, None)
         if i is None or i not in self._left:
             i = self._left[0]
         self._left.remove(i)
