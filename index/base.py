@@ -37,6 +37,16 @@ Concurrency
 Record identity
     ``record_id`` identifies a measurement: committing a record whose id is already stored is a
     no-op for reads (the first one stays), so retried and re-imported commits never double-count.
+
+Provenance and verdicts
+    Every record says where it came from: ``source`` (``measured``, ``replay``,
+    ``imported:<format>``, ``migrated:<target>``), ``origin`` (the imported file, the store it was
+    copied from; empty for a measurement), ``host`` (the machine whose tunedb created it) and
+    ``tunedb_version``.  Records from other people are not trusted blindly: ``tunedb verify``
+    re-measures them on the target and stores a *verdict* per record_id (:meth:`mark`).  A
+    ``refuted`` record (its cost did not reproduce) never answers :meth:`lookup` or
+    :meth:`best` again; it stays in :meth:`records` (nothing is deleted) and in
+    :meth:`verdicts`.
 """
 
 from __future__ import annotations
@@ -56,6 +66,20 @@ if TYPE_CHECKING:
     from tunedb.index.retrieval.nearest import Match
 
 _KEY_RE = re.compile(r"[0-9a-f]{32}")
+
+#: what :meth:`RecordStore.mark` accepts
+VERDICTS = ("verified", "refuted")
+
+
+def check_verdicts(verdicts: dict[str, str]) -> None:
+    """``ValueError`` (one line) unless ``verdicts`` maps 32-hex record_ids to :data:`VERDICTS`."""
+    if not isinstance(verdicts, dict):
+        raise ValueError(f"verdicts must be a dict of record_id -> verdict, got {type(verdicts).__name__}")
+    for rid, v in verdicts.items():
+        if not is_key(rid):
+            raise ValueError(f"verdict for {rid!r}: a record_id is 32 lowercase hex digits")
+        if v not in VERDICTS:
+            raise ValueError(f"verdict for record {rid} is {v!r}, not one of {', '.join(VERDICTS)}")
 
 
 @dataclass(frozen=True)
@@ -144,12 +168,26 @@ class RecordStore(ABC):
         any option, for ``keep_top < 0`` or an unknown target.  Returns counts including
         ``removed``."""
 
+    @abstractmethod
+    def mark(self, verdicts: dict[str, str]) -> int:
+        """Store a verdict per record_id: ``{"<record_id>": "verified" | "refuted"}`` (see
+        "Provenance and verdicts" in the module docstring).  The latest verdict of a record wins.
+        ``ValueError`` (nothing stored) for a verdict that is not one of :data:`VERDICTS` or a
+        record_id the store does not hold.  Durable when it returns, like :meth:`commit`; changes
+        :meth:`change_token`.  Returns how many verdicts were stored."""
+
+    @abstractmethod
+    def verdicts(self) -> dict[str, str]:
+        """record_id -> its latest verdict, for every record that has one."""
+
     # ------------------------------------------------------------------ point reads
     @abstractmethod
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The stored measurement of (target, workload, config), or None.  Failed measurements
         answer too (they are never retried); when a triple was measured more than once the one
-        committed last answers; stale records never answer.  Counts in ``lookups``/``hits``."""
+        committed last answers; stale records never answer, and when the one that would answer
+        is ``refuted`` (:meth:`mark`) the answer is None (the caller measures again, and that
+        measurement answers from then on).  Counts in ``lookups``/``hits``."""
 
     def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
         """:meth:`lookup` of each config of one (target, workload), in order."""
@@ -158,7 +196,7 @@ class RecordStore(ABC):
     @abstractmethod
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """The ``k`` best ``ok`` records of (target, workload): ascending cost, one per config (its
-        fastest measurement), stale records excluded.  ``[]`` when there are none or ``k <= 0``."""
+        fastest measurement), stale and ``refuted`` records excluded.  ``[]`` when there are none or ``k <= 0``."""
 
     # ------------------------------------------------------------------ bulk reads
     @abstractmethod
@@ -274,4 +312,4 @@ def is_key(text: Any) -> bool:
     return isinstance(text, str) and _KEY_RE.fullmatch(text) is not None
 
 
-__all__ = ["RecordStore", "Entry", "StoreStats", "is_key"]
+__all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "is_key"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.base import RecordStore, StoreStats, is_key
+from tunedb.index.base import RecordStore, StoreStats, check_verdicts, is_key
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, key_of_text
 from tunedb.index.record import Record, target_slug
@@ -41,6 +41,7 @@ class MemoryStore(RecordStore):
         self._by_lookup: dict[int, int] = {}  # lookup_key -> index of the latest record
         self._by_entry: dict[int, list[int]] = {}
         self._invalidated: dict[str, int] = {}  # target_key -> invalidation time (us)
+        self._verdicts: dict[str, str] = {}  # record_id -> latest verdict
         self._version = 0
         self._cache: Path | None = None
         self.lookups = 0
@@ -70,6 +71,9 @@ class MemoryStore(RecordStore):
     def _stale(self, i: int) -> bool:
         inv = self._invalidated.get(self._recs[i].target_key)
         return inv is not None and self._committed[i] <= inv
+
+    def _refuted(self, i: int) -> bool:
+        return self._verdicts.get(self._recs[i].record_id) == "refuted"
 
     # ------------------------------------------------------------------ writing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -108,6 +112,20 @@ class MemoryStore(RecordStore):
             self._invalidated[tkey] = max(_now_us(), self._committed[-1] if self._committed else 0)
             self._version += 1
         return tkey
+
+    def mark(self, verdicts: dict[str, str]) -> int:
+        check_verdicts(verdicts)
+        with self._lock:
+            for rid in verdicts:
+                if rid not in self._rids:
+                    raise ValueError(f"verdict for record {rid}: the store holds no such record")
+            self._verdicts.update(verdicts)
+            self._version += 1
+        return len(verdicts)
+
+    def verdicts(self) -> dict[str, str]:
+        with self._lock:
+            return {rid: v for rid, v in self._verdicts.items() if rid in self._rids}
 
     def _rewrite(self, keep: np.ndarray) -> dict:
         """Keep the records where ``keep`` is true (indices of ``self._recs``) and rebuild the maps."""
@@ -169,7 +187,7 @@ class MemoryStore(RecordStore):
         with self._lock:
             self.lookups += 1
             i = self._by_lookup.get(lk)
-            if i is None or self._stale(i):
+            if i is None or self._stale(i) or self._refuted(i):
                 return None
             self.hits += 1
             return self._recs[i]
@@ -181,7 +199,8 @@ class MemoryStore(RecordStore):
             return []
         ek = hash64(self._target_key(target), self._other_key(workload, "workload"))
         with self._lock:
-            cands = [self._recs[i] for i in self._by_entry.get(ek, ()) if self._recs[i].ok and not self._stale(i)]
+            cands = [self._recs[i] for i in self._by_entry.get(ek, ()) if self._recs[i].ok and not self._stale(i)
+                     and not self._refuted(i)]
         cands.sort(key=lambda r: r.cost)
         out, seen = [], set()
         for r in cands:

@@ -204,6 +204,40 @@ def test_nearest_sees_committed_entries(store):
     assert "gamma" in [m.target_name for m in store.nearest(T1, W, k=5)]  # the index follows commits
 
 
+def test_verdicts_refute_a_record_without_deleting_it(store):
+    t, w = T1, W
+    poisoned = tunedb.Record(t, w, {"tile": 1}, [1e-9], source="imported:kernel_tuner", origin="cache.json")
+    real = tunedb.Record(t, w, {"tile": 1}, [2e-3])
+    other = tunedb.Record(t, w, {"tile": 2}, [1e-3])
+    store.commit([poisoned])
+    assert store.lookup(t, w, {"tile": 1}).record_id == poisoned.record_id
+    store.commit([real, other])
+    assert [r.record_id for r in store.best(t, w, 2)] == [poisoned.record_id, other.record_id]
+    token = store.change_token()
+    assert store.mark({poisoned.record_id: "refuted", other.record_id: "verified"}) == 2
+    assert store.change_token() != token
+    assert store.verdicts() == {poisoned.record_id: "refuted", other.record_id: "verified"}
+    # the config answers with its next measurement; the refuted one stays in records()
+    assert [(r.config["tile"], r.cost) for r in store.best(t, w, 5)] == [(2, 1e-3), (1, 2e-3)]
+    assert store.lookup(t, w, {"tile": 1}).record_id == real.record_id
+    assert poisoned.record_id in store.records().column("record_id").to_pylist()
+    assert len(store) == 3
+    with pytest.raises(ValueError, match="no such record"):
+        store.mark({"0" * 32: "refuted"})
+    with pytest.raises(ValueError, match="not one of"):
+        store.mark({real.record_id: "maybe"})
+    assert store.verdicts() == {poisoned.record_id: "refuted", other.record_id: "verified"}
+    store.mark({poisoned.record_id: "verified"})  # the latest verdict wins
+    assert store.best(t, w, 1)[0].record_id == poisoned.record_id
+
+
+def test_a_refuted_latest_measurement_does_not_answer_lookup(store):
+    poisoned = tunedb.Record(T1, W, {"tile": 7}, [1e-9], source="imported:autotvm")
+    store.commit(poisoned)
+    store.mark({poisoned.record_id: "refuted"})
+    assert store.lookup(T1, W, {"tile": 7}) is None and store.best(T1, W, 3) == []
+
+
 def test_threads_commit_and_read_concurrently(store):
     errors: list[BaseException] = []
 

@@ -170,9 +170,10 @@ def fresh_mask(rh: np.ndarray, known_sorted: Iterable[np.ndarray], known_set: se
 
 
 def best_rows(a: Mapping[str, np.ndarray], by_entry: np.ndarray, entry_sorted: np.ndarray, ek: int,
-              k: int) -> list[tuple[float, int]]:
+              k: int, skip_rids: set[int] | frozenset = frozenset()) -> list[tuple[float, int]]:
     """(cost, row) of the ``k`` cheapest live ok rows of entry ``ek``, one per lookup_key
-    (config), ascending cost."""
+    (config), ascending cost; rows whose rid hash is in ``skip_rids`` (refuted records) are
+    passed over, so a config whose fastest row is refuted answers with its next one."""
     lo = int(np.searchsorted(entry_sorted, ek, "left"))
     hi = int(np.searchsorted(entry_sorted, ek, "right"))
     cands: list[tuple[float, int]] = []
@@ -180,7 +181,7 @@ def best_rows(a: Mapping[str, np.ndarray], by_entry: np.ndarray, entry_sorted: n
     lks = a["lookup_key"]
     for j in range(lo, hi):
         i = int(by_entry[j])
-        if int(lks[i]) in seen_cfg:
+        if int(lks[i]) in seen_cfg or (skip_rids and int(a["rid_hash"][i]) in skip_rids):
             continue
         seen_cfg.add(int(lks[i]))
         cands.append((float(a["cost"][i]), i))

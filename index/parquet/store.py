@@ -75,8 +75,8 @@ import pyarrow.parquet as pq
 from tunedb.index import tables
 from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
-from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash
-from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts
+from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
+from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts, verdicts
 from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter
@@ -126,6 +126,7 @@ class TuningDB(RecordStore):
         self.path = Path(path)
         self.records_dir = self.path / "records"
         self.inval_dir = self.path / "invalidations"
+        self.verdict_dir = self.path / verdicts.DIRNAME
         self.derived_dir = self.path / "derived"
         self.journal_dir = self.path / "journal"
         self._journal: JournalWriter | None = None
@@ -138,6 +139,9 @@ class TuningDB(RecordStore):
         self.lookups = 0
         self.hits = 0
         self._invalidated: dict[str, int] = {}
+        self._verdicts: dict[str, str] = {}  # record_id -> latest verdict
+        self._refuted: set[str] = set()
+        self._refuted_hashes: set[int] = set()
         self._target_meta: dict[str, tuple[str, str]] = {}  # target_key -> (name, json)
         self._overlay: dict[int, Record] = {}
         self._overlay_entries: dict[int, list[Record]] = {}
@@ -234,6 +238,9 @@ class TuningDB(RecordStore):
                 self._mem.pop(key, None)
         self._set_live_files()
         self._invalidated = invalidations.load(self.inval_dir)
+        self._verdicts = verdicts.load(self.verdict_dir)
+        self._refuted = {r for r, v in self._verdicts.items() if v == "refuted"}
+        self._refuted_hashes = {int(h) for h in rid_hashes(sorted(self._refuted))} if self._refuted else set()
         self._rebuild_arrays()
         self._dirty = False
         self._overlay.clear()
@@ -580,6 +587,29 @@ class TuningDB(RecordStore):
         self.refresh()
         return tkey
 
+    def mark(self, verdicts_: dict[str, str]) -> int:
+        """Store a verdict per record_id (``verdicts/``; see ``RecordStore.mark``)."""
+        from tunedb.index.base import check_verdicts
+
+        check_verdicts(verdicts_)
+        if not verdicts_:
+            return 0
+        rids = list(verdicts_)
+        with self._lock:
+            self._sync()
+            fresh = self._fresh_mask(rid_hashes(rids))
+            if fresh.any():
+                raise ValueError(f"verdict for record {rids[int(np.flatnonzero(fresh)[0])]}: "
+                                 "the store holds no such record")
+            verdicts.append(self.verdict_dir, dict(verdicts_))
+        self.refresh()
+        return len(verdicts_)
+
+    def verdicts(self) -> dict[str, str]:
+        """record_id -> latest verdict (as of the last refresh or own ``mark``)."""
+        with self._lock:
+            return dict(self._verdicts)
+
     # --------------------------------------------------------------- queries
     def _target_key(self, target: Any) -> str:
         """Key of a target given as a dict, a Record, a target_key or a target_name."""
@@ -673,6 +703,8 @@ class TuningDB(RecordStore):
             self.lookups += 1
             r = self._overlay.get(lk)
             if r is not None:
+                if r.record_id in self._refuted:
+                    return None
                 self.hits += 1
                 return r
             pos = self._last_row_of(lk)
@@ -682,7 +714,11 @@ class TuningDB(RecordStore):
             known = None
             if tj is not None and wj is not None and cj is not None:
                 known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
-            return self._materialise_at(pos >> 32, pos & 0xFFFFFFFF, lk, known)
+            rec = self._materialise_at(pos >> 32, pos & 0xFFFFFFFF, lk, known)
+            if self._refuted and rec.record_id in self._refuted:
+                self.hits -= 1
+                return None
+            return rec
 
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """The ``k`` best ``ok`` records of (target, workload), ascending cost, one per config
@@ -695,11 +731,13 @@ class TuningDB(RecordStore):
         ek = hash64(self._target_key(target), self._workload_key(workload))
         with self._lock:
             self._sync()
-            cands = memindex.best_rows(self._a, self._by_entry, self._entry_sorted, ek, k)
+            cands = memindex.best_rows(self._a, self._by_entry, self._entry_sorted, ek, k, self._refuted_hashes)
             out = [(c, self._materialise(i)) for c, i in cands]
             for r in self._overlay_entries.get(ek, ()):
                 if r.ok:
                     out.append((r.cost, r))
+            if self._refuted:
+                out = [(c, r) for c, r in out if r.record_id not in self._refuted]
         out.sort(key=lambda cr: cr[0])
         res, cfgs = [], set()
         for _, r in out:
@@ -822,7 +860,7 @@ class TuningDB(RecordStore):
         """Record count and the names of the record and invalidation files (commits,
         compactions, forgets and invalidations change them; a journaled commit changes the count)."""
         names: list[str] = []
-        for base in (self.records_dir, self.inval_dir):
+        for base in (self.records_dir, self.inval_dir, self.verdict_dir):
             for root, _, files in os.walk(base):
                 names.extend(os.path.join(root, f) for f in files if not f.startswith("_"))
         return (len(self), hash(tuple(sorted(names))))

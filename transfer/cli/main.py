@@ -23,6 +23,9 @@ COMMAND_MODULES = (
     "retrieval",  # nearest targets
     "kernels",    # measure space
     "tune",       # tune warm-start predict
+    "copy",       # copy (between stores, any backends)
+    "upgrade",    # upgrade (schema of a DB)
+    "verify",     # verify (re-measure imported bests)
     "migrate",    # migrate
     "demo",       # demo
     "report",     # report
