@@ -10,7 +10,8 @@ The public API (everything else is internal and may change)::
     db.close()
 
 ``open`` returns a :class:`RecordStore` (the contract every backend implements:
-``tunedb.index.base``); :class:`MemoryStore` is the in-memory one.  Names are imported on first
+``tunedb.index.base``): a Parquet directory, ``memory:`` or a ``postgresql://`` URL;
+:class:`LayeredStore` and :class:`TrustedStore` compose stores.  Names are imported on first
 use, so ``import tunedb`` itself loads no heavy dependency (pyarrow, FAISS, LightGBM, TVM, Ray).
 """
 
@@ -31,6 +32,10 @@ _LAZY = {
     "StoreStats": ("tunedb.index.base", "StoreStats"),
     "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
     "TuningDB": ("tunedb.index.parquet.store", "TuningDB"),
+    "PostgresStore": ("tunedb.index.postgres.store", "PostgresStore"),
+    "LayeredStore": ("tunedb.index.layered", "LayeredStore"),
+    "TrustedStore": ("tunedb.index.trust", "TrustedStore"),
+    "parse_trust": ("tunedb.index.trust", "parse_trust"),
     "Record": ("tunedb.index.record", "Record"),
     "RecordBatch": ("tunedb.index.batch", "RecordBatch"),
     "STATUSES": ("tunedb.index.record", "STATUSES"),
@@ -42,13 +47,16 @@ _LAZY = {
     "tune": ("tunedb.transfer.search.tuner", "tune"),
     "local_job": ("tunedb.transfer.search.jobs", "local_job"),
     "measure": ("tunedb.transfer.measure.backend", "measure"),
+    "copy_records": ("tunedb.transfer.migration.copy", "copy_records"),
+    "verify": ("tunedb.transfer.measure.verify", "verify"),
 }
 
 __all__ = [
-    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "TuningDB",
+    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "TuningDB", "PostgresStore",
+    "LayeredStore", "TrustedStore", "parse_trust",
     "Record", "RecordBatch", "STATUSES",
     "local_target", "resolve_target",
-    "Tuner", "TuneOptions", "TuneResult", "tune", "local_job", "measure",
+    "Tuner", "TuneOptions", "TuneResult", "tune", "local_job", "measure", "copy_records", "verify",
     "SCHEMA_VERSION", "TUNEDB_VERSION", "__version__",
 ]
 
@@ -65,10 +73,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     from tunedb.index.batch import RecordBatch
     from tunedb.index.hardware.localcpu import local_target
     from tunedb.index.hardware.targets import resolve_target
+    from tunedb.index.layered import LayeredStore
     from tunedb.index.memory import MemoryStore
     from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.postgres.store import PostgresStore
     from tunedb.index.record import STATUSES, Record
     from tunedb.index.stores import open_store as open
+    from tunedb.index.trust import TrustedStore, parse_trust
     from tunedb.transfer.measure.backend import measure
+    from tunedb.transfer.measure.verify import verify
+    from tunedb.transfer.migration.copy import copy_records
     from tunedb.transfer.search.jobs import local_job
     from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult, tune

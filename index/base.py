@@ -133,6 +133,37 @@ class RecordStore(ABC):
     lookups: int = 0
     hits: int = 0
 
+    # ------------------------------------------------------------------ keys of arguments
+    def _target_key(self, target: Any) -> str:
+        """The target_key of a target argument (a dict, a Record, a key, or a name this store
+        holds: ``ValueError`` for an unknown name).  Backends with faster paths override it."""
+        from tunedb.index.keys import canonical_json, key_of_text
+        from tunedb.index.record import Record
+
+        if isinstance(target, Record):
+            return target.target_key
+        if isinstance(target, str):
+            if is_key(target):
+                return target
+            found = self.find_target(target)
+            if found is None:
+                raise ValueError(f"unknown target {target!r}")
+            return key_of_text(canonical_json(found))
+        return key_of_text(canonical_json(target))
+
+    @staticmethod
+    def _other_key(value: Any, what: str) -> str:
+        """The workload_key (``what="workload"``) or config_key of an argument (a dict, a Record
+        or a key)."""
+        from tunedb.index.keys import canonical_json, key_of_text
+        from tunedb.index.record import Record
+
+        if isinstance(value, Record):
+            return value.workload_key if what == "workload" else value.config_key
+        if is_key(value):
+            return value
+        return key_of_text(canonical_json(value))
+
     # ------------------------------------------------------------------ writing
     @abstractmethod
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index.keys import canonical_json, canonical_json_normalised, key_of_text, rid_hashes
-from tunedb.index.record import SOURCE_RE, STATUSES, Record, _as_json_object, target_display_name
+from tunedb.index.record import SOURCE_RE, STATUSES, Record, _as_json_object, target_display_name, this_host
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
@@ -89,9 +89,12 @@ class RecordBatch:
                      wall_s: Sequence[float | None] | None = None,
                      timestamp: Sequence[_dt.datetime] | _dt.datetime | None = None,
                      source: Sequence[str] | str = "measured", session: Sequence[str] | str = "",
-                     record_id: Sequence[str] | None = None) -> "RecordBatch":
+                     record_id: Sequence[str] | None = None, host: Sequence[str] | str | None = None,
+                     origin: Sequence[str] | str = "") -> "RecordBatch":
         """Build a batch from parallel sequences (one item per record; a plain str or
-        datetime given for status/error/source/session/timestamp applies to every record).
+        datetime given for status/error/source/session/timestamp/host/origin applies to every
+        record).  ``host`` None means this machine (as for ``Record``), ``""`` unknown;
+        ``origin`` "" means a local measurement.
 
         target/workload/config items are dicts (or objects with ``to_json_dict``), as for
         ``Record``.  Raises ValueError naming the field and the first bad record (its
@@ -170,7 +173,9 @@ class RecordBatch:
             compile_s=col(compile_s, pa.float64(), "compile_s"), wall_s=col(wall_s, pa.float64(), "wall_s"),
             timestamp=col(timestamp if timestamp is not None else now, _TS, "timestamp"),
             source=col(source, pa.string(), "source"), session=col(session, pa.string(), "session"),
-            meta=pa.repeat(pa.scalar("{}"), n), lk=lk, ek=ek)
+            meta=pa.repeat(pa.scalar("{}"), n), lk=lk, ek=ek,
+            host=col(this_host() if host is None else host, pa.string(), "host"),
+            origin=col(origin, pa.string(), "origin"))
         batch = cls(table, tmeta)
         batch.validate()
         return batch._built(*_codes_of(tcols[2]))
@@ -193,8 +198,8 @@ class RecordBatch:
         n = len(records)
         get = attrgetter("record_id", "target_key", "target_name", "target_json", "workload_key", "workload_json",
                          "config_key", "config_json", "costs", "status", "error", "compile_s", "wall_s",
-                         "timestamp", "source", "session", "meta_json", "lookup_key", "entry_key")
-        cols = list(zip(*map(get, records))) if n else [[] for _ in range(19)]
+                         "timestamp", "source", "session", "meta_json", "lookup_key", "entry_key", "host", "origin")
+        cols = list(zip(*map(get, records))) if n else [[] for _ in range(21)]
         tmeta: dict[str, tuple[str, str]] = {}
         for r in records:
             if r.target_key not in tmeta:
@@ -212,7 +217,7 @@ class RecordBatch:
             pa.array([m or "{}" for m in cols[16]], pa.string()),
             pa.array(np.fromiter(cols[17], np.int64, n)), pa.array(np.fromiter(cols[18], np.int64, n)),
             pa.repeat(pa.scalar(TUNEDB_VERSION), n), pa.array(np.full(n, SCHEMA_VERSION, np.int32)),
-            pa.array(rid_hashes(cols[0])),
+            pa.array(rid_hashes(cols[0])), pa.array(cols[19], pa.string()), pa.array(cols[20], pa.string()),
         ], schema=BATCH_SCHEMA)
         batch = cls(table, tmeta)
         if validate:
@@ -262,6 +267,9 @@ class RecordBatch:
                            "imported:<format> or migrated:<target>")
         fail(pc.is_null(t.column("error")).to_numpy(zero_copy_only=False),
              lambda i: "field 'error' must be a string")
+        for name in ("host", "origin"):
+            fail(pc.is_null(t.column(name)).to_numpy(zero_copy_only=False),
+                 lambda i, name=name: f"field '{name}' must be a string")
 
     # ------------------------------------------------------------- unpacking
     def to_records(self) -> list[Record]:
@@ -286,7 +294,8 @@ class RecordBatch:
                 "record_id": r["record_id"], "target_name": r["target_name"] or "",
                 "target_key": r["target_key"], "workload_key": r["workload_key"], "config_key": r["config_key"],
                 "target_json": r["target"], "workload_json": r["workload"], "config_json": r["config"],
-                "meta_json": meta, "lookup_key": r["lookup_key"], "entry_key": r["entry_key"]}))
+                "meta_json": meta, "lookup_key": r["lookup_key"], "entry_key": r["entry_key"],
+                "host": r.get("host") or "", "origin": r.get("origin") or ""}))
         return out
 
 
@@ -322,7 +331,7 @@ def _canon_column(values: Sequence[Any], what: str, ids: list[str]) -> tuple[lis
 
 
 def _assemble(*, ids, tcols, tmeta, wcols, fam, cj, ck, costs, mean, status, error, compile_s, wall_s, timestamp,
-              source, session, meta, lk, ek) -> pa.Table:
+              source, session, meta, lk, ek, host, origin) -> pa.Table:
     n = len(ids)
     tnames = [tmeta[k][0] for k in tcols[2]]
     return pa.Table.from_arrays([
@@ -331,7 +340,7 @@ def _assemble(*, ids, tcols, tmeta, wcols, fam, cj, ck, costs, mean, status, err
         pa.array(wcols[1], pa.string()), pa.array(ck, pa.string()), pa.array(cj, pa.string()),
         costs, mean, status, error, compile_s, wall_s, timestamp, source, session, meta,
         pa.array(lk), pa.array(ek), pa.repeat(pa.scalar(TUNEDB_VERSION), n),
-        pa.array(np.full(n, SCHEMA_VERSION, np.int32)), pa.array(rid_hashes(ids)),
+        pa.array(np.full(n, SCHEMA_VERSION, np.int32)), pa.array(rid_hashes(ids)), host, origin,
     ], schema=BATCH_SCHEMA)
 
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts, is_key
+from tunedb.index.base import RecordStore, StoreStats, check_verdicts
 from tunedb.index.batch import RecordBatch
-from tunedb.index.keys import canonical_json, key_of_text
 from tunedb.index.record import Record, target_slug
 
 
@@ -46,27 +45,6 @@ class MemoryStore(RecordStore):
         self._cache: Path | None = None
         self.lookups = 0
         self.hits = 0
-
-    # ------------------------------------------------------------------ keys of arguments
-    def _target_key(self, target: Any) -> str:
-        if isinstance(target, Record):
-            return target.target_key
-        if isinstance(target, str):
-            if is_key(target):
-                return target
-            found = self.find_target(target)
-            if found is None:
-                raise ValueError(f"unknown target {target!r}")
-            return key_of_text(canonical_json(found))
-        return key_of_text(canonical_json(target))
-
-    @staticmethod
-    def _other_key(value: Any, what: str) -> str:
-        if isinstance(value, Record):
-            return value.workload_key if what == "workload" else value.config_key
-        if is_key(value):
-            return value
-        return key_of_text(canonical_json(value))
 
     def _stale(self, i: int) -> bool:
         inv = self._invalidated.get(self._recs[i].target_key)

@@ -4,6 +4,13 @@ Contract: a Record is immutable once built (frozen dataclass; its target,
 workload and config are normalised copies that callers must not mutate).
 Its ``record_id`` (32 hex characters, random) is fixed at construction and is
 what readers de-duplicate by.  Times are seconds; ``timestamp`` is UTC.
+
+Provenance (schema 2): ``host`` is the machine whose tunedb created the record -- ``None`` when
+building means this machine (``socket.gethostname()``, computed once per process), ``""`` means
+unknown and stays ``""``; ``origin`` is where the record came from beyond a measurement (the
+imported file's name, the store it was copied from), ``""`` for a local measurement.  Data
+that lacks them (``from_row``/``from_dict`` of schema-1 rows or exports) gets ``host=""`` and
+``origin=""``, never this machine's name.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +29,20 @@ from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 STATUSES = ("ok", "compile_error", "runtime_error", "wrong_result", "timeout", "invalid")
 SOURCE_RE = re.compile(r"^(measured|replay|imported:[A-Za-z0-9_.-]+|migrated:.+)$")
+
+
+_HOST: str | None = None
+
+
+def this_host() -> str:
+    """This machine's hostname (``socket.gethostname()``), computed once per process."""
+    global _HOST
+    if _HOST is None:
+        try:
+            _HOST = socket.gethostname()
+        except OSError:
+            _HOST = ""
+    return _HOST
 
 
 def utcnow() -> _dt.datetime:
@@ -71,6 +93,8 @@ class Record:
     meta: dict = field(default_factory=dict)
     record_id: str = ""
     target_name: str = ""
+    host: str | None = None
+    origin: str = ""
     # derived, filled in __post_init__
     target_key: str = field(default="", compare=False)
     workload_key: str = field(default="", compare=False)
@@ -120,6 +144,8 @@ class Record:
             raise ValueError(f"record {rid}: field 'meta' must be a JSON object")
         s(self, "meta", normalise(dict(self.meta), "meta"))
         s(self, "meta_json", canonical_json(self.meta) if self.meta else "{}")
+        if self.host is None:
+            s(self, "host", this_host())
 
     # ------------------------------------------------------------------ derived
     @property
@@ -158,6 +184,9 @@ class Record:
                              "imported:<format> or migrated:<target>")
         if not isinstance(self.error, str):
             raise ValueError(f"record {rid}: field 'error' must be a string")
+        for name in ("host", "origin"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"record {rid}: field '{name}' must be a string")
 
     # -------------------------------------------------------------- conversion
     def to_row(self) -> dict:
@@ -186,11 +215,14 @@ class Record:
             "entry_key": self.entry_key,
             "tunedb_version": TUNEDB_VERSION,
             "schema_version": SCHEMA_VERSION,
+            "host": self.host,
+            "origin": self.origin,
         }
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Record":
-        """Rebuild a Record from a row dict as written by ``to_row``."""
+        """Rebuild a Record from a row dict as written by ``to_row``.  A row without ``host`` or
+        ``origin`` (schema 1) gives ``""`` (unknown), never this machine's name."""
         import json
 
         return cls(
@@ -208,6 +240,8 @@ class Record:
             meta=json.loads(row["meta"]) if row.get("meta") else {},
             record_id=row["record_id"],
             target_name=row.get("target_name") or "",
+            host=row.get("host") or "",
+            origin=row.get("origin") or "",
         )
 
     @classmethod
@@ -243,11 +277,14 @@ class Record:
             "source": self.source,
             "session": self.session,
             "meta": self.meta,
+            "host": self.host,
+            "origin": self.origin,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Record":
-        """Inverse of ``to_dict`` (keys are recomputed, never trusted)."""
+        """Inverse of ``to_dict`` (keys are recomputed, never trusted).  A dict without ``host``
+        or ``origin`` gives ``""`` for them (unknown), never this machine's name."""
         ts = d.get("timestamp")
         if isinstance(ts, str):
             ts = _dt.datetime.fromisoformat(ts)
@@ -262,4 +299,5 @@ class Record:
             source=d.get("source") or "measured", session=d.get("session") or "",
             meta=d.get("meta") or {}, record_id=d.get("record_id") or "",
             target_name=d.get("target_name") or "",
+            host=d.get("host") or "", origin=d.get("origin") or "",
         )

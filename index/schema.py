@@ -31,11 +31,37 @@ RECORD_SCHEMA = pa.schema([
     ("target_slug", pa.string()),     # equals the hive partition value
     ("rid_hash", pa.int64()),         # tunedb.index.keys.rid_hash(record_id), for vectorised de-duplication
     ("committed", pa.timestamp("us", tz="UTC")),  # when the commit that wrote it began
+    # schema 2 (appended: the positions of the columns above never move)
+    ("host", pa.string()),            # machine whose tunedb created the record; "" = unknown
+    ("origin", pa.string()),          # imported file / store copied from; "" = local measurement
 ])
+
+#: columns that schema 2 added; a schema-1 file lacks them (readers fill in "")
+SCHEMA2_COLUMNS = ("host", "origin")
 
 # columns read at open to build the in-memory lookup structures
 INDEX_COLUMNS = ["lookup_key", "entry_key", "cost", "status", "rid_hash", "committed", "timestamp"]
 
 PUBLIC_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key", "workload",
                   "config_key", "config", "costs", "cost", "status", "error", "compile_s", "wall_s",
-                  "timestamp", "source", "session")
+                  "timestamp", "source", "session", "host", "origin")
+
+
+def conform(table: pa.Table) -> pa.Table:
+    """``table`` (record columns of any schema version this tunedb reads) with exactly the
+    columns of ``RECORD_SCHEMA``, in its order: a column the table lacks (``host``/``origin``
+    of a schema-1 file) is filled with ``""`` (unknown), other missing columns with nulls;
+    columns RECORD_SCHEMA does not know are dropped.  Schema metadata is kept."""
+    if table.schema.names == RECORD_SCHEMA.names:
+        return table
+    n = table.num_rows
+    cols = []
+    for f in RECORD_SCHEMA:
+        if f.name in table.column_names:
+            c = table.column(f.name)
+            cols.append(c if c.type == f.type else c.cast(f.type))
+        elif f.name in SCHEMA2_COLUMNS:
+            cols.append(pa.repeat(pa.scalar("", f.type), n))
+        else:
+            cols.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(cols, schema=RECORD_SCHEMA.with_metadata(table.schema.metadata or {}))

@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 
-TUNEDB_VERSION = "0.1.0"
-SCHEMA_VERSION = 1
+TUNEDB_VERSION = "0.2.0"
+SCHEMA_VERSION = 2

@@ -23,3 +23,49 @@ def fault_family(monkeypatch):
     monkeypatch.setenv("TUNEDB_FAMILIES", FAULT_FAMILY)
     monkeypatch.setenv("PYTHONPATH", here + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
     return "debug_fault"
+
+
+# ---------------------------------------------------------------------------- PostgreSQL
+@pytest.fixture(scope="session")
+def postgres_server():
+    """Admin URL of a PostgreSQL server for the tests: ``$TUNEDB_TEST_POSTGRES`` when set (.ci/run
+    starts one), else a private cluster started for this session (stopped at its end).  Skips
+    when none can be started, except under ``CI=true``, where that fails."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pg_server
+
+    given = os.environ.get("TUNEDB_TEST_POSTGRES")
+    if given:
+        yield given
+        return
+    base = Path(tempfile.mkdtemp(prefix="tunedb-pg-"))
+    try:
+        url = pg_server.start(base)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        shutil.rmtree(base, ignore_errors=True)
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests but no server could be started: {e}")
+        pytest.skip(f"no PostgreSQL server could be started: {e}")
+    try:
+        yield url
+    finally:
+        pg_server.stop(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """URL of a fresh empty database on ``postgres_server`` (dropped after the test)."""
+    import pg_server
+
+    try:
+        url = pg_server.create_database(postgres_server)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip("psycopg is not installed (pip install -e '.[postgres]')")
+    yield url
+    pg_server.drop_database(postgres_server, url)

@@ -168,7 +168,7 @@ def test_compact_on_a_full_disk_raises_and_loses_nothing(tmp_path):
 # ------------------------------------------------------------------------ torn journal lines
 
 def _journal_lines(tag: str, n: int) -> list[bytes]:
-    rows = [journal_row(r, 1_700_000_000_000_000 + i, "s") for i, r in enumerate(durable_records(tag, n, targets=2))]
+    rows = [journal_row(r, 1_700_000_000_000_000 + i) for i, r in enumerate(durable_records(tag, n, targets=2))]
     return [encode_rows([row]) for row in rows]
 
 

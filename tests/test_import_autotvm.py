@@ -146,7 +146,8 @@ def test_fast_record_equals_constructor(tmp_path: Path) -> None:
     for r in recs:
         slow = Record(r.target, r.workload, r.config, costs=r.costs, status=r.status, error=r.error,
                       compile_s=r.compile_s, wall_s=r.wall_s, timestamp=r.timestamp, source=r.source,
-                      meta=r.meta, record_id=r.record_id)
+                      meta=r.meta, record_id=r.record_id, host=r.host, origin=r.origin)
+        assert r.origin == "slice.log" or r.origin
         for f in dataclasses.fields(Record):
             assert getattr(r, f.name) == getattr(slow, f.name), f.name
     t = Prepared.of({"kind": "cpu", "x": 2.0}, "target")

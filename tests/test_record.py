@@ -63,3 +63,41 @@ def test_cost_is_mean_and_failed_records_allowed():
     f.validate()
     assert f.cost is None
     assert Record.from_dict(r.to_dict()) == r
+
+
+def test_provenance_host_and_origin() -> None:
+    import socket
+
+    from tunedb.index.record import Record as R
+
+    t, w, c = {"kind": "cpu", "name": "h"}, {"family": "f"}, {"a": 1}
+    r = R(t, w, c, costs=(1.0,))
+    assert r.host == socket.gethostname() and r.origin == ""
+    assert R(t, w, c, costs=(1.0,), host="", origin="x.json").host == ""
+    row = r.to_row()
+    assert row["host"] == r.host and row["origin"] == ""
+    assert R.from_row(row).host == r.host and R.from_dict(r.to_dict()) == r
+    old_row = {k: v for k, v in row.items() if k not in ("host", "origin")}
+    old_dict = {k: v for k, v in r.to_dict().items() if k not in ("host", "origin")}
+    assert R.from_row(old_row).host == "" and R.from_row(old_row).origin == ""
+    assert R.from_dict(old_dict).host == "" and R.from_dict(old_dict).origin == ""
+    bad = R(t, w, c, costs=(1.0,), origin=None)  # type: ignore[arg-type]
+    try:
+        bad.validate()
+    except ValueError as e:
+        assert "origin" in str(e)
+    else:
+        raise AssertionError("origin=None validated")
+
+
+def test_batch_carries_host_and_origin() -> None:
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.record import Record as R
+    from tunedb.index.record import this_host
+
+    b = RecordBatch.from_columns(target=[{"kind": "cpu", "name": "h"}] * 2, workload=[{"family": "f"}] * 2,
+                                 config=[{"a": 1}, {"a": 2}], costs=[[1.0], [2.0]], origin=["a.log", ""])
+    recs = b.to_records()
+    assert [r.host for r in recs] == [this_host()] * 2 and [r.origin for r in recs] == ["a.log", ""]
+    r = R({"kind": "cpu"}, {"family": "f"}, {"a": 3}, costs=(1.0,), host="", origin="o")
+    assert [(x.host, x.origin) for x in RecordBatch.from_records([r]).to_records()] == [("", "o")]

@@ -275,3 +275,18 @@ def test_public_tune_real_builds_in_memory_then_all_cache_hits():
     again = tunedb.tune(db, target, w, budget=3)
     assert (again.measurements, again.cache_hits, again.best_cost) == (0, 3, first.best_cost)
     assert len(db) == 3
+
+
+def test_replay_tune_on_a_db_holding_only_the_device_own_cache(tmp_path):
+    """The warm cost model with no other entries of the family: it is fitted on the run's own
+    evaluations (this used to raise from numpy when stacking an empty history matrix)."""
+    cache = kernel_tuner_file("A4000")
+    db = str(tmp_path / "db")
+    p = run_cli("import", "kernel-tuner", str(cache), "--db", db, "--json")
+    assert p.returncode == 0, p.stderr
+    p = run_cli("tune", "--db", db, "--replay", str(cache), "--exact", "--budget", "40", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    _, optimum = ReplayData(cache).optimum()
+    assert out["best"]["cost"] >= optimum * (1 - 1e-9)
+    assert out["measurements"] == 0 and out["cache_hits"] > 0  # the whole cache is in the DB already

@@ -24,12 +24,19 @@ def recs(n, target=T1, workload=W, base=1e-3):
     return [tunedb.Record(target, workload, {"tile": i}, [base * (i + 1), base * (i + 1.1)]) for i in range(n)]
 
 
-BACKENDS = ["parquet", "memory"]
+BACKENDS = ["parquet", "memory", "postgres", "layered"]
 
 
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path) -> RecordStore:
-    s = tunedb.open(tmp_path / "db") if request.param == "parquet" else tunedb.open("memory:test")
+    if request.param == "postgres":
+        s = tunedb.open(request.getfixturevalue("postgres_url"))
+    elif request.param == "layered":
+        from tunedb.index.layered import LayeredStore
+
+        s = LayeredStore([tunedb.open(tmp_path / "top"), tunedb.open("memory:lower")])
+    else:
+        s = tunedb.open(tmp_path / "db") if request.param == "parquet" else tunedb.open("memory:test")
     yield s
     s.close()
 

@@ -46,7 +46,7 @@ from tunedb.index.parquet.parts import (
     target_slug,
 )
 from tunedb.index.record import Record
-from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
 
 #: suffix a journal with unreadable lines gets once its good rows are folded (it is kept)
 CORRUPT_SUFFIX = ".corrupt"
@@ -60,17 +60,23 @@ _JOURNAL_SCHEMA = pa.schema([pa.field(f.name, pa.int64()) if f.name in ("timesta
 
 
 def journal_table(rows: list[dict]) -> pa.Table:
-    """Journal rows as a RECORD_SCHEMA table (timestamps are integer microseconds there)."""
-    t = pa.Table.from_pylist(rows, schema=_JOURNAL_SCHEMA)
-    return t.cast(RECORD_SCHEMA)
+    """Journal rows as a RECORD_SCHEMA table (timestamps are integer microseconds there).  Rows
+    of a schema-1 journal (written by tunedb 0.1.0) have no ``host``/``origin``: they read as
+    ``""`` (unknown)."""
+    t = pa.Table.from_pylist(rows, schema=_JOURNAL_SCHEMA).cast(RECORD_SCHEMA)
+    for name in SCHEMA2_COLUMNS:
+        c = t.column(name)
+        if c.null_count:
+            t = t.set_column(t.schema.get_field_index(name), RECORD_SCHEMA.field(name), pc.fill_null(c, ""))
+    return t
 
 
-def journal_row(r: Record, committed_us: int, session: str) -> dict:
-    """``Record.to_row`` plus what the store adds, JSON-ready (times in integer microseconds);
-    ``session`` stands in for a record that has none."""
+def journal_row(r: Record, committed_us: int) -> dict:
+    """``Record.to_row`` plus what the store adds, JSON-ready (times in integer microseconds).
+    The record's own ``session`` is kept (a copied record stays as it was)."""
     row = r.to_row()
     row.update(timestamp=(r.timestamp - EPOCH) // _dt.timedelta(microseconds=1),
-               session=r.session or session, target_slug=target_slug(r.target_name, r.target_key),
+               session=r.session, target_slug=target_slug(r.target_name, r.target_key),
                rid_hash=rid_hash(r.record_id), committed=committed_us)
     return row
 

@@ -1,7 +1,11 @@
 """The directory of a DB: its marker file and subdirectories.
 
-``tunedb.json`` (the marker) names the format and the schema version that created the DB;
-a DB of a newer schema version is refused rather than misread.  The marker is written
+``tunedb.json`` (the marker) names the format, the schema version of the DB, the tunedb that
+created it (``created_by``) and the tunedb that last wrote the marker (``written_by``: the
+creator, or the ``tunedb upgrade`` that brought it to its schema version).  A DB of a newer
+schema version is refused rather than misread (``ValueError``, one line naming both versions);
+a DB of an older schema version opens for reading (see ``tunedb.index.parquet.store`` and
+``tunedb.index.parquet.upgrade``).  The marker is written
 atomically (temp file, fsync, rename, directory fsync), so a crash never leaves a
 half-written one.  See ``tunedb.index.parquet.store`` for what the subdirectories hold.
 
@@ -34,16 +38,43 @@ def _being_created(names: list[str]) -> bool:
                for n in names)
 
 
-def _check_marker(p: Path, marker: Path) -> None:
+def marker_info(schema_version: int = SCHEMA_VERSION, created_by: str = TUNEDB_VERSION) -> dict:
+    """The marker's content for a DB of ``schema_version`` written now by this tunedb."""
+    return {"format": "tunedb", "schema_version": schema_version, "created_by": created_by,
+            "written_by": TUNEDB_VERSION}
+
+
+def write_marker(p: Path, info: dict) -> None:
+    """Replace the marker of DB ``p`` atomically (temp file, fsync, rename, directory fsync)."""
+    atomic_write_bytes(p / MARKER, json.dumps(info).encode())
+
+
+def read_marker(p: Path) -> dict:
+    """The marker of DB ``p``, checked: ValueError (one line) when it is not a tunedb marker or
+    names a schema version newer than this tunedb reads."""
     try:
-        info = json.loads(marker.read_text())
-    except (OSError, json.JSONDecodeError):
+        info = json.loads((p / MARKER).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         info = {}
     if not isinstance(info, dict) or info.get("format") != "tunedb":
         raise ValueError(f"{p} is not a tunedb database ({MARKER} is not ours)")
-    if int(info.get("schema_version", 0)) > SCHEMA_VERSION:
-        raise ValueError(f"{p} has schema version {info['schema_version']}, newer than this tunedb "
-                         f"({SCHEMA_VERSION})")
+    v = info.get("schema_version", 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{p} is not a tunedb database ({MARKER} has no valid schema_version)")
+    if v > SCHEMA_VERSION:
+        by = info.get("written_by") or info.get("created_by") or "?"
+        raise ValueError(f"{p} was written by tunedb {by} (schema {v}); this is tunedb {TUNEDB_VERSION} "
+                         f"(schema <= {SCHEMA_VERSION}): upgrade tunedb")
+    return info
+
+
+def schema_version(p: Path) -> int:
+    """The schema version the marker of DB ``p`` names (checked as ``read_marker`` does)."""
+    return int(read_marker(p)["schema_version"])
+
+
+def _check_marker(p: Path, marker: Path) -> None:
+    read_marker(p)
 
 
 def prepare(path: str | os.PathLike, create: bool) -> Path:
@@ -74,8 +105,7 @@ def prepare(path: str | os.PathLike, create: bool) -> Path:
                     remove_dead_temp(p / n, max_age_s=60.0)  # a marker temp of a killed creator
             if not marker.exists():
                 # every concurrent creator writes the same content; the last rename wins
-                atomic_write_bytes(marker, json.dumps({"format": "tunedb", "schema_version": SCHEMA_VERSION,
-                                                       "created_by": TUNEDB_VERSION}).encode())
+                atomic_write_bytes(marker, json.dumps(marker_info()).encode())
     _check_marker(p, marker)
     for d in SUBDIRS:
         try:

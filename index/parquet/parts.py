@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from tunedb.index.parquet.fsutil import fsync_dir, stage_bytes, unlink_quietly
 from tunedb.index.record import target_slug as target_slug
-from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.schema import RECORD_SCHEMA, conform
 from tunedb.index.tables import first_by_record_id
 
 META_SUPERSEDES = b"tunedb.supersedes"
@@ -79,7 +79,8 @@ def stamp(table: pa.Table, slug: str, committed_us: int) -> pa.Table:
     n = table.num_rows
     table = table.add_column(RECORD_SCHEMA.get_field_index("target_slug"), RECORD_SCHEMA.field("target_slug"),
                              pa.repeat(pa.scalar(slug), n))
-    return table.append_column(RECORD_SCHEMA.field("committed"), pa.repeat(pa.scalar(committed_us, TS_TYPE), n))
+    return table.add_column(RECORD_SCHEMA.get_field_index("committed"), RECORD_SCHEMA.field("committed"),
+                            pa.repeat(pa.scalar(committed_us, TS_TYPE), n))
 
 
 def split_by_target(table: pa.Table) -> list[tuple[str, pa.Table]]:
@@ -285,7 +286,9 @@ def superseded_by(d: Path, names: list[str]) -> set[str]:
 
 def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.ndarray] | None, *,
                       min_files: int = 2, small_only: bool = False, small_bytes: int = 1 << 20,
-                      written: Callable[[Path], None] | None = None) -> dict | None:
+                      written: Callable[[Path], None] | None = None,
+                      transform: Callable[[pa.Table], pa.Table] | None = None,
+                      skip_if: Callable[[Path, list[str]], bool] | None = None) -> dict | None:
     """Rewrite partition ``d`` into one compacted file, keeping rows where ``keep(table)`` is
     true (all rows when None), de-duplicated by record_id.  The caller holds the DB lock
     (exclusive): only files listed here are merged, so concurrent appends are never touched.
@@ -293,6 +296,11 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
     ``small_only``: merge only files smaller than ``small_bytes`` (tiered automatic
     compaction: big compacted files are not rewritten again and again).  ``written(path)`` is
     called once the compacted file is published and the old files are deleted.
+    Files of any schema this tunedb reads are merged into the current ``RECORD_SCHEMA``
+    (``tunedb.index.schema.conform``: a schema-1 file's missing host/origin become ``""``);
+    ``transform(table)`` (the merged, de-duplicated table) may then rewrite column values
+    (``tunedb upgrade`` recovers origins that way).  ``skip_if(d, live names)`` true: nothing to do
+    in this partition (after the superseded leftovers are deleted).
     Returns this partition's counts (partitions, files_before, files_after, rows_before,
     rows_after), or None when there was nothing to rewrite.
 
@@ -312,6 +320,8 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
         except FileNotFoundError:
             pass
     names = [n for n in names if n not in sup]
+    if skip_if is not None and skip_if(d, names):
+        return None
     if small_only:
         names = [n for n in names if (d / n).stat().st_size < small_bytes]
     if not names or (keep is None and len(names) < min_files
@@ -319,9 +329,11 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
         return None  # (``compact`` still rewrites a lone commit file: dictionaries, zstd)
     tables = [pq.ParquetFile(d / n).read(use_threads=False) for n in names]
     md = tables[0].schema.metadata or {}
-    table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+    table = pa.concat_tables([conform(t).replace_schema_metadata(None) for t in tables])
     rows_before = table.num_rows
     table = first_by_record_id(table)
+    if transform is not None:
+        table = transform(table)
     if keep is not None:
         mask = keep(table)
         table = table.filter(pa.array(mask))

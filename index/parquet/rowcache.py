@@ -28,11 +28,11 @@ from tunedb.index.record import Record
 #: columns a decoded table is built from (read from a file when it is not a journal's table)
 ROW_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key", "workload",
                "config_key", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
-               "source", "session", "meta", "entry_key")
-# a decoded row: record_id, costs, status, error, source, session, target_name, meta,
-# compile_s, wall_s, timestamp (datetime), entry_key
+               "source", "session", "meta", "entry_key", "host", "origin")
+# a decoded row: record_id, costs, status, error, source, session, target_name, meta, host,
+# origin, compile_s, wall_s, timestamp (datetime), entry_key
 
-_DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta")  # order of _rows
+_DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta", "host", "origin")  # order of _rows
 
 
 def decode(tab: pa.Table) -> dict:
@@ -48,6 +48,9 @@ def decode(tab: pa.Table) -> dict:
     n = tab.num_rows
     cols = []
     for c in _DICT_COLUMNS:  # repeated strings: one Python object per distinct value
+        if c not in tab.column_names:  # host/origin of a schema-1 file: unknown
+            cols.append([""] * n)
+            continue
         enc = pc.dictionary_encode(tab.column(c).combine_chunks())
         vals = [v or "" for v in enc.dictionary.to_pylist()] if c != "meta" else \
             [v or "{}" for v in enc.dictionary.to_pylist()]
@@ -83,7 +86,8 @@ class TableCache:
             return t
         tab = mem.get(path)
         if tab is None:
-            tab = pq.read_table(path, columns=list(ROW_COLUMNS), memory_map=True)
+            names = set(pq.read_schema(path).names)  # a schema-1 file has no host/origin
+            tab = pq.read_table(path, columns=[c for c in ROW_COLUMNS if c in names], memory_map=True)
         t = decode(tab)
         self._tables[path] = t
         self.rows += t["_n"]
@@ -113,11 +117,11 @@ def record_at(t: dict, row: int, lk: int, known: tuple | None, parse_json: Calla
         known = (parse_json(tj), parse_json(wj), json.loads(cj), tj, wj, cj,
                  t["target_key"][row].as_py(), t["workload_key"][row].as_py(), t["config_key"][row].as_py())
     tdict, wdict, cdict, tj, wj, cj, tk, wk, ck = known
-    rid, costs, status, error, source, session, tname, meta, cs, ws, ts, ek = t["_rows"][row]
+    rid, costs, status, error, source, session, tname, meta, host, origin, cs, ws, ts, ek = t["_rows"][row]
     # one dict display, installed as the Record's __dict__ (Record._from_fields)
     return Record._from_fields({
         "target": tdict, "workload": wdict, "config": cdict, "costs": costs, "status": status,
         "error": error, "compile_s": cs, "wall_s": ws, "timestamp": ts, "source": source, "session": session,
         "meta": json.loads(meta) if meta != "{}" else {}, "record_id": rid, "target_name": tname,
         "target_key": tk, "workload_key": wk, "config_key": ck, "target_json": tj, "workload_json": wj,
-        "config_json": cj, "meta_json": meta, "lookup_key": lk, "entry_key": ek})
+        "config_json": cj, "meta_json": meta, "lookup_key": lk, "entry_key": ek, "host": host, "origin": origin})

@@ -43,6 +43,19 @@ Contract
 * Thread safety: one handle may be shared by threads (an internal lock guards its state).
 * Costs and times are seconds; timestamps UTC.
 
+Schema versions (``docs/schema.md``)
+------------------------------------
+The marker names the DB's schema version.  Schema 2 (tunedb 0.2.0) added the record columns
+``host`` and ``origin``.  A DB of an older schema (1: tunedb 0.1.0) opens as it is and every
+read answers exactly as the tunedb that wrote it did (its files lack host/origin: they read as
+``""``, unknown).  Such a handle is read-only: ``commit``, ``invalidate``, ``mark``,
+``compact``, ``dedup`` and ``forget`` raise ``ValueError`` with the one line "DIR is a tunedb
+schema 1 database; run `tunedb upgrade --db DIR` to write to it" before writing anything, and
+opening it folds no journal (the old writer's journals are read in place), so a reader of a
+shared or read-only copy never changes it and never needs to upgrade.  ``tunedb upgrade``
+(``tunedb.index.parquet.upgrade``) brings it to the current schema in place.  A DB of a newer
+schema is refused at open (see ``tunedb.index.parquet.layout``).
+
 This module is the handle (opening, refreshing, committing, maintenance and queries); the
 pieces it is built from each have their own module: ``tunedb.index.parquet.parts`` (part files: naming,
 durable publishing, compression layouts, partition rewrites), ``tunedb.index.parquet.journal`` and
@@ -92,7 +105,8 @@ from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import TableCache, record_at
 from tunedb.index.record import Record
 from tunedb.index.retention import dedup_mask, retention_mask
-from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.schema import RECORD_SCHEMA, conform
+from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
 
@@ -122,8 +136,10 @@ class TuningDB(RecordStore):
     OVERLAY_LIMIT = 200_000       # own-commit records kept outside the sorted arrays before a rebuild
 
     # ------------------------------------------------------------------ opening
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, schema_version: int = SCHEMA_VERSION):
         self.path = Path(path)
+        #: the DB's schema version (its marker's); below SCHEMA_VERSION the handle is read-only
+        self.schema_version = schema_version
         self.records_dir = self.path / "records"
         self.inval_dir = self.path / "invalidations"
         self.verdict_dir = self.path / verdicts.DIRNAME
@@ -160,7 +176,7 @@ class TuningDB(RecordStore):
         processes may create the same new DB at once, see ``layout.prepare``).  Finishes
         what a crashed process left: folds abandoned journals, deletes superseded files."""
         p = layout.prepare(path, create)
-        db = cls(p)
+        db = cls(p, layout.schema_version(p))
         db.refresh()
         _OPEN_HANDLES.add(db)
         return db
@@ -191,6 +207,18 @@ class TuningDB(RecordStore):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @property
+    def writable_schema(self) -> bool:
+        """Whether this tunedb writes to the DB: its schema is the current one (an older one is
+        read-only until ``tunedb upgrade``)."""
+        return self.schema_version >= SCHEMA_VERSION
+
+    def _check_writable(self) -> None:
+        """ValueError (one line) when the DB's schema is older than this tunedb writes."""
+        if not self.writable_schema:
+            raise ValueError(f"{self.path} is a tunedb schema {self.schema_version} database; "
+                             f"run `tunedb upgrade --db {self.path}` to write to it")
 
     # ------------------------------------------------------------- scanning
     def _read_chunk(self, path: Path) -> Chunk:
@@ -276,7 +304,7 @@ class TuningDB(RecordStore):
             j = None
         if j is None or j.pid != os.getpid():  # (a forked child never appends to its parent's)
             j = self._journal = JournalWriter(self.journal_dir)
-        j.append([journal_row(r, committed, self.session) for r in recs])
+        j.append([journal_row(r, committed) for r in recs])
 
     def _maybe_fold_own_journal(self) -> None:
         """Fold this handle's journal once it holds ``JOURNAL_FOLD`` records.  Its records are
@@ -314,6 +342,8 @@ class TuningDB(RecordStore):
     def _fold_abandoned_journals(self, strict: bool = False) -> None:
         """Fold the journals of writers that are gone (``strict``: raise OSError when one cannot
         be written, else warn and leave it; see ``journal_fold.fold_abandoned``)."""
+        if not self.writable_schema:
+            return  # an older schema's journals are read in place (see module docstring)
         own = self._journal.path if self._journal is not None else None
         journal_fold.fold_abandoned(self.journal_dir, own, lambda p: self._fold(p, recovering=True), strict=strict)
 
@@ -360,8 +390,10 @@ class TuningDB(RecordStore):
 
         Records whose record_id this handle already holds are skipped (idempotent
         re-commit).  Raises ValueError naming the field and the record when any record
-        is invalid; then nothing of the commit is written.
+        is invalid; then nothing of the commit is written.  ValueError (nothing written) when
+        the DB has an older schema (see module docstring).
         """
+        self._check_writable()
         if isinstance(records, RecordBatch):
             batch: RecordBatch | None = records
             batch.check()
@@ -388,7 +420,11 @@ class TuningDB(RecordStore):
             if not n_new:
                 return 0
             committed = parts.now_us()
-            if n_new <= self.SMALL_COMMIT:
+            # a batch of records written by another tunedb version (a copy) keeps its version
+            # columns only through the file path: Records carry no version
+            foreign = batch is not None and not recs and pc.any(pc.not_equal(
+                batch.table.column("tunedb_version"), TUNEDB_VERSION)).as_py()
+            if n_new <= self.SMALL_COMMIT and not foreign:
                 if batch is not None and not recs:
                     recs = batch.table.filter(pa.array(keep)) if n_new < len(keep) else batch.table
                     recs = RecordBatch(recs, batch.target_meta).to_records()
@@ -436,7 +472,7 @@ class TuningDB(RecordStore):
         for tkey, group in by_target.items():
             first = group[0]
             # one C++ conversion of the rows (27 per-column conversions cost more for a few rows)
-            table = journal_table([journal_row(r, committed, self.session) for r in group])
+            table = journal_table([journal_row(r, committed) for r in group])
             specs.append(parts.PartSpec(_slug(first.target_name, tkey), table,
                                         parts.target_file_meta(tkey, first.target_name, first.target_json)))
         for path in parts.publish_parts(self.records_dir, specs):  # all targets or none
@@ -511,7 +547,7 @@ class TuningDB(RecordStore):
         OSError when one cannot be written (a full disk); a read-only DB folds nothing."""
         with self._lock:
             self._fold_own_journal()
-            self._fold_abandoned_journals(strict=True)
+            self._fold_abandoned_journals(strict=True)  # (none for an older schema: read in place)
 
     def _all_partition_dirs(self) -> list[Path]:
         return parts.partition_dirs(self.records_dir)
@@ -524,12 +560,14 @@ class TuningDB(RecordStore):
         """Merge the files of every partition into one (under the DB lock).  Returns counts.
         OSError (e.g. ENOSPC) when it cannot write: then what it had not finished is as it
         was (each partition's rewrite is all-or-nothing) and nothing is lost."""
+        self._check_writable()
         self._fold_journals()
         return self._rewrite_partitions(self._all_partition_dirs(), keep=None)
 
     def dedup(self) -> dict:
         """Remove repeated identical measurements: same (target, workload, config), status
         and costs; the earliest is kept.  Returns counts (``removed``)."""
+        self._check_writable()
         self._fold_journals()
         st = self._rewrite_partitions(self._all_partition_dirs(), keep=dedup_mask)
         st["removed"] = st["rows_before"] - st["rows_after"]
@@ -541,6 +579,7 @@ class TuningDB(RecordStore):
         are given, which then apply to that target only).  ``keep_top``: per (target, workload)
         keep the k best ``ok`` records (failed measurements are kept: they stop retries).
         ``older_than_days``: drop records measured longer ago than that."""
+        self._check_writable()
         self._fold_journals()
         if keep_top is None and older_than_days is None and target is None:
             raise ValueError("forget needs keep_top, older_than_days or target")
@@ -580,6 +619,7 @@ class TuningDB(RecordStore):
     def invalidate(self, target: Any) -> str:
         """Mark ``target`` stale (e.g. after a toolchain upgrade): its records committed until
         now no longer answer ``lookup``/``best``; later measurements do.  Returns its key."""
+        self._check_writable()
         tkey = self._target_key(target)
         if tkey not in self._target_meta and not self._partition_dirs_of(tkey):
             raise ValueError(f"unknown target {target!r}")
@@ -592,6 +632,7 @@ class TuningDB(RecordStore):
         from tunedb.index.base import check_verdicts
 
         check_verdicts(verdicts_)
+        self._check_writable()  # (an older schema's DB is read-only)
         if not verdicts_:
             return 0
         rids = list(verdicts_)
@@ -764,7 +805,7 @@ class TuningDB(RecordStore):
             for _attempt in range(20):
                 paths = self._live_paths()
                 try:
-                    read = [self._mem[p] if p in self._mem else pq.read_table(p) for p in paths]
+                    read = [conform(self._mem[p] if p in self._mem else pq.read_table(p)) for p in paths]
                     break
                 except FileNotFoundError:
                     self.refresh()

@@ -2,9 +2,17 @@
 and exposes ``register(subparsers, common)``; a command's handler takes ``args`` and returns
 nothing (it prints through ``cliutil.emit``) or raises ``cliutil.UserError``.
 
-The global options ``--db`` and ``--json`` are accepted before or after the command, as
-git/docker/kubectl accept them (``tunedb --db DIR stats`` == ``tunedb stats --db DIR``); a
-value given after the command wins over one given before.  User errors and ``OSError``s
+The global options ``--db``, ``--also``, ``--layers`` and ``--json`` are accepted before or
+after the command, as git/docker/kubectl accept them (``tunedb --db DIR stats`` == ``tunedb
+stats --db DIR``); a value given after the command wins over one given before (for the
+repeatable ``--db`` and ``--also``: the list given after the command replaces the one before).
+
+Layered databases: ``--db`` may be repeated; the first is the layer written to, the others are
+read-only lower layers, and each ``--also LOCATION`` adds a read-only layer below them (in the
+order given).  ``--layers ordered|union`` picks how the layers answer (default ordered; see
+``tunedb.index.layered``).  ``args.db`` stays the first ``--db`` (a string), ``args.db_extra``
+holds the further ``--db`` values and ``args.also`` the ``--also`` ones; ``cliutil.open_db``
+opens them all.  User errors and ``OSError``s
 (disk full, permission denied, ...) are one line on stderr and exit status 2.
 """
 
@@ -13,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from tunedb.transfer.cli.util import UserError
@@ -32,8 +41,36 @@ COMMAND_MODULES = (
 )
 
 DEFAULT_DB = "./tunedb-data"
-DB_HELP = "database directory (default ./tunedb-data)"
+DB_HELP = ("database directory or URL (default ./tunedb-data); repeat it for layers: the first is written, "
+           "the others are read-only lower layers")
+ALSO_HELP = "a read-only lower layer below --db (a directory or URL; repeatable, most specific first)"
+LAYERS_HELP = "how layers answer: ordered (the first layer that has it, default) or union (the best of all)"
 JSON_HELP = "print exactly one JSON object on stdout"
+LAYER_MODES = ("ordered", "union")
+
+
+class _DbAction(argparse.Action):
+    """``--db``: the first one on its side of the command sets ``db``, later ones go to
+    ``db_extra`` (lower layers).  The sub-parser parses into a fresh namespace, so a ``--db``
+    after the command starts a new list that replaces the one given before it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if getattr(namespace, "db_given", False):
+            namespace.db_extra = [*getattr(namespace, "db_extra", []), values]
+        else:
+            namespace.db = values
+            namespace.db_extra = []
+            namespace.db_given = True
+
+
+def _add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """The global options; on the top-level parser with their defaults, on the commands' copy
+    with SUPPRESS (set only when given after the command)."""
+    dflt = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    p.add_argument("--db", action=_DbAction, default=dflt(DEFAULT_DB), help=DB_HELP)
+    p.add_argument("--also", action="append", default=dflt(None), metavar="LOCATION", help=ALSO_HELP)
+    p.add_argument("--layers", choices=LAYER_MODES, default=dflt("ordered"), help=LAYERS_HELP)
+    p.add_argument("--json", action="store_true", default=dflt(False), help=JSON_HELP)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,11 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     # SUPPRESS, so they set ``args.db``/``args.json`` only when given after the command (and
     # then win, since argparse copies the sub-parser's namespace over the top-level one).
     common = _Parser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help=DB_HELP)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=JSON_HELP)
+    _add_global_options(common, top=False)
     parser = _Parser(prog="tunedb", description="tuning-record database and transfer engine")
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
-    parser.add_argument("--json", action="store_true", default=False, help=JSON_HELP)
+    _add_global_options(parser, top=True)
+    parser.set_defaults(db_extra=[], db_given=False)
     parser.add_argument("--version", action=_VersionAction,
                         help="print the tunedb and schema versions and exit (JSON after --json)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -105,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
     except UserError as e:
         sys.stderr.write(f"tunedb: error: {e}\n")
+        return 2
+    except ValueError as e:
+        # the store contract's "bad input" error (an unknown target, a schema-1 DB that must be
+        # upgraded before writing, ...): one line like a UserError; TUNEDB_DEBUG=1 shows the traceback
+        if os.environ.get("TUNEDB_DEBUG"):
+            raise
+        text = str(e).strip().splitlines()
+        sys.stderr.write(f"tunedb: error: {text[0] if text else type(e).__name__}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("tunedb: interrupted; everything measured so far is kept\n")

@@ -83,17 +83,55 @@ def parse_config(spec: str) -> dict:
     return c
 
 
-def open_db(args, *, must_exist: bool = False):
-    """Open ``args.db``; a path that is not a tunedb DB is a user error."""
-    from tunedb.index import TuningDB
+def _is_directory_location(location: str) -> bool:
+    """Whether ``location`` names a Parquet directory (not a URL or ``memory:``)."""
+    return "://" not in location and not location.startswith("memory:")
 
-    path = getattr(args, "db", "./tunedb-data")
-    if must_exist and not os.path.isdir(path):
-        raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
+
+def _open_location(location: str, *, create: bool, lower: bool):
+    from tunedb.index.stores import open_store
+
     try:
-        return TuningDB.open(path)
+        return open_store(location, create=create)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot open database {path}: {e}") from None
+        what = "lower layer" if lower else "database"
+        text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).strip().splitlines()
+        raise UserError(f"cannot open {what} {location}: {text[0] if text else type(e).__name__}") from None
+
+
+def db_locations(args) -> list[str]:
+    """The locations the global options name, most specific first: ``--db`` (the written one),
+    further ``--db`` values, then ``--also`` values."""
+    first = getattr(args, "db", "./tunedb-data")
+    return [first, *(getattr(args, "db_extra", None) or []), *(getattr(args, "also", None) or [])]
+
+
+def open_db(args, *, must_exist: bool = False):
+    """Open the store(s) the global options name: ``args.db`` (a directory or URL; a path that is
+    not a tunedb DB is a user error), or - when lower layers are given (a repeated ``--db``,
+    ``--also``) - a ``LayeredStore`` over them in ``args.layers`` mode (default ordered), written
+    through the first.  Lower layers are opened with ``create=False``: a missing one is a user
+    error (one line), as is a location given twice."""
+    locs = db_locations(args)
+    path = locs[0]
+    if must_exist and _is_directory_location(path) and not os.path.isdir(path):
+        raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
+    seen: set[str] = set()
+    for loc in locs:
+        norm = os.path.realpath(loc) if _is_directory_location(loc) else loc
+        if norm in seen and not loc.startswith("memory:"):
+            raise UserError(f"layer {loc} is given twice")
+        seen.add(norm)
+    for loc in locs[1:]:
+        if _is_directory_location(loc) and not os.path.isdir(loc):
+            raise UserError(f"no tunedb database at {loc} (a lower layer must exist)")
+    top = _open_location(path, create=True, lower=False)
+    if len(locs) == 1:
+        return top
+    from tunedb.index.layered import LayeredStore
+
+    lower = [_open_location(loc, create=False, lower=True) for loc in locs[1:]]
+    return LayeredStore([top, *lower], writable=0, mode=getattr(args, "layers", None) or "ordered")
 
 
 def resolve_target(spec: str, db=None) -> dict:

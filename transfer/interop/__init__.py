@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tunedb.index.keys import canonical_json_normalised, hash64, key_of, key_of_text, normalise
-from tunedb.index.record import Record, target_display_name
+from tunedb.index.record import Record, target_display_name, this_host
 
 MAX_REPORTED_ERRORS = 10
 
@@ -102,10 +102,18 @@ class Format:
         return importlib.import_module(f"tunedb.transfer.interop.{self.module}")
 
     def parse(self, path: str | Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
-        """Yield Records and ImportIssues of one path (raises ImportFormatError for a bad file)."""
+        """Yield Records and ImportIssues of one path (raises ImportFormatError for a bad file).
+
+        Provenance: every record's ``origin`` is the imported file's name (``path``'s last
+        component), so a store says which file a record came from; a record of a tunedb export
+        (jsonl/parquet) that already names an origin keeps it.  ``host`` is this machine for
+        records this import creates (the foreign formats), the exported value for tunedb
+        exports."""
         if self.module == "tabular":
-            return self._mod().parse(Path(path), device=device, fmt=self.name)
-        return self._mod().parse(Path(path), device=device)
+            items = self._mod().parse(Path(path), device=device, fmt=self.name)
+        else:
+            items = self._mod().parse(Path(path), device=device)
+        return _with_origin(items, Path(path).name)
 
     def export(self, records: Iterable[Record], out: str | Path) -> ExportReport:
         """Write ``records`` to ``out`` in this format; see the module of the format for layout."""
@@ -121,6 +129,15 @@ FORMATS: dict[str, Format] = {
     "parquet": Format("parquet", "tabular", ""),
     "jsonl": Format("jsonl", "tabular", ""),
 }
+
+
+def _with_origin(items: Iterator[Record | ImportIssue], origin: str) -> Iterator[Record | ImportIssue]:
+    """``items`` with ``origin`` set on each Record that has none.  The Records are fresh (made
+    by the parser for this import and not yet seen by anyone), so their field is set in place."""
+    for item in items:
+        if isinstance(item, Record) and not item.origin:
+            item.__dict__["origin"] = origin
+        yield item
 
 
 def get_format(name: str) -> Format:
@@ -228,7 +245,8 @@ class Prepared:
 _RECORD_FIELDS = {f.name for f in dataclasses.fields(Record)}
 _FAST_FIELDS = {"target", "workload", "config", "costs", "status", "error", "compile_s", "wall_s", "timestamp",
                 "source", "session", "meta", "record_id", "target_name", "target_key", "workload_key",
-                "config_key", "target_json", "workload_json", "config_json", "meta_json", "lookup_key", "entry_key"}
+                "config_key", "target_json", "workload_json", "config_json", "meta_json", "lookup_key", "entry_key",
+                "host", "origin"}
 FAST_PATH = _RECORD_FIELDS == _FAST_FIELDS  # fall back to the constructor if Record changes shape
 
 
@@ -236,10 +254,12 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
                 status: str = "ok", error: str = "", compile_s: float | None = None,
                 wall_s: float | None = None, timestamp: _dt.datetime | None = None, source: str,
                 meta: Mapping[str, Any] | None = None, record_id: str, session: str = "",
-                target_name: str = "", meta_normalised: bool = False) -> Record:
+                target_name: str = "", meta_normalised: bool = False, host: str | None = None,
+                origin: str = "") -> Record:
     """Build a Record equal to ``Record(...)`` with the same arguments, without re-normalising the
     shared target/workload for every record (import hot path).  ``record_id`` is required;
-    ``meta_normalised`` says ``meta`` already went through :func:`fast_normalise`.
+    ``meta_normalised`` says ``meta`` already went through :func:`fast_normalise`; ``host`` None
+    is this machine, as for ``Record`` (``Format.parse`` sets ``origin`` to the imported file).
 
     The record is validated (``Record.validate``): raises ValueError for data that ``Record`` or
     a commit would reject (non-JSON config/meta, bad costs, unknown status, ``ok`` without costs).
@@ -248,7 +268,7 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
     if not FAST_PATH:  # pragma: no cover - only when Record gains/loses fields
         rec = Record(target.value, workload.value, dict(config), costs=tuple(costs), status=status, error=error,
                      compile_s=compile_s, wall_s=wall_s, timestamp=timestamp, source=source, meta=meta,
-                     record_id=record_id, session=session, target_name=target_name)
+                     record_id=record_id, session=session, target_name=target_name, host=host, origin=origin)
         rec.validate()
         return rec
     if not isinstance(config, Mapping):
@@ -273,7 +293,8 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
              meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id,
              target_name=target_name or target.name, target_key=target.key, workload_key=workload.key,
              config_key=ck, target_json=target.text, workload_json=workload.text, config_json=cj,
-             lookup_key=hash64(target.key, workload.key, ck), entry_key=hash64(target.key, workload.key))
+             lookup_key=hash64(target.key, workload.key, ck), entry_key=hash64(target.key, workload.key),
+             host=this_host() if host is None else host, origin=origin)
     d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
     r.validate()
     return r

@@ -9,6 +9,10 @@
   directory (or a store's ``records/`` directory, or one ``.parquet`` file): every ``*.parquet``
   file under it not starting with ``_`` or ``.``, each read on its own (never through the hive
   partition values, which could shadow a column of the same name).
+
+Both keep provenance: ``host`` and ``origin`` are exported and imported as they are; a file
+without them (an export of tunedb 0.1.0) gives ``host=""`` (unknown), and an imported record
+without an origin gets the imported file's name (``tunedb.transfer.interop.Format.parse``).
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ class _Builder:
         costs = d.get("costs") or ()
         if not isinstance(costs, (list, tuple)):
             raise ValueError("field 'costs' must be a list of numbers")
-        for k in ("error", "source", "session", "status"):
+        for k in ("error", "source", "session", "status", "host", "origin"):
             if d.get(k) is not None and not isinstance(d.get(k), str):
                 raise ValueError(f"field '{k}' must be a string")
         rid = d.get("record_id") or ""
@@ -105,7 +109,8 @@ class _Builder:
         rec = make_record(tp, wp, config, costs=costs, status=d.get("status") or "ok", error=d.get("error") or "",
                           compile_s=d.get("compile_s"), wall_s=d.get("wall_s"), timestamp=ts,
                           source=d.get("source") or "measured", session=d.get("session") or "", meta=meta,
-                          record_id=rid, target_name=name or "")
+                          record_id=rid, target_name=name or "", host=d.get("host") or "",
+                          origin=d.get("origin") or "")
         return rec
 
 
@@ -170,7 +175,7 @@ def _parquet_files(path: Path) -> list[Path]:
 
 
 _ROW_COLUMNS = ("record_id", "target_name", "target", "workload", "config", "costs", "status", "error",
-                "compile_s", "wall_s", "timestamp", "source", "session", "meta")
+                "compile_s", "wall_s", "timestamp", "source", "session", "meta", "host", "origin")
 
 
 def records_from_table(table: pa.Table) -> list[Record]:

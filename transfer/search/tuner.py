@@ -313,6 +313,9 @@ class Tuner:
             self._X_base = self._features.matrix(cfgs, wls, tgs)
             self._y_base = np.log(np.asarray(costs, np.float64))
         X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
+        if not len(cfgs):  # no other entries of the family: the model is of this run's own evaluations
+            self._X_base = np.zeros((0, X_own.shape[1]), X_own.dtype)
+            self._y_base = np.zeros(0, np.float64)
         X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
         y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
         boost = own_sample_weight(len(cfgs), len(own), self.opt.own_weight)
@@ -471,7 +474,8 @@ class Tuner:
 
 
 def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any], *, budget: int = 16,
-         options: TuneOptions | None = None, backend: MeasureBackend | None = None, **kw: Any) -> TuneResult:
+         options: TuneOptions | None = None, backend: MeasureBackend | None = None, trust: str | None = None,
+         **kw: Any) -> TuneResult:
     """Tune ``workload`` on ``target`` (a local preset of this machine) with real builds: the public
     ``tunedb.tune``.
 
@@ -479,8 +483,14 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     (``local_job``); ``backend`` defaults to ``LocalBackend()``.  ``options`` (default
     ``TuneOptions(budget=budget)``; when given, ``budget`` is ignored); ``kw`` goes to
     :class:`Tuner` (``progress``, ``model``).  Every evaluation asks ``db`` first and commits what
-    it measures (see the module docstring), so a rerun is all cache hits.  Raises ValueError (one
-    line) for a target that is not a local preset or a workload no kernel family accepts."""
+    it measures (see the module docstring), so a rerun is all cache hits.  ``trust`` (e.g.
+    ``"measured,imported:autotvm"``, see ``tunedb.index.trust``): only records it trusts answer
+    look-ups, seeds and the model (``db`` is wrapped in a ``TrustedStore``; commits go to ``db``).
+    Raises ValueError (one line) for a target that is not a local preset, a workload no kernel
+    family accepts or a bad trust policy."""
+    from tunedb.index.trust import trusted_view
+
+    db = trusted_view(db, trust)
     job = local_job(target, workload, backend)
     return Tuner(db, job.target, job.workload, job.space, job.backend, options or TuneOptions(budget=budget),
                  **job.tuner_kwargs(), **kw).run()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tunedb.transfer.cli.util import UserError, emit
+from tunedb.transfer.cli.util import UserError, emit, open_db
 from tunedb.transfer.interop import FORMATS, ExportFormatError, ImportFormatError, collect
 
 DEVICE_FORMATS = ("autotvm", "metaschedule", "kernel-tuner")
@@ -41,16 +41,9 @@ def register(sub, common) -> None:
     e.set_defaults(func=run_export)
 
 
-def _open_db(path: str, create: bool):
-    from tunedb.index import TuningDB
-
-    p = Path(path)
-    if not create and not p.is_dir():
-        raise UserError(f"no tunedb database at {path}")
-    try:
-        return TuningDB.open(p)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot open database {path}: {e}") from None
+def _open_db(args, create: bool):
+    """The store(s) of the global options (``--db``, ``--also``; directories or URLs)."""
+    return open_db(args, must_exist=not create)
 
 
 def run_import(args) -> int:
@@ -71,7 +64,7 @@ def run_import(args) -> int:
         first = report.errors[0] if report.errors else {"where": "?", "error": "?"}
         raise UserError(f"--strict: {report.skipped} line(s) skipped, nothing written "
                         f"(first: {first['where']}: {first['error']})")
-    db = _open_db(args.db, create=True)
+    db = _open_db(args, create=True)
     new = 0
     if records:
         try:
@@ -102,7 +95,7 @@ def _records_of(db, target: str | None) -> list:
 
 def run_export(args) -> int:
     fmt = FORMATS[args.format]
-    db = _open_db(args.db, create=False)
+    db = _open_db(args, create=False)
     records = _records_of(db, args.target)
     out = Path(args.out)
     try:

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tunedb.transfer.cli.util import UserError, emit
+from tunedb.transfer.cli.util import UserError, emit, open_db
 
 
 def register(sub, common) -> None:
@@ -34,17 +34,9 @@ def _check_out_dir(out: str) -> Path:
 
 
 def run_report(args) -> int:
-    from tunedb.index import TuningDB
-    from tunedb.index.parquet.store import MARKER
     from tunedb.transfer.apps.report import build_report, load_runs
 
-    db_path = Path(args.db)
-    if not db_path.is_dir() or not ((db_path / MARKER).is_file() or (db_path / "records").is_dir()):
-        raise UserError(f"no tunedb database at {args.db}")
-    try:
-        db = TuningDB.open(db_path, create=False)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot open database {args.db}: {e}") from None
+    db = open_db(args, must_exist=True)
     try:
         runs = load_runs(args.runs)
     except ValueError as e:

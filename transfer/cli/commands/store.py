@@ -4,6 +4,23 @@ from __future__ import annotations
 
 from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, parse_workload, resolve_target, table_text
 
+TRUST_HELP = ("only records these patterns trust answer: measured, replay, imported[:FORMAT], "
+              "migrated[:TARGET], verified, host:NAME (comma-separated)")
+
+
+def trusted(args, open_it):
+    """``open_it()`` (the opened store), or a TrustedStore view of it when ``--trust`` was given.
+    The policy is parsed first: a bad one is a UserError and no store is opened (or created)."""
+    from tunedb.index.trust import parse_trust, trusted_view
+
+    policy = None
+    if getattr(args, "trust", None) is not None:
+        try:
+            policy = parse_trust(args.trust)
+        except ValueError as e:
+            raise UserError(f"--trust: {e}") from None
+    return trusted_view(open_it(), policy)
+
 
 def register(sub, common) -> None:
     p = sub.add_parser("init", parents=[common], help="create an empty database directory")
@@ -14,6 +31,7 @@ def register(sub, common) -> None:
     p.add_argument("--target", required=True)
     p.add_argument("--workload", required=True)
     p.add_argument("-k", type=int, default=1)
+    p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
     p.set_defaults(func=run_best)
     p = sub.add_parser("compact", parents=[common], help="merge small files per target")
     p.set_defaults(func=run_compact)
@@ -54,7 +72,7 @@ def _target_in_db(args, db, spec: str) -> dict:
 def run_best(args) -> None:
     if args.k < 1:
         raise UserError("-k must be >= 1")
-    db = open_db(args, must_exist=True)
+    db = trusted(args, lambda: open_db(args, must_exist=True))
     target = _target_in_db(args, db, args.target)
     workload = parse_workload(args.workload)
     recs = db.best(target, workload, args.k)

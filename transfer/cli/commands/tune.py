@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from tunedb.transfer.cli.commands.store import TRUST_HELP, trusted
 from tunedb.transfer.cli.util import (
     UserError,
     emit,
@@ -33,6 +34,7 @@ def register(sub, common) -> None:
     p.add_argument("--wall-time", type=float, metavar="SECONDS")
     p.add_argument("--patience", type=int, default=8, help="rounds without improvement before stopping")
     p.add_argument("--exact", action="store_true", help="start from the exact entry's best configs (lookup only)")
+    p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
     p.set_defaults(func=run_tune)
 
     p = sub.add_parser("warm-start", parents=[common], help="tune many workloads on a new target from history")
@@ -43,6 +45,7 @@ def register(sub, common) -> None:
     p.add_argument("--budget", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cold", action="store_true")
+    p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
     p.set_defaults(func=run_warm_start)
 
     p = sub.add_parser("predict", parents=[common], help="the cost model's predicted time for a config")
@@ -103,7 +106,7 @@ def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = 
 
 def run_tune(args) -> int:
     _check_budget(args.budget)
-    db = open_db(args)
+    db = trusted(args, lambda: open_db(args))
     job = make_job(args, db, args.target, args.workload, args.replay)
     res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
                    patience=args.patience, use_exact=args.exact)
@@ -133,7 +136,7 @@ def _workloads_from_file(path: str) -> list[dict]:
 
 def run_warm_start(args) -> int:
     _check_budget(args.budget)
-    db = open_db(args)
+    db = trusted(args, lambda: open_db(args))
     if args.workloads:
         workloads = _workloads_from_file(args.workloads)
     else:

@@ -1,0 +1,469 @@
+"""A record store in a PostgreSQL database: the whole ``tunedb.index.base.RecordStore`` contract,
+with the semantics of ``tunedb.index.memory.MemoryStore``, on a server any number of processes
+and machines share.
+
+Storage: the tables of ``tunedb.index.postgres.schema`` (migrated on open).  Records are stored
+as ``Record`` produced them (canonical JSON text, keys, ``costs`` as ``float8[]`` in seconds), so
+ids, keys and JSON are byte-identical to the Parquet store's.
+
+Durability: every write is one transaction and returns after it committed (the server's
+``synchronous_commit``, on by default, makes that a flushed WAL record): a crash of the client
+(even SIGKILL) after the return loses nothing, one before leaves all or nothing.
+
+Concurrency: any number of processes and threads may read and write at once.  A handle is one
+connection guarded by a lock (threads take turns); a forked child opens its own connection.
+Reads go to the server, so every handle sees every acknowledged commit (``refresh`` is a no-op).
+Commits insert in record_id order (no deadlocks between overlapping batches); ``committed`` is
+the commit transaction's start time (microseconds, UTC), so a commit that began before an
+invalidation committed is stale, as in the Parquet store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from tunedb.index.base import RecordStore, StoreStats, check_verdicts
+from tunedb.index.batch import RecordBatch
+from tunedb.index.keys import hash64
+from tunedb.index.postgres.schema import migrate
+from tunedb.index.record import Record, target_slug
+from tunedb.index.schema import RECORD_SCHEMA, conform
+
+_TS = pa.timestamp("us", tz="UTC")
+
+#: columns copied from a batch as they are (the batch's names; all are records columns)
+_PLAIN = ["record_id", "target_key", "target_name", "target", "workload_key", "family", "workload", "config_key",
+          "config", "cost", "status", "error", "compile_s", "wall_s", "source", "session", "meta", "lookup_key",
+          "entry_key", "tunedb_version", "schema_version", "rid_hash", "host", "origin"]
+
+#: the incoming rows of one commit: _PLAIN plus the computed ones (constant identifiers)
+_INCOMING = ("CREATE TEMP TABLE IF NOT EXISTS tunedb_incoming ("
+             "pos integer, record_id text, target_key text, target_name text, target text, workload_key text, "
+             "family text, workload text, config_key text, config text, cost float8, status text, error text, "
+             "compile_s float8, wall_s float8, source text, session text, meta text, lookup_key bigint, "
+             "entry_key bigint, tunedb_version text, schema_version integer, rid_hash bigint, host text, "
+             "origin text, costs float8[], ts_us bigint, target_slug text) ON COMMIT DELETE ROWS")
+_INCOMING_COLS = ["pos", *_PLAIN, "costs", "ts_us", "target_slug"]
+_COPY_IN = "COPY tunedb_incoming (" + ", ".join(_INCOMING_COLS) + ") FROM STDIN (FORMAT csv)"
+_INSERT = ("INSERT INTO records (" + ", ".join(_PLAIN) + ", costs, \"timestamp\", target_slug, committed, seq) "
+           "SELECT " + ", ".join(_PLAIN) + ", costs, timestamptz 'epoch' + ts_us * interval '1 microsecond', "
+           "target_slug, now(), %s * 4294967296 + pos FROM tunedb_incoming ORDER BY record_id, pos "
+           "ON CONFLICT (record_id) DO NOTHING")
+
+#: how each RECORD_SCHEMA column is read (SQL expression over ``r``) and parsed from CSV
+_READ: dict[str, tuple[str, pa.DataType]] = {
+    **{c: (f"r.{c}", RECORD_SCHEMA.field(c).type) for c in _PLAIN + ["target_slug"]},
+    "costs": ("array_to_string(r.costs, ',')", pa.string()),
+    "timestamp": ("(extract(epoch FROM r.\"timestamp\") * 1000000)::bigint", pa.int64()),
+    "committed": ("(extract(epoch FROM r.committed) * 1000000)::bigint", pa.int64()),
+}
+_READ_NAMES = [n for n in RECORD_SCHEMA.names if n in _READ]
+_SELECT = ", ".join(_READ[n][0] for n in _READ_NAMES)
+
+#: a row is stale when its target was invalidated at or after its commit
+_STALE = ("EXISTS (SELECT 1 FROM invalidations i WHERE i.target_key = r.target_key "
+          "AND i.invalidated_at >= r.committed)")
+_REFUTED = "EXISTS (SELECT 1 FROM verdicts v WHERE v.record_id = r.record_id AND v.verdict = 'refuted')"
+
+#: the columns of a point read (lookup/best), parsed by :func:`_record_of`
+_ROW_COLS = ["record_id", "target", "workload", "config", "costs", "status", "error", "compile_s", "wall_s",
+             "timestamp", "source", "session", "meta", "target_name", "host", "origin"]
+_ROW_SELECT = ", ".join("r." + ('"timestamp"' if c == "timestamp" else c) for c in _ROW_COLS)
+_LOOKUP = (f"SELECT {_ROW_SELECT}, {_STALE}, {_REFUTED} FROM records r WHERE r.lookup_key = %s "
+           "ORDER BY r.committed DESC, r.seq DESC LIMIT 1")
+_BEST = (f"SELECT {_ROW_SELECT} FROM (SELECT DISTINCT ON (r.config_key) r.* FROM records r "
+         f"WHERE r.entry_key = %s AND r.status = 'ok' AND NOT {_STALE} AND NOT {_REFUTED} "
+         "ORDER BY r.config_key, r.cost, r.committed, r.seq) r ORDER BY r.cost, r.committed, r.seq LIMIT %s")
+_BUMP = "UPDATE tunedb_changes SET n = n + 1 WHERE id = 1"
+_TABLES = ("records", "invalidations", "verdicts", "tunedb_meta", "tunedb_changes", "tunedb_schema")
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _import_psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise ValueError("a postgresql:// store needs psycopg: install tunedb[postgres]") from None
+    return psycopg
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (in the netloc or a ``password=`` query parameter)."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        netloc = userinfo.split(":", 1)[0] + "@" + host
+    query = urllib.parse.urlencode([(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+                                    if k != "password"])
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _record_of(row: tuple) -> Record:
+    """A Record of a point-read row (``_ROW_COLS`` order)."""
+    d = dict(zip(_ROW_COLS, row))
+    d["costs"] = tuple(d["costs"])
+    return Record.from_row(d)
+
+
+def _costs_text(costs: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``float8[]`` input literals (``{1.5,2}``) of a list<float64> column (shortest round-trip
+    decimal text, so PostgreSQL stores the exact doubles)."""
+    joined = pc.binary_join(pc.cast(costs, pa.list_(pa.string())), ",")
+    return pc.binary_join_element_wise("{", pc.fill_null(joined, ""), "}", "")
+
+
+def _parse_costs(text: pa.Array) -> pa.Array:
+    """list<float64> of ``array_to_string(costs, ',')`` texts (``""`` = no costs)."""
+    text = pc.fill_null(text, "")
+    parts = pc.split_pattern(text, ",")
+    lens = pc.if_else(pc.equal(text, ""), 0, pc.list_value_length(parts)).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(parts)
+    values = pc.filter(flat, pc.not_equal(flat, "")).cast(pa.float64())
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+class PostgresStore(RecordStore):
+    """A record store in a PostgreSQL database (see the module docstring).
+
+    ``url`` is a libpq URL (``postgresql://user[:password]@host[:port]/dbname[?options]``).
+    Opening connects, migrates the schema (``tunedb.index.postgres.schema.migrate``) and reads
+    the database's identity.  ``ValueError`` (one line) when psycopg is missing, the server
+    cannot be reached or the schema is newer than this code."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+        self._psycopg = _import_psycopg()
+        self._url = url
+        self._connect_timeout = connect_timeout
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self._pid = 0
+        self._stale_conns: list[Any] = []  # a parent's connections seen after fork: never used, never closed
+        self.lookups = 0
+        self.hits = 0
+        with self._db() as conn:
+            migrate(conn)
+            self._identity = conn.execute("SELECT value FROM tunedb_meta WHERE key = 'identity'").fetchone()[0]
+
+    @classmethod
+    def open(cls, url: str, **options: Any) -> PostgresStore:
+        """``PostgresStore(url, **options)``."""
+        return cls(url, **options)
+
+    # ------------------------------------------------------------------ connection
+    def _connect(self) -> Any:
+        pg = self._psycopg
+        try:
+            conn = pg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
+        except pg.OperationalError as e:
+            raise ValueError(f"cannot connect to {redact(self._url)}: {_one_line(e)}") from None
+        conn.execute("SET TIME ZONE 'UTC'")
+        return conn
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[Any]:
+        """The connection, under the handle's lock; a failure of the server or the network is an
+        ``OSError`` (one line)."""
+        pg = self._psycopg
+        with self._lock:
+            if self._conn is not None and self._pid != os.getpid():
+                self._stale_conns.append(self._conn)
+                self._conn = None
+            if self._conn is None or self._conn.closed:
+                self._conn = self._connect()
+                self._pid = os.getpid()
+            try:
+                yield self._conn
+            except pg.OperationalError as e:
+                if self._conn.closed or self._conn.broken:
+                    self._conn = None
+                raise OSError(f"PostgreSQL at {redact(self._url)}: {_one_line(e)}") from None
+
+    # ------------------------------------------------------------------ writing
+    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
+        """Validate everything (``ValueError``, nothing stored), then one transaction: COPY the
+        rows into a temporary table and insert the ones whose record_id is new.  Returns how many
+        were new; durable when it returns."""
+        if isinstance(records, RecordBatch):
+            records.check()
+            table = records.table
+        else:
+            recs = [records] if isinstance(records, Record) else list(records)
+            for r in recs:
+                if not isinstance(r, Record):
+                    raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
+                r.validate()
+            if not recs:
+                return 0
+            table = RecordBatch._from_records(recs, validate=False).table
+        if table.num_rows == 0:
+            return 0
+        data = self._incoming_csv(table)
+        with self._db() as conn:
+            with conn.transaction():
+                conn.execute(_INCOMING)
+                commit_no = conn.execute("SELECT nextval('tunedb_commit_seq')").fetchone()[0]
+                with conn.cursor() as cur:
+                    with cur.copy(_COPY_IN) as copy:
+                        copy.write(data)
+                    cur.execute(_INSERT, (commit_no,))
+                    new = cur.rowcount
+                if new:
+                    conn.execute(_BUMP)
+        return int(new)
+
+    @staticmethod
+    def _incoming_csv(table: pa.Table) -> bytes:
+        """The CSV of a batch table's rows in ``_INCOMING_COLS`` order (no header)."""
+        n = table.num_rows
+        names = pc.binary_join_element_wise(table.column("target_name"), table.column("target_key"), "\0")
+        enc = pc.dictionary_encode(names).combine_chunks()
+        slugs = pa.array([target_slug(*v.split("\0", 1)) for v in enc.dictionary.to_pylist()], pa.string())
+        cols = [pa.array(np.arange(n, dtype=np.int32))]
+        cols += [table.column(c) if c in table.column_names else pa.repeat(pa.scalar("", pa.string()), n)
+                 for c in _PLAIN]
+        cols += [_costs_text(table.column("costs")), table.column("timestamp").cast(pa.int64()),
+                 slugs.take(enc.indices)]
+        out = io.BytesIO()
+        pacsv.write_csv(pa.Table.from_arrays(cols, names=_INCOMING_COLS), out,
+                        pacsv.WriteOptions(include_header=False))
+        return out.getvalue()
+
+    def invalidate(self, target: Any) -> str:
+        tkey = self._target_key(target)
+        with self._db() as conn, conn.transaction():
+            row = conn.execute("SELECT target_name, max(committed) FROM records WHERE target_key = %s "
+                               "GROUP BY target_name LIMIT 1", (tkey,)).fetchone()
+            if row is None:
+                raise ValueError(f"unknown target {target!r}")
+            conn.execute("INSERT INTO invalidations (target_key, target_name, invalidated_at) "
+                         "SELECT %s, %s, greatest(clock_timestamp(), max(committed)) FROM records "
+                         "WHERE target_key = %s", (tkey, row[0], tkey))
+            conn.execute(_BUMP)
+        return tkey
+
+    def mark(self, verdicts: dict[str, str]) -> int:
+        check_verdicts(verdicts)
+        if not verdicts:
+            return 0
+        rids = list(verdicts)
+        with self._db() as conn, conn.transaction():
+            known = {r[0] for r in conn.execute("SELECT record_id FROM records WHERE record_id = ANY(%s) FOR SHARE",
+                                                (rids,)).fetchall()}
+            for rid in rids:
+                if rid not in known:
+                    raise ValueError(f"verdict for record {rid}: the store holds no such record")
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO verdicts (record_id, verdict, marked_at) VALUES (%s, %s, clock_timestamp()) "
+                                "ON CONFLICT (record_id) DO UPDATE SET verdict = excluded.verdict, "
+                                "marked_at = excluded.marked_at", list(verdicts.items()))
+            conn.execute(_BUMP)
+        return len(verdicts)
+
+    def verdicts(self) -> dict[str, str]:
+        with self._db() as conn:
+            rows = conn.execute("SELECT v.record_id, v.verdict FROM verdicts v JOIN records r USING (record_id) "
+                                "ORDER BY v.marked_at").fetchall()
+        return dict(rows)
+
+    # ------------------------------------------------------------------ maintenance
+    def _rewrite(self, keep_of: Any, where: str = "", params: tuple = ()) -> dict:
+        """Delete the rows (of ``where``) that ``keep_of(table)`` (a boolean mask over the
+        ``RECORD_SCHEMA`` table of those rows, in commit order) does not keep; one transaction
+        that blocks commits meanwhile."""
+        with self._db() as conn, conn.transaction():
+            conn.execute("LOCK TABLE records IN EXCLUSIVE MODE")
+            before = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+            t = self._read(conn, where, params)
+            keep = np.asarray(keep_of(t), bool)
+            drop = pc.filter(t.column("record_id"), pa.array(~keep)).to_pylist()
+            if drop:
+                conn.execute("DELETE FROM records WHERE record_id = ANY(%s)", (drop,))
+                conn.execute(_BUMP)
+        return {"rows_before": int(before), "rows_after": int(before) - len(drop), "removed": len(drop),
+                "files_before": 0, "files_after": 0}
+
+    def compact(self) -> dict:
+        """``VACUUM ANALYZE`` of the tables (reclaims deleted rows, refreshes the planner's
+        statistics); reads return the same."""
+        with self._db() as conn:
+            for table in _TABLES:
+                conn.execute("VACUUM ANALYZE " + table)  # constant identifiers
+            n = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+        return {"rows_before": int(n), "rows_after": int(n), "files_before": 0, "files_after": 0}
+
+    def dedup(self) -> dict:
+        from tunedb.index.retention import dedup_mask
+
+        return self._rewrite(dedup_mask)
+
+    def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
+               target: Any = None) -> dict:
+        from tunedb.index.retention import retention_mask
+
+        if keep_top is None and older_than_days is None and target is None:
+            raise ValueError("forget needs keep_top, older_than_days or target")
+        if keep_top is not None and keep_top < 0:
+            raise ValueError("keep_top must be >= 0")
+        where, params = "", ()
+        if target is not None:
+            tkey = self._target_key(target)
+            with self._db() as conn:
+                if conn.execute("SELECT 1 FROM records WHERE target_key = %s LIMIT 1", (tkey,)).fetchone() is None:
+                    raise ValueError(f"unknown target {target!r}")
+            where, params = "r.target_key = %s", (tkey,)
+        cutoff = None if older_than_days is None else _now_us() - int(older_than_days * 86400e6)
+        drop_all = target is not None and keep_top is None and older_than_days is None
+        return self._rewrite(lambda t: retention_mask(t, keep_top=keep_top, cutoff_us=cutoff, drop_all=drop_all),
+                             where, params)
+
+    # ------------------------------------------------------------------ point reads
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        lk = hash64(self._target_key(target), self._other_key(workload, "workload"), self._other_key(config, "config"))
+        with self._db() as conn:
+            self.lookups += 1
+            row = conn.execute(_LOOKUP, (lk,)).fetchone()
+            if row is None or row[-2] or row[-1]:
+                return None
+            self.hits += 1
+        return _record_of(row[:-2])
+
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        if k <= 0:
+            return []
+        ek = hash64(self._target_key(target), self._other_key(workload, "workload"))
+        with self._db() as conn:
+            rows = conn.execute(_BEST, (ek, int(k))).fetchall()
+        return [_record_of(r) for r in rows]
+
+    # ------------------------------------------------------------------ bulk reads
+    def _read(self, conn: Any, where: str = "", params: tuple = ()) -> pa.Table:
+        """The ``RECORD_SCHEMA`` table of the rows matching ``where`` (a constant SQL condition
+        over ``r`` with ``%s`` placeholders), in commit order, streamed as CSV."""
+        query = f"COPY (SELECT {_SELECT} FROM records r {'WHERE ' + where if where else ''} " \
+                "ORDER BY r.committed, r.seq) TO STDOUT (FORMAT csv)"
+        buf = io.BytesIO()
+        with conn.cursor() as cur, cur.copy(query, params or None) as copy:
+            for chunk in copy:
+                buf.write(chunk)
+        if buf.tell() == 0:
+            return RECORD_SCHEMA.empty_table()
+        buf.seek(0)
+        t = pacsv.read_csv(buf, read_options=pacsv.ReadOptions(column_names=_READ_NAMES),
+                           parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                           convert_options=pacsv.ConvertOptions(
+                               column_types={n: _READ[n][1] for n in _READ_NAMES}, strings_can_be_null=False,
+                               quoted_strings_can_be_null=False))
+        cols = {}
+        for n in _READ_NAMES:
+            c = t.column(n).combine_chunks()
+            if n == "costs":
+                c = _parse_costs(c)
+            elif n in ("timestamp", "committed"):
+                c = c.cast(_TS)
+            cols[n] = c
+        return conform(pa.table(cols))
+
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+        conds, params = [], []
+        if target is not None:
+            conds.append("r.target_key = %s")
+            params.append(self._target_key(target))
+        if workload is not None:
+            conds.append("r.workload_key = %s")
+            params.append(self._other_key(workload, "workload"))
+        if not include_stale:
+            conds.append("NOT " + _STALE)
+        with self._db() as conn:
+            return self._read(conn, " AND ".join(conds), tuple(params))
+
+    def targets(self) -> list[dict]:
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT f.target_key, f.target_name, f.target, c.n FROM "
+                "(SELECT DISTINCT ON (target_key) target_key, target_name, target FROM records "
+                " ORDER BY target_key, committed, seq) f "
+                "JOIN (SELECT target_key, count(*) AS n FROM records GROUP BY target_key) c USING (target_key)"
+            ).fetchall()
+        out = [{"target_key": tk, "target_name": n, "target": json.loads(tj), "records": int(c)}
+               for tk, n, tj, c in rows]
+        return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
+
+    def __len__(self) -> int:
+        with self._db() as conn:
+            return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+    def stats(self) -> StoreStats:
+        with self._db() as conn:
+            n = conn.execute("SELECT count(*) FROM records").fetchone()[0]
+            tk, wk, ek = conn.execute(
+                "SELECT count(DISTINCT target_key), count(DISTINCT workload_key), count(DISTINCT entry_key) "
+                f"FROM records r WHERE NOT {_STALE}").fetchone()
+            stale = [r[0] for r in conn.execute("SELECT DISTINCT target_key FROM invalidations ORDER BY 1")]
+            size = conn.execute("SELECT sum(pg_total_relation_size(c)) FROM unnest(%s::regclass[]) c",
+                                (list(_TABLES),)).fetchone()[0]
+        return StoreStats(records=int(n), targets=int(tk), workloads=int(wk), entries=int(ek), files=0,
+                          size_bytes=int(size or 0), stale_targets=sorted(stale), lookups=self.lookups,
+                          hits=self.hits, location=self.location)
+
+    # ------------------------------------------------------------------ derived data, life cycle
+    @property
+    def identity(self) -> str:
+        """The database's random identity (32 hex digits, fixed when its schema was created)."""
+        return self._identity
+
+    def cache_dir(self) -> Path:
+        """``$TUNEDB_CACHE_DIR/postgres/<identity>`` (default ``~/.cache/tunedb/postgres/<identity>``):
+        this machine's rebuildable caches of this database (created on demand)."""
+        base = os.environ.get("TUNEDB_CACHE_DIR")
+        root = Path(base) if base else Path.home() / ".cache" / "tunedb"
+        return root / "postgres" / self._identity
+
+    def change_token(self) -> tuple:
+        """(identity, the database's change counter): every write transaction of any process
+        bumps the counter before it commits."""
+        with self._db() as conn:
+            return (self._identity, int(conn.execute("SELECT n FROM tunedb_changes WHERE id = 1").fetchone()[0]))
+
+    @property
+    def location(self) -> str:
+        """The URL without its password."""
+        return redact(self._url)
+
+    def close(self) -> None:
+        """Close the connection; a later call on this handle connects again."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+
+def open_postgres(url: str, **options: Any) -> PostgresStore:
+    """The store at a ``postgresql://`` / ``postgres://`` URL (see :class:`PostgresStore`)."""
+    return PostgresStore(url, **options)
+
+
+__all__ = ["PostgresStore", "open_postgres", "redact"]

@@ -1,0 +1,357 @@
+"""Trust policies: which records a reader lets answer, by where they came from.
+
+A store holds records of several provenances (``Record.source``: ``measured``, ``replay``,
+``imported:<format>``, ``migrated:<target>``; ``Record.host``: the machine whose tunedb created
+it; a *verdict* from ``tunedb verify``, see ``RecordStore.mark``).  A :class:`TrustPolicy` says
+which of them a reader believes; :class:`TrustedStore` is a store view that answers reads only
+from the records its policy trusts, so a tuner on it measures an untrusted config itself
+instead of taking someone else's claim for it.
+
+Policy text (``--trust``, ``tunedb.tune(..., trust=...)``): a comma-separated list of patterns;
+a record is trusted when **any** pattern matches it (a union; there is no negation):
+
+================== ===========================================================
+``measured``       ``source == "measured"`` (a local measurement)
+``replay``         ``source == "replay"`` (answered from a recorded data set)
+``imported``       any ``imported:*`` source
+``imported:FMT``   exactly ``imported:FMT`` (e.g. ``imported:autotvm``)
+``migrated``       any ``migrated:*`` source
+``migrated:T``     exactly ``migrated:T``
+``verified``       any record whose verdict is ``verified`` (``tunedb verify``)
+``host:NAME``      ``host == NAME`` (the machine whose tunedb created the record)
+================== ===========================================================
+
+Patterns are matched exactly (case-sensitive, as sources are stored); surrounding blanks are
+ignored.  Nothing of a record is ever evaluated: sources, hosts and record ids are compared as
+strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunedb.index.base import RecordStore, StoreStats
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.record import Record
+
+_FORMAT_RE = re.compile(r"[A-Za-z0-9_.-]+")  # as tunedb.index.record.SOURCE_RE accepts after "imported:"
+PATTERN_HELP = "measured, replay, imported[:FORMAT], migrated[:TARGET], verified or host:NAME"
+
+
+@dataclass(frozen=True)
+class TrustPolicy:
+    """A parsed trust policy (see the module docstring); build it with :func:`parse_trust`.
+
+    ``sources``: exact sources trusted; ``prefixes``: source prefixes trusted (``imported:``,
+    ``migrated:``); ``hosts``: hosts trusted; ``verified``: whether a ``verified`` verdict makes
+    a record trusted; ``text``: the canonical policy text (patterns in the order given,
+    duplicates dropped)."""
+
+    sources: frozenset = frozenset()
+    prefixes: tuple = ()
+    hosts: frozenset = frozenset()
+    verified: bool = False
+    text: str = ""
+
+    def trusts(self, source: str | None, host: str | None = "", verdict: str | None = None) -> bool:
+        """Whether a record of ``source`` made on ``host`` with ``verdict`` (None: none) is trusted.
+        A missing source counts as ``measured`` and a missing host as ``""`` (unknown), as
+        ``Record.from_row`` reads them."""
+        src = source or "measured"
+        if src in self.sources or any(src.startswith(p) for p in self.prefixes):
+            return True
+        if self.hosts and (host or "") in self.hosts:
+            return True
+        return self.verified and verdict == "verified"
+
+    def trusts_record(self, rec: Record, verdicts: dict[str, str] | None = None) -> bool:
+        """:meth:`trusts` of a Record (``verdicts``: record_id -> verdict, needed for ``verified``)."""
+        v = (verdicts or {}).get(rec.record_id) if self.verified else None
+        return self.trusts(rec.source, getattr(rec, "host", "") or "", v)
+
+    def mask(self, table: pa.Table, verdicts: dict[str, str] | None = None) -> pa.Array:
+        """Boolean Arrow array: which rows of a records table (``RECORD_SCHEMA`` columns) are
+        trusted.  A table without a ``host`` column (schema 1) has unknown hosts."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = table.num_rows
+        if n == 0:
+            return pa.array([], pa.bool_())
+        src = pc.fill_null(table.column("source"), "measured")
+        m = pc.is_in(src, value_set=pa.array(sorted(self.sources), pa.string()))
+        for p in self.prefixes:
+            m = pc.or_(m, pc.starts_with(src, p))
+        if self.hosts:
+            if "host" in table.column_names:
+                host = pc.fill_null(table.column("host"), "")
+            else:
+                host = pa.repeat(pa.scalar("", pa.string()), n)
+            m = pc.or_(m, pc.is_in(host, value_set=pa.array(sorted(self.hosts), pa.string())))
+        if self.verified and verdicts:
+            ok = sorted(rid for rid, v in verdicts.items() if v == "verified")
+            m = pc.or_(m, pc.is_in(table.column("record_id"), value_set=pa.array(ok, pa.string())))
+        return pc.fill_null(m, False)
+
+
+def parse_trust(text: str) -> TrustPolicy:
+    """The :class:`TrustPolicy` of a comma-separated pattern list (see the module docstring).
+
+    ``ValueError`` (one line) for an empty list, an empty pattern (``"measured,,replay"``) or
+    one that is not a pattern (``"imported:"``, ``"host:"``, ``"trusted"``)."""
+    if not isinstance(text, str):
+        raise ValueError(f"a trust policy is a comma-separated text of patterns, got {type(text).__name__}")
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise ValueError(f"empty trust policy: give one or more of {PATTERN_HELP}")
+    sources: set[str] = set()
+    prefixes: list[str] = []
+    hosts: set[str] = set()
+    verified = False
+    seen: list[str] = []
+    for p in parts:
+        if not p:
+            raise ValueError(f"trust policy {text!r} has an empty pattern (two commas in a row?)")
+        kind, colon, arg = p.partition(":")
+        if p in ("measured", "replay"):
+            sources.add(p)
+        elif p in ("imported", "migrated"):
+            if p + ":" not in prefixes:
+                prefixes.append(p + ":")
+        elif p == "verified":
+            verified = True
+        elif colon and kind == "imported" and _FORMAT_RE.fullmatch(arg):
+            sources.add(p)
+        elif colon and kind == "migrated" and arg.strip():
+            sources.add(p)
+        elif colon and kind == "host" and arg.strip():
+            hosts.add(arg)
+        else:
+            raise ValueError(f"unknown trust pattern {p!r}: expected {PATTERN_HELP}")
+        if p not in seen:
+            seen.append(p)
+    return TrustPolicy(frozenset(sources), tuple(prefixes), frozenset(hosts), verified, ",".join(seen))
+
+
+def as_policy(policy: TrustPolicy | str) -> TrustPolicy:
+    """``policy`` as a :class:`TrustPolicy` (text is parsed; ``ValueError`` when bad)."""
+    return policy if isinstance(policy, TrustPolicy) else parse_trust(policy)
+
+
+class TrustedStore(RecordStore):
+    """A view of ``inner`` whose reads answer only from records ``policy`` trusts.
+
+    Filtered: :meth:`lookup`, :meth:`lookup_many`, :meth:`best`, :meth:`records` (and what the
+    base class builds on it: ``iter_records``, :meth:`entries`, ``entry_list``, :meth:`nearest`).
+    An untrusted record never answers: :meth:`lookup` returns the latest *trusted* live record
+    of the triple (None when there is none, or when the store's own answer is None: nothing
+    live, or its latest record is ``refuted``), so a tuner on this view measures the config
+    itself; :meth:`best` ranks trusted ``ok`` records only (stale and ``refuted`` ones
+    excluded, as in every store).  Entries with no trusted record drop out of :meth:`entries`.
+
+    Passed through unchanged: every write (:meth:`commit`, :meth:`mark`, :meth:`invalidate`,
+    :meth:`compact`, :meth:`dedup`, :meth:`forget`), :meth:`verdicts`, :meth:`targets` and
+    ``find_target`` (a target is known even when none of its records is trusted), ``len``,
+    :meth:`refresh`, :meth:`close` and :attr:`location`.  :meth:`stats` is the inner store's
+    with this view's ``lookups``/``hits``.  :meth:`cache_dir` is a sub-directory of the inner
+    store's per policy (the vector index of a view differs from the store's) and
+    :meth:`change_token` the inner token plus the policy.  Thread-safe as the inner store is.
+    """
+
+    def __init__(self, inner: RecordStore, policy: TrustPolicy | str) -> None:
+        if not isinstance(inner, RecordStore):
+            raise ValueError(f"TrustedStore wraps a RecordStore, got {type(inner).__name__}")
+        self.inner = inner
+        self.policy = as_policy(policy)
+        self.lookups = 0
+        self.hits = 0
+        self._lock = threading.Lock()
+        self._verdict_cache: tuple[tuple, dict[str, str]] | None = None
+
+    def __repr__(self) -> str:
+        return f"TrustedStore({self.inner.location!r}, trust={self.policy.text!r})"
+
+    # ------------------------------------------------------------------ helpers
+    def _verdicts(self) -> dict[str, str]:
+        """The inner store's verdicts, re-read only when its change token moved."""
+        token = self.inner.change_token()
+        with self._lock:
+            if self._verdict_cache is not None and self._verdict_cache[0] == token:
+                return self._verdict_cache[1]
+        v = self.inner.verdicts()
+        with self._lock:
+            self._verdict_cache = (token, v)
+        return v
+
+    def _trusted(self, rec: Record) -> bool:
+        return self.policy.trusts_record(rec, self._verdicts() if self.policy.verified else None)
+
+    def _count(self, answers: list[Record | None]) -> None:
+        with self._lock:
+            self.lookups += len(answers)
+            self.hits += sum(a is not None for a in answers)
+
+    def _latest_trusted(self, table: pa.Table, config_keys: set[str]) -> dict[str, Record | None]:
+        """config_key -> the latest-committed trusted record of each of ``config_keys`` in
+        ``table`` (one (target, workload)'s live records), None when it is refuted or absent."""
+        from tunedb.index.record import Record
+
+        verdicts = self._verdicts()
+        t = table.filter(self.policy.mask(table, verdicts))
+        ck = t.column("config_key").to_pylist()
+        committed = t.column("committed").to_pylist() if "committed" in t.column_names else [None] * len(ck)
+        latest: dict[str, int] = {}
+        for i, (k, c) in enumerate(zip(ck, committed)):
+            if k in config_keys:
+                j = latest.get(k)
+                if j is None or c is None or committed[j] is None or c >= committed[j]:
+                    latest[k] = i
+        out: dict[str, Record | None] = dict.fromkeys(config_keys)
+        for k, i in latest.items():
+            row = t.slice(i, 1).to_pylist()[0]
+            out[k] = None if verdicts.get(row["record_id"]) == "refuted" else Record.from_row(row)
+        return out
+
+    # ------------------------------------------------------------------ writing (passed through)
+    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
+        """``inner.commit`` (writes are never filtered)."""
+        return self.inner.commit(records)
+
+    def invalidate(self, target: Any) -> str:
+        return self.inner.invalidate(target)
+
+    def compact(self) -> dict:
+        return self.inner.compact()
+
+    def dedup(self) -> dict:
+        return self.inner.dedup()
+
+    def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
+               target: Any = None) -> dict:
+        return self.inner.forget(keep_top=keep_top, older_than_days=older_than_days, target=target)
+
+    def mark(self, verdicts: dict[str, str]) -> int:
+        return self.inner.mark(verdicts)
+
+    def verdicts(self) -> dict[str, str]:
+        return self.inner.verdicts()
+
+    # ------------------------------------------------------------------ point reads (filtered)
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The latest trusted live record of the triple, or None (see the class docstring)."""
+        return self.lookup_many(target, workload, [config])[0]
+
+    def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
+        """:meth:`lookup` of each config of one (target, workload), in order; the entry's records
+        are read at most once, and only when the store's answer for some config is untrusted."""
+        answers = list(self.inner.lookup_many(target, workload, list(configs)))
+        bad = {i: a for i, a in enumerate(answers) if a is not None and not self._trusted(a)}
+        if bad:
+            first = next(iter(bad.values()))
+            table = self.inner.records(first.target_key, first.workload_key, include_stale=False)
+            found = self._latest_trusted(table, {a.config_key for a in bad.values()})
+            for i, a in bad.items():
+                answers[i] = found.get(a.config_key)
+        self._count(answers)
+        return answers
+
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        """The ``k`` best trusted ``ok`` records of (target, workload): ascending cost, one per
+        config (its fastest trusted measurement), stale and refuted records excluded."""
+        from tunedb.index.record import Record
+
+        if k <= 0:
+            return []
+        fast = self.inner.best(target, workload, k)
+        if all(self._trusted(r) for r in fast):
+            # the store's k per-config minima are all trusted: no trusted record can beat them
+            return fast
+        import pyarrow.compute as pc
+
+        verdicts = self._verdicts()
+        t = self.inner.records(target, workload, include_stale=False)
+        t = t.filter(self.policy.mask(t, verdicts))
+        t = t.filter(pc.fill_null(pc.and_(pc.equal(t.column("status"), "ok"), pc.is_valid(t.column("cost"))),
+                                  False))
+        refuted = [rid for rid, v in verdicts.items() if v == "refuted"]
+        if refuted and t.num_rows:
+            import pyarrow as pa
+
+            t = t.filter(pc.invert(pc.is_in(t.column("record_id"), value_set=pa.array(refuted, pa.string()))))
+        if t.num_rows == 0:
+            return []
+        order = pc.sort_indices(t, sort_keys=[("cost", "ascending")]).to_pylist()
+        ck = t.column("config_key").to_pylist()
+        out: list[Record] = []
+        seen: set[str] = set()
+        for i in order:
+            if ck[i] in seen:
+                continue
+            seen.add(ck[i])
+            out.append(Record.from_row(t.slice(i, 1).to_pylist()[0]))
+            if len(out) == k:
+                break
+        return out
+
+    # ------------------------------------------------------------------ bulk reads (filtered)
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+        """The inner store's :meth:`records` rows that the policy trusts (same columns and order)."""
+        t = self.inner.records(target, workload, include_stale=include_stale)
+        return t.filter(self.policy.mask(t, self._verdicts() if self.policy.verified else None))
+
+    def targets(self) -> list[dict]:
+        """Every target of the inner store (not filtered: a target stays resolvable by name)."""
+        return self.inner.targets()
+
+    def find_target(self, name_or_key: str) -> dict | None:
+        return self.inner.find_target(name_or_key)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def stats(self) -> StoreStats:
+        """The inner store's counts, with this view's lookups and hits."""
+        with self._lock:
+            lookups, hits = self.lookups, self.hits
+        return dataclasses.replace(self.inner.stats(), lookups=lookups, hits=hits)
+
+    # ------------------------------------------------------------------ derived data, life cycle
+    def cache_dir(self) -> Path:
+        """``inner.cache_dir() / "trusted" / <policy hash>`` (created on demand)."""
+        from tunedb.index.keys import key_of_text
+
+        d = Path(self.inner.cache_dir()) / "trusted" / key_of_text(self.policy.text)[:16]
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def change_token(self) -> tuple:
+        return ("trusted", self.policy.text, self.inner.change_token())
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    def refresh(self) -> None:
+        self.inner.refresh()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def trusted_view(store: RecordStore, trust: TrustPolicy | str | None) -> RecordStore:
+    """``store`` itself when ``trust`` is None, else a :class:`TrustedStore` of it
+    (``ValueError`` for a bad policy text)."""
+    return store if trust is None else TrustedStore(store, trust)
+
+
+__all__ = ["TrustPolicy", "TrustedStore", "parse_trust", "as_policy", "trusted_view", "PATTERN_HELP"]

@@ -1,0 +1,291 @@
+"""The PostgreSQL backend beyond the shared contract (tests/test_store_contract.py runs that):
+its schema and migrations, several processes writing at once, writers SIGKILLed mid-commit,
+other handles seeing commits, the CLI, and records moved to and from a Parquet store staying
+byte-identical.  A real server: the ``postgres_url`` fixture (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tunedb
+
+from helpers import run_cli
+from pg_workers import POOL, pool_record
+
+psycopg = pytest.importorskip("psycopg")
+
+from tunedb.index.keys import rid_hash  # noqa: E402
+from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version  # noqa: E402
+from tunedb.index.postgres.store import PostgresStore  # noqa: E402
+from tunedb.index.record import target_slug  # noqa: E402
+
+WORKERS = str(Path(__file__).resolve().parent / "pg_workers.py")
+T1 = {"kind": "cpu", "name": "alpha", "vector_bits": 256}
+W = {"family": "matmul", "M": 64, "N": 64, "K": 64}
+
+#: the records columns of schema version 1 (what a version-1 tunedb wrote)
+V1_COLUMNS = ["record_id", "target_key", "target_name", "target", "workload_key", "family", "workload",
+              "config_key", "config", "costs", "cost", "status", "error", "compile_s", "wall_s", "timestamp",
+              "source", "session", "meta", "lookup_key", "entry_key", "tunedb_version", "schema_version",
+              "target_slug", "rid_hash"]
+V1_INSERT = ("INSERT INTO records (" + ", ".join(f'"{c}"' for c in V1_COLUMNS) + ", committed, seq) VALUES ("
+             + ", ".join(["%s"] * len(V1_COLUMNS)) + ", now(), %s)")
+
+
+def odd_records():
+    """Records whose JSON exercises canonicalisation: unicode, nesting, floats, big ints, bools."""
+    t = {"kind": "gpu", "name": "Γ-device ü", "sm": 8.0, "flags": [True, False, None]}
+    out = []
+    for i in range(12):
+        w = {"family": "conv2d", "shape": [1, 64, 56 + i], "dtype": "float16", "eps": 1e-5, "big": 2**70}
+        c = {"tile": [i, 2.5, -0.0], "name": 'q"uote\\\n', "on": i % 2 == 0, "x": 1 / 3}
+        out.append(tunedb.Record(t, w, c, [1e-4 * (i + 1) / 3, 2.2e-4], compile_s=0.25, wall_s=None,
+                                 meta={"note": "ok", "k": [1, 2]}, session="s1", source="imported:kernel_tuner",
+                                 origin="file.json", host="h"))
+    out.append(tunedb.Record(t, w, {"tile": 99}, [], status="compile_error", error="boom\nline 2"))
+    return out
+
+
+# ---------------------------------------------------------------------------- schema and migrations
+def test_schema_created_on_first_open_and_version_recorded(postgres_url):
+    s = tunedb.open(postgres_url)
+    assert isinstance(s, PostgresStore) and len(s) == 0
+    with psycopg.connect(postgres_url) as conn:
+        assert [r[0] for r in conn.execute("SELECT version FROM tunedb_schema ORDER BY version")] == \
+            list(range(1, CURRENT_VERSION + 1))
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        assert {"records", "invalidations", "verdicts", "tunedb_meta", "tunedb_changes", "tunedb_schema"} <= tables
+        ident = conn.execute("SELECT value FROM tunedb_meta WHERE key = 'identity'").fetchone()[0]
+    assert s.identity == ident and len(ident) == 32
+    assert s.cache_dir().name == ident
+    s.close()
+    assert tunedb.open(postgres_url).identity == ident  # a second open migrates nothing, same identity
+
+
+@pytest.mark.parametrize("from_version", range(CURRENT_VERSION))
+def test_migration_from_every_earlier_version(postgres_url, from_version):
+    rs = odd_records()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert migrate(conn, upto=from_version) == from_version
+        if from_version >= 1:
+            for i, r in enumerate(rs):
+                row = r.to_row()
+                row.update(target_slug=target_slug(r.target_name, r.target_key), rid_hash=rid_hash(r.record_id))
+                conn.execute(V1_INSERT, [row[c] for c in V1_COLUMNS] + [i])
+    s = tunedb.open(postgres_url)
+    with s._db() as conn:
+        assert schema_version(conn) == CURRENT_VERSION
+    t = s.records().sort_by("record_id")
+    if from_version == 0:
+        assert t.num_rows == 0
+        return
+    assert t.num_rows == len(rs)
+    by = {r.record_id: r for r in rs}
+    for row in t.to_pylist():
+        r = by[row["record_id"]]
+        want = r.to_row()
+        for c in V1_COLUMNS:
+            if c in want:
+                assert row[c] == want[c], c  # byte-identical JSON texts, keys, costs
+        assert row["host"] == "" and row["origin"] == ""  # what schema 1 did not know: unknown
+    hit = s.lookup(rs[0].target, rs[0].workload, rs[0].config)
+    assert hit.record_id == rs[0].record_id and hit.config_json == rs[0].config_json
+    assert s.mark({rs[0].record_id: "refuted"}) == 1  # the tables of later versions exist
+    assert s.lookup(rs[0].target, rs[0].workload, rs[0].config) is None
+
+
+def test_a_newer_schema_is_refused_with_one_line(postgres_url):
+    tunedb.open(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO tunedb_schema (version) VALUES (%s)", (CURRENT_VERSION + 7,))
+    with pytest.raises(ValueError) as e:
+        tunedb.open(postgres_url)
+    msg = str(e.value)
+    assert "\n" not in msg and str(CURRENT_VERSION + 7) in msg and str(CURRENT_VERSION) in msg
+
+
+def test_concurrent_first_opens_from_several_processes(postgres_url):
+    procs = [subprocess.Popen([sys.executable, WORKERS, "open", postgres_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    assert {o[0].strip() for o in outs} == {str(CURRENT_VERSION)}
+    with psycopg.connect(postgres_url) as conn:
+        assert [r[0] for r in conn.execute("SELECT version FROM tunedb_schema ORDER BY version")] == \
+            list(range(1, CURRENT_VERSION + 1))
+        assert conn.execute("SELECT count(*) FROM tunedb_meta").fetchone()[0] == 1
+
+
+def test_unreachable_server_and_location_without_password(postgres_url):
+    with pytest.raises(ValueError) as e:
+        tunedb.open("postgresql://nobody:secret@127.0.0.1:1/none")
+    assert "\n" not in str(e.value) and "secret" not in str(e.value)
+    from tunedb.index.postgres.store import redact
+
+    assert redact("postgresql://u:pw@h:5/db?sslmode=off&password=x") == "postgresql://u@h:5/db?sslmode=off"
+    assert "@" in tunedb.open(postgres_url).location
+
+
+# ---------------------------------------------------------------------------- several processes
+def _acked(path: Path) -> list[str]:
+    """The record_ids a writer acknowledged: complete ``ack`` lines of its output."""
+    text = path.read_text() if path.exists() else ""
+    return [ln[4:] for ln in text.split("\n")[:-1] if ln.startswith("ack ") and len(ln) == 36]
+
+
+@pytest.fixture(params=["postgres", "parquet"])
+def shared_location(request, tmp_path) -> str:
+    """Where the crash and multi-writer tests write: a PostgreSQL database, and beside it - the
+    same workers, the same checks - a Parquet directory, so the figures compare."""
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return str(tmp_path / "parquet-db")
+
+
+def _stored_rows(s) -> int:
+    """Rows as stored, without de-duplication: Parquet rows of the live files (after the open
+    that folded the killed writers' journals), PostgreSQL rows.  PostgreSQL stores a record_id
+    once (primary key); the lock-free Parquet writers each store their copy of a record another
+    process committed at the same time, and readers count it once (``snapshot_files``)."""
+    if hasattr(s, "snapshot_files"):
+        import pyarrow.dataset as pads
+
+        files = s.snapshot_files()
+        return pads.dataset([str(f) for f in files], format="parquet").count_rows() if files else 0
+    return len(s)
+
+
+def _check_store(url: str, acked: set[str]) -> dict:
+    s = tunedb.open(url)
+    ids = s.records().column("record_id").to_pylist()
+    assert len(ids) == len(set(ids)) == len(s), "a record read twice"
+    raw = _stored_rows(s)
+    if not hasattr(s, "snapshot_files"):
+        assert raw == len(ids), "a record stored twice"
+    missing = acked - set(ids)
+    assert not missing, f"{len(missing)} acknowledged records lost"
+    s.close()
+    return {"stored": len(ids), "acknowledged": len(acked), "lost": len(missing),
+            "duplicated": len(ids) - len(set(ids)), "stored_rows": raw}
+
+
+def test_several_writer_processes_disjoint_and_overlapping(shared_location, tmp_path):
+    postgres_url = shared_location
+    tunedb.open(postgres_url).close()
+    n = 6
+    outs = [tmp_path / f"w{i}.out" for i in range(n)]
+    procs = [subprocess.Popen([sys.executable, WORKERS, "write", postgres_url, str(i), "60"],
+                              stdout=outs[i].open("w"), stderr=subprocess.PIPE) for i in range(n)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs
+    acked = set().union(*(_acked(o) for o in outs))
+    pool = {pool_record(j).record_id for j in range(POOL)}
+    assert acked & pool, "the writers overlapped on no record"
+    figures = _check_store(postgres_url, acked)
+    assert figures["stored"] == len(acked)  # nothing but what was acknowledged
+    print(f"multi-writer ({'postgres' if '://' in shared_location else 'parquet'}):", figures)
+
+
+def _sigkill_run(url: str, tmp_path: Path, kills: int, writers: int = 4) -> dict:
+    tunedb.open(url).close()
+    rng = random.Random(kills)
+    seed = 0
+    running: list[tuple[subprocess.Popen, float]] = []
+    outs: list[Path] = []
+
+    def spawn():
+        nonlocal seed
+        out = tmp_path / f"k{seed}.out"
+        outs.append(out)
+        p = subprocess.Popen([sys.executable, WORKERS, "write", url, str(seed), "0"], stdout=out.open("w"),
+                             stderr=subprocess.DEVNULL)
+        seed += 1
+        running.append((p, time.monotonic()))
+
+    for _ in range(writers):
+        spawn()
+    done = 0
+    while done < kills:
+        time.sleep(rng.uniform(0.05, 0.4))
+        i = rng.randrange(len(running))
+        p, started = running[i]
+        if time.monotonic() - started < 0.8:  # let it import and connect first, mostly
+            continue
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        running.pop(i)
+        done += 1
+        spawn()
+    for p, _ in running:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    acked = set().union(*(_acked(o) for o in outs))
+    assert len(acked) > 50, "the writers acknowledged almost nothing before being killed"
+    figures = _check_store(url, acked)
+    figures["kills"] = done + len(running)
+    return figures
+
+
+def test_sigkilled_writers_lose_no_acknowledged_record(shared_location, tmp_path):
+    figures = _sigkill_run(shared_location, tmp_path, kills=10)
+    print(f"sigkill ({'postgres' if '://' in shared_location else 'parquet'}):", figures)
+    assert figures["lost"] == 0 and figures["duplicated"] == 0
+
+
+@pytest.mark.slow
+def test_sigkilled_writers_many_runs(shared_location, tmp_path):
+    figures = _sigkill_run(shared_location, tmp_path, kills=30, writers=6)
+    print(f"sigkill, slow ({'postgres' if '://' in shared_location else 'parquet'}):", figures)
+    assert figures["lost"] == 0 and figures["duplicated"] == 0
+
+
+def test_another_process_commit_is_seen_by_this_handle(postgres_url):
+    s = tunedb.open(postgres_url)
+    token = s.change_token()
+    p = subprocess.run([sys.executable, WORKERS, "write", postgres_url, "42", "3"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    ids = [ln[4:] for ln in p.stdout.splitlines()]
+    assert s.change_token() != token
+    got = s.records().column("record_id").to_pylist()
+    assert set(ids) <= set(got)
+    r = next(iter(s.iter_records()))
+    assert s.lookup(r.target, r.workload, r.config) is not None
+
+
+# ---------------------------------------------------------------------------- CLI and interchange
+def test_cli_stats_json(postgres_url, tmp_path):
+    s = tunedb.open(postgres_url)
+    s.commit(odd_records())
+    p = run_cli("--db", postgres_url, "stats", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["records"] == len(odd_records()) and d["location"] == s.location
+
+
+def test_records_move_between_parquet_and_postgres_unchanged(postgres_url, tmp_path):
+    cols = ["record_id", "target_key", "workload_key", "config_key", "target", "workload", "config", "meta",
+            "costs", "cost", "status", "error", "compile_s", "wall_s", "timestamp", "source", "session",
+            "lookup_key", "entry_key", "rid_hash", "target_slug", "host", "origin", "target_name"]
+    pq_store = tunedb.open(tmp_path / "pq")
+    pq_store.commit(odd_records())
+    batch = tunedb.RecordBatch.from_columns(target=[T1] * 5, workload=[W] * 5, config=[{"t": i / 7} for i in range(5)],
+                                            costs=[[i * 1.1e-5 + 1e-9] for i in range(5)], origin="o", host="h2")
+    pq_store.commit(batch)
+    pg = tunedb.open(postgres_url)
+    assert pg.commit([tunedb.Record.from_row(r) for r in pq_store.records().to_pylist()]) == 18
+    a = pq_store.records().sort_by("record_id").select(cols)
+    b = pg.records().sort_by("record_id").select(cols)
+    assert a.equals(b)
+    back = tunedb.open(tmp_path / "pq2")
+    back.commit([tunedb.Record.from_row(r) for r in pg.records().to_pylist()])
+    assert back.records().sort_by("record_id").select(cols).equals(a)
+    assert pg.commit(batch) == 0  # the batch's ids are all stored: nothing new
