@@ -338,9 +338,32 @@ class RecordStore(ABC):
         self.close()
 
 
+def check_forget_options(keep_top: int | None, older_than_days: float | None, target: Any) -> None:
+    """``ValueError`` (one line) for the :meth:`RecordStore.forget` options it refuses."""
+    if keep_top is None and older_than_days is None and target is None:
+        raise ValueError("forget needs keep_top, older_than_days or target")
+    if keep_top is not None and keep_top < 0:
+        raise ValueError("keep_top must be >= 0")
+
+
+def k_best_per_config(candidates: Iterable[Record], k: int) -> list[Record]:
+    """The ``k`` fastest of ``candidates`` (ok records), one per config (its fastest), ascending
+    cost: what :meth:`RecordStore.best` returns from the records it considers."""
+    out: list[Record] = []
+    seen: set[str] = set()
+    for r in sorted(candidates, key=lambda r: r.cost):
+        if r.config_key not in seen:
+            seen.add(r.config_key)
+            out.append(r)
+            if len(out) == k:
+                break
+    return out
+
+
 def is_key(text: Any) -> bool:
     """Whether ``text`` is a 32-hex-digit key (target_key, workload_key, config_key)."""
     return isinstance(text, str) and _KEY_RE.fullmatch(text) is not None
 
 
-__all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "is_key"]
+__all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
+           "k_best_per_config", "is_key"]

@@ -91,7 +91,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts, is_key
+from tunedb.index.base import RecordStore, StoreStats, check_verdicts, is_key, k_best_per_config
 from tunedb.index.batch import BATCH_SCHEMA, RecordBatch
 from tunedb.index.keys import hash64, key_of, rid_hash
 from tunedb.index.record import Record
@@ -242,7 +242,7 @@ class LayeredStore(RecordStore):
             return got
         cands = [r for r in layer.iter_records(tkey, workload, include_stale=False)
                  if r.ok and r.record_id not in hidden]
-        return _k_best(cands, k)
+        return k_best_per_config(cands, k)
 
     # ------------------------------------------------------------------ writing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -395,7 +395,7 @@ class LayeredStore(RecordStore):
             if self.mode == "ordered" and got:
                 return got
             merged.extend(got)
-        return _k_best(merged, k)
+        return k_best_per_config(merged, k)
 
     # ------------------------------------------------------------------ bulk reads
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
@@ -486,19 +486,6 @@ class LayeredStore(RecordStore):
                 errors.append(e)
         if errors:
             raise errors[0]
-
-
-def _k_best(cands: list[Record], k: int) -> list[Record]:
-    """The ``k`` fastest of ``cands`` (ok records), one per config (its fastest)."""
-    out: list[Record] = []
-    seen: set[str] = set()
-    for r in sorted(cands, key=lambda r: r.cost):
-        if r.config_key not in seen:
-            seen.add(r.config_key)
-            out.append(r)
-            if len(out) == k:
-                break
-    return out
 
 
 __all__ = ["LayeredStore", "MODES", "batch_of_table", "concat_records"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts
+from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_verdicts, k_best_per_config
 from tunedb.index.batch import RecordBatch
 from tunedb.index.record import Record, target_slug
 
@@ -137,10 +137,7 @@ class MemoryStore(RecordStore):
                target: Any = None) -> dict:
         from tunedb.index.retention import retention_mask
 
-        if keep_top is None and older_than_days is None and target is None:
-            raise ValueError("forget needs keep_top, older_than_days or target")
-        if keep_top is not None and keep_top < 0:
-            raise ValueError("keep_top must be >= 0")
+        check_forget_options(keep_top, older_than_days, target)
         with self._lock:
             n = len(self._recs)
             chosen = np.ones(n, bool)
@@ -179,15 +176,7 @@ class MemoryStore(RecordStore):
         with self._lock:
             cands = [self._recs[i] for i in self._by_entry.get(ek, ()) if self._recs[i].ok and not self._stale(i)
                      and not self._refuted(i)]
-        cands.sort(key=lambda r: r.cost)
-        out, seen = [], set()
-        for r in cands:
-            if r.config_key not in seen:
-                seen.add(r.config_key)
-                out.append(r)
-                if len(out) == k:
-                    break
-        return out
+        return k_best_per_config(cands, k)
 
     def _table(self, indices: Iterable[int]) -> Any:
         import pyarrow as pa

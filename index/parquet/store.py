@@ -86,7 +86,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats
+from tunedb.index.base import RecordStore, StoreStats, check_forget_options
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
 from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts, verdicts
@@ -581,10 +581,7 @@ class TuningDB(RecordStore):
         ``older_than_days``: drop records measured longer ago than that."""
         self._check_writable()
         self._fold_journals()
-        if keep_top is None and older_than_days is None and target is None:
-            raise ValueError("forget needs keep_top, older_than_days or target")
-        if keep_top is not None and keep_top < 0:
-            raise ValueError("keep_top must be >= 0")
+        check_forget_options(keep_top, older_than_days, target)
         dirs = self._partition_dirs_of(target) if target is not None else self._all_partition_dirs()
         if target is not None and not dirs:
             raise ValueError(f"unknown target {target!r}")

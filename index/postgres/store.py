@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts
+from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_verdicts
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import migrate
@@ -324,10 +324,7 @@ class PostgresStore(RecordStore):
                target: Any = None) -> dict:
         from tunedb.index.retention import retention_mask
 
-        if keep_top is None and older_than_days is None and target is None:
-            raise ValueError("forget needs keep_top, older_than_days or target")
-        if keep_top is not None and keep_top < 0:
-            raise ValueError("keep_top must be >= 0")
+        check_forget_options(keep_top, older_than_days, target)
         where, params = "", ()
         if target is not None:
             tkey = self._target_key(target)
