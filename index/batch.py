@@ -181,6 +181,22 @@ class RecordBatch:
         return batch._built(*_codes_of(tcols[2]))
 
     @classmethod
+    def from_table(cls, t: pa.Table) -> "RecordBatch":
+        """The records of ``t`` (a table with the columns of ``RECORD_SCHEMA``, as
+        ``RecordStore.records`` returns) as a batch, unchanged: same record_id, keys, canonical
+        JSON, costs, timestamps, source, session, host, origin and versions.  Validated again
+        when committed (the table comes from outside this process)."""
+        cols = t.select(BATCH_SCHEMA.names).replace_schema_metadata(None).cast(BATCH_SCHEMA)
+        meta: dict[str, tuple[str, str]] = {}
+        if t.num_rows:
+            tk = t.column("target_key").to_pylist()
+            _, first = np.unique(np.array(tk, dtype=object), return_index=True)
+            names, tjs = t.column("target_name"), t.column("target")
+            for i in first.tolist():
+                meta[tk[i]] = (names[i].as_py() or "", tjs[i].as_py())
+        return cls(cols, meta)
+
+    @classmethod
     def from_records(cls, records: Sequence[Record]) -> "RecordBatch":
         """The batch of already built Records, in order, validated as ``Record.validate``
         does (ValueError naming the field and the record)."""

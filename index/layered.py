@@ -91,28 +91,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts, is_key, k_best_per_config
-from tunedb.index.batch import BATCH_SCHEMA, RecordBatch
-from tunedb.index.keys import hash64, key_of, rid_hash
+from tunedb.index.base import RecordStore, StoreStats, check_verdicts, k_best_per_config
+from tunedb.index.batch import RecordBatch
+from tunedb.index.keys import hash64, rid_hash
 from tunedb.index.record import Record
 from tunedb.index.schema import RECORD_SCHEMA, conform
 
 MODES = ("ordered", "union")
-
-
-def batch_of_table(t: pa.Table) -> RecordBatch:
-    """The records of ``t`` (a table with the columns of ``RECORD_SCHEMA``, as
-    ``RecordStore.records`` returns) as a RecordBatch, unchanged: same record_id, keys,
-    canonical JSON, costs, timestamps, source and session.  Validated again when committed."""
-    cols = t.select(BATCH_SCHEMA.names).replace_schema_metadata(None).cast(BATCH_SCHEMA)
-    meta: dict[str, tuple[str, str]] = {}
-    if t.num_rows:
-        tk = t.column("target_key").to_pylist()
-        _, first = np.unique(np.array(tk, dtype=object), return_index=True)
-        names, tjs = t.column("target_name"), t.column("target")
-        for i in first.tolist():
-            meta[tk[i]] = (names[i].as_py() or "", tjs[i].as_py())
-    return RecordBatch(cols, meta)
 
 
 def concat_records(parts: list[pa.Table]) -> pa.Table:
@@ -206,15 +191,6 @@ class LayeredStore(RecordStore):
                 self._view_cache = _View(refuted, stale, lr, copies)
             return self._view_cache
 
-    @staticmethod
-    def _lookup_key(tkey: str, workload: Any, config: Any) -> int:
-        def k(v: Any, attr: str) -> str:
-            if isinstance(v, Record):
-                return getattr(v, attr)
-            return v if is_key(v) else key_of(v)
-
-        return hash64(tkey, k(workload, "workload_key"), k(config, "config_key"))
-
     def _own_answer(self, layer: RecordStore, tkey: str, workload: Any, lk: int, view: _View) -> Record | None:
         """The writable layer's answer for lookup key ``lk`` among the records it holds of its own
         (not the copies of lower layers' records that ``mark``/``invalidate`` put there, which
@@ -230,9 +206,6 @@ class LayeredStore(RecordStore):
         i = int(rows[np.flatnonzero(committed == committed.max())[-1]])
         r = Record.from_row(t.slice(i, 1).to_pylist()[0])
         return None if r.record_id in view.hidden else r
-
-    def _visible(self, r: Record | None, hidden: set[str]) -> bool:
-        return r is not None and r.record_id not in hidden
 
     def _layer_best(self, layer: RecordStore, tkey: str, workload: Any, k: int, hidden: set[str]) -> list[Record]:
         """``layer.best`` without hidden records (when one of the layer's answers is hidden, the
@@ -276,7 +249,7 @@ class LayeredStore(RecordStore):
         """Commit the rows of ``table`` (records of lower layers) to the writable layer, unchanged."""
         if not table.num_rows:
             return 0
-        return self._writer("copying records up").commit(batch_of_table(table))
+        return self._writer("copying records up").commit(RecordBatch.from_table(table))
 
     def mark(self, verdicts: dict[str, str]) -> int:
         """Store the verdicts in the writable layer; a record only lower layers hold is copied
@@ -294,7 +267,7 @@ class LayeredStore(RecordStore):
             if not missing:
                 break
             t = s.records()
-            t = t.filter(pc.is_in(t.column("record_id"), pa.array(sorted(missing), pa.string())))
+            t = tables.rows_with_ids(t, missing)
             found.append(t)
             missing -= set(t.column("record_id").to_pylist())
         if missing:
@@ -326,8 +299,7 @@ class LayeredStore(RecordStore):
         own = set(parts[self.writable].column("record_id").to_pylist())
         lower = [p for i, p in enumerate(parts) if i != self.writable]
         up = concat_records(lower)
-        if own and up.num_rows:
-            up = up.filter(pc.invert(pc.is_in(up.column("record_id"), pa.array(sorted(own), pa.string()))))
+        up = tables.rows_with_ids(up, own, keep=False)
         try:
             self._copy_up(up)
             return w.invalidate(tkey)
@@ -367,10 +339,10 @@ class LayeredStore(RecordStore):
         for i, s in enumerate(self.layers):
             r = s.lookup(tkey, workload, config)
             if i == self.writable and view.copies and (r is None or r.record_id in hidden):
-                lk = self._lookup_key(tkey, workload, config)
+                lk = hash64(tkey, self._other_key(workload, "workload"), self._other_key(config, "config"))
                 if lk in view.copies:
                     r = self._own_answer(s, tkey, workload, lk, view)
-            if not self._visible(r, hidden):
+            if r is None or r.record_id in hidden:
                 continue
             if self.mode == "ordered":
                 answer = r
@@ -404,9 +376,7 @@ class LayeredStore(RecordStore):
         tkey = self._target_key(target) if target is not None else None
         t = concat_records([s.records(tkey, workload) for s in self.layers])
         if not include_stale:
-            stale = self._view().stale
-            if stale and t.num_rows:
-                t = t.filter(pc.invert(pc.is_in(t.column("record_id"), pa.array(sorted(stale), pa.string()))))
+            t = tables.rows_with_ids(t, self._view().stale, keep=False)
         return t
 
     def find_target(self, name_or_key: str) -> dict | None:
@@ -488,4 +458,4 @@ class LayeredStore(RecordStore):
             raise errors[0]
 
 
-__all__ = ["LayeredStore", "MODES", "batch_of_table", "concat_records"]
+__all__ = ["LayeredStore", "MODES", "concat_records"]

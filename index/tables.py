@@ -25,6 +25,15 @@ def first_by_record_id(t: pa.Table) -> pa.Table:
     return t
 
 
+def rows_with_ids(t: pa.Table, ids, *, keep: bool = True) -> pa.Table:
+    """The rows of ``t`` whose record_id is in ``ids`` (``keep=False``: the rows whose id is not),
+    order kept."""
+    if not t.num_rows or (not keep and not ids):
+        return t
+    m = pc.is_in(t.column("record_id"), value_set=pa.array(sorted(ids), pa.string()))
+    return t.filter(m if keep else pc.invert(m))
+
+
 def drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
     """Rows of ``t`` committed after their target's invalidation (all rows of targets never
     invalidated)."""

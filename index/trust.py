@@ -278,16 +278,14 @@ class TrustedStore(RecordStore):
             return fast
         import pyarrow.compute as pc
 
+        from tunedb.index import tables
+
         verdicts = self._verdicts()
         t = self.inner.records(target, workload, include_stale=False)
         t = t.filter(self.policy.mask(t, verdicts))
         t = t.filter(pc.fill_null(pc.and_(pc.equal(t.column("status"), "ok"), pc.is_valid(t.column("cost"))),
                                   False))
-        refuted = [rid for rid, v in verdicts.items() if v == "refuted"]
-        if refuted and t.num_rows:
-            import pyarrow as pa
-
-            t = t.filter(pc.invert(pc.is_in(t.column("record_id"), value_set=pa.array(refuted, pa.string()))))
+        t = tables.rows_with_ids(t, {rid for rid, v in verdicts.items() if v == "refuted"}, keep=False)
         if t.num_rows == 0:
             return []
         order = pc.sort_indices(t, sort_keys=[("cost", "ascending")]).to_pylist()

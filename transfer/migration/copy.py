@@ -41,11 +41,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tunedb.index.base import RecordStore, is_key
+from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import key_of
-from tunedb.index.layered import batch_of_table
+from tunedb.index.tables import rows_with_ids
 
 DEFAULT_BATCH = 5_000
 
@@ -81,18 +81,6 @@ def _ids(t: pa.Table) -> set[str]:
     return set(t.column("record_id").to_pylist())
 
 
-def _without(t: pa.Table, ids: set[str]) -> pa.Table:
-    if not ids or not t.num_rows:
-        return t
-    return t.filter(pc.invert(pc.is_in(t.column("record_id"), pa.array(sorted(ids), pa.string()))))
-
-
-def _only(t: pa.Table, ids: set[str]) -> pa.Table:
-    if not t.num_rows:
-        return t
-    return t.filter(pc.is_in(t.column("record_id"), pa.array(sorted(ids), pa.string())))
-
-
 def copy_records(src: RecordStore, dst: RecordStore, *, targets: Iterable[Any] | None = None,
                  batch: int = DEFAULT_BATCH, progress: Progress | None = None) -> dict:
     """Copy ``src``'s records (of ``targets``, default all) into ``dst``; see the module docstring
@@ -113,7 +101,7 @@ def copy_records(src: RecordStore, dst: RecordStore, *, targets: Iterable[Any] |
         nonlocal done
         for start in range(0, table.num_rows, batch):
             chunk = table.slice(start, batch)
-            dst.commit(batch_of_table(chunk))
+            dst.commit(RecordBatch.from_table(chunk))
             row["copied"] += chunk.num_rows
             done += chunk.num_rows
             if progress is not None:
@@ -129,16 +117,16 @@ def copy_records(src: RecordStore, dst: RecordStore, *, targets: Iterable[Any] |
                "skipped": len(_ids(every) & have), "stale": len(stale), "invalidated": False, "verdicts": 0}
         done += row["skipped"]
 
-        todo = _without(every, have)
+        todo = rows_with_ids(every, have, keep=False)
         if stale:
-            put(_only(todo, stale), row)
+            put(rows_with_ids(todo, stale), row)
             # invalidate only while some of src's stale records are live in dst
             live_in_dst = _ids(dst.records(tk, include_stale=False)) & stale
             if live_in_dst:
                 dst.invalidate(tk)
                 row["invalidated"] = True
                 time.sleep(0.002)  # the records copied next are committed strictly after the stamp
-            todo = _without(todo, stale)
+            todo = rows_with_ids(todo, stale, keep=False)
         put(todo, row)
         if progress is not None:
             progress(done, total, name)
