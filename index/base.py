@@ -338,6 +338,24 @@ class RecordStore(ABC):
         self.close()
 
 
+def validated_commit(records: Any) -> RecordBatch | list[Record]:
+    """What :meth:`RecordStore.commit` was given, checked before anything is stored: a
+    RecordBatch (``check()``-ed) as it is, else a list of Records, each validated.  ``ValueError``
+    (one line) for the first invalid record or anything that is not a Record."""
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.record import Record
+
+    if isinstance(records, RecordBatch):
+        records.check()
+        return records
+    recs = [records] if isinstance(records, Record) else list(records)
+    for r in recs:
+        if not isinstance(r, Record):
+            raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
+        r.validate()
+    return recs
+
+
 def check_forget_options(keep_top: int | None, older_than_days: float | None, target: Any) -> None:
     """``ValueError`` (one line) for the :meth:`RecordStore.forget` options it refuses."""
     if keep_top is None and older_than_days is None and target is None:
@@ -366,4 +384,4 @@ def is_key(text: Any) -> bool:
 
 
 __all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
-           "k_best_per_config", "is_key"]
+           "k_best_per_config", "validated_commit", "is_key"]

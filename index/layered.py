@@ -91,7 +91,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts, k_best_per_config
+from tunedb.index.base import RecordStore, StoreStats, check_verdicts, k_best_per_config, validated_commit
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64, rid_hash
 from tunedb.index.record import Record
@@ -222,15 +222,10 @@ class LayeredStore(RecordStore):
         """Commit to the writable layer (``ValueError`` "read-only" without one).  Records a
         lower layer already holds are skipped (they are stored); returns how many were new."""
         w = self._writer("commit")
+        records = validated_commit(records)
         if isinstance(records, RecordBatch):
-            records.check()
             rh = records.table.column("rid_hash").to_numpy()
         else:
-            records = [records] if isinstance(records, Record) else list(records)
-            for r in records:
-                if not isinstance(r, Record):
-                    raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
-                r.validate()
             rh = np.fromiter((rid_hash(r.record_id) for r in records), np.int64, len(records))
         if not len(rh):
             return 0

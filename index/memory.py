@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_verdicts, k_best_per_config
+from tunedb.index.base import (
+    RecordStore,
+    StoreStats,
+    check_forget_options,
+    check_verdicts,
+    k_best_per_config,
+    validated_commit,
+)
 from tunedb.index.batch import RecordBatch
 from tunedb.index.record import Record, target_slug
 
@@ -55,17 +62,8 @@ class MemoryStore(RecordStore):
 
     # ------------------------------------------------------------------ writing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
-        if isinstance(records, RecordBatch):
-            records.check()
-            recs = records.to_records()
-        elif isinstance(records, Record):
-            recs = [records]
-        else:
-            recs = list(records)
-        for r in recs:
-            if not isinstance(r, Record):
-                raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
-            r.validate()
+        given = validated_commit(records)
+        recs = given.to_records() if isinstance(given, RecordBatch) else given
         new = 0
         with self._lock:
             now = max(_now_us(), self._committed[-1] + 1 if self._committed else 0)

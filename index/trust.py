@@ -77,7 +77,7 @@ class TrustPolicy:
     def trusts_record(self, rec: Record, verdicts: dict[str, str] | None = None) -> bool:
         """:meth:`trusts` of a Record (``verdicts``: record_id -> verdict, needed for ``verified``)."""
         v = (verdicts or {}).get(rec.record_id) if self.verified else None
-        return self.trusts(rec.source, getattr(rec, "host", "") or "", v)
+        return self.trusts(rec.source, rec.host or "", v)
 
     def mask(self, table: pa.Table, verdicts: dict[str, str] | None = None) -> pa.Array:
         """Boolean Arrow array: which rows of a records table (``RECORD_SCHEMA`` columns) are

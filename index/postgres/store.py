@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_verdicts
+from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_verdicts, validated_commit
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import migrate
@@ -207,18 +207,13 @@ class PostgresStore(RecordStore):
         """Validate everything (``ValueError``, nothing stored), then one transaction: COPY the
         rows into a temporary table and insert the ones whose record_id is new.  Returns how many
         were new; durable when it returns."""
-        if isinstance(records, RecordBatch):
-            records.check()
-            table = records.table
+        given = validated_commit(records)
+        if isinstance(given, RecordBatch):
+            table = given.table
         else:
-            recs = [records] if isinstance(records, Record) else list(records)
-            for r in recs:
-                if not isinstance(r, Record):
-                    raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
-                r.validate()
-            if not recs:
+            if not given:
                 return 0
-            table = RecordBatch._from_records(recs, validate=False).table
+            table = RecordBatch._from_records(given, validate=False).table
         if table.num_rows == 0:
             return 0
         data = self._incoming_csv(table)

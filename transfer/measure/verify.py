@@ -132,7 +132,7 @@ def is_foreign(rec: Record, host: str | None = None) -> bool:
     or a known ``host`` other than ``host`` (default: this machine)."""
     if rec.source.startswith(("imported:", "migrated:")):
         return True
-    rh = getattr(rec, "host", "") or ""
+    rh = rec.host or ""
     if not rh:
         return False
     if host is None:
@@ -205,7 +205,7 @@ class _Round:
         pending: list[Check] = []
         for r in claims:
             c = Check(record_id=r.record_id, workload=r.workload, config=r.config, claimed=float(r.cost),
-                      source=r.source, origin=getattr(r, "origin", "") or "", host=getattr(r, "host", "") or "")
+                      source=r.source, origin=r.origin or "", host=r.host or "")
             if isinstance(results, Mapping) and canonical_json(r.config) not in results:
                 c.reason = "the replayed cache does not hold this config: cannot check it"
                 self._done(c, None)
