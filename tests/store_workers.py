@@ -46,6 +46,13 @@ def kill_after(name: str, count: int) -> None:
     setattr(os, name, wrapper)
 
 
+def kill_at(point: str) -> None:
+    """Arm :func:`kill_after` for a kill point ``<name>:<count>`` (``none``: the parent kills)."""
+    if point != "none":
+        name, k = point.split(":")
+        kill_after(name, int(k))
+
+
 def emit(tag: str, recs: list[Record]) -> None:
     sys.stdout.write("".join(f"{tag} {r.record_id}\n" for r in recs))
     sys.stdout.flush()
@@ -169,9 +176,7 @@ def compact_kill(path: str, point: str) -> None:
     """Open ``path`` and compact it; ``point`` ``rename:<k>`` / ``unlink:<k>`` / ``fsync:<k>``
     SIGKILLs this process right after that call (``none``: the parent kills it)."""
     db = TuningDB.open(path)
-    if point != "none":
-        name, k = point.split(":")
-        kill_after(name, int(k))
+    kill_at(point)
     print("ready", flush=True)
     db.compact()
     print("done", flush=True)
@@ -186,9 +191,7 @@ def fold_kill(path: str, tag: str, n: int, point: str) -> None:
         recs = durable_records(f"{tag}-{i}", min(8, n - i), targets=3)
         db.commit(recs)
         emit("A", recs)
-    if point != "none":
-        name, k = point.split(":")
-        kill_after(name, int(k))
+    kill_at(point)
     print("folding", flush=True)
     db.close()
     print("done", flush=True)
@@ -197,9 +200,7 @@ def fold_kill(path: str, tag: str, n: int, point: str) -> None:
 
 def recover_kill(path: str, point: str) -> None:
     """Open ``path`` (which folds abandoned journals) and get SIGKILLed at ``point``."""
-    if point != "none":
-        name, k = point.split(":")
-        kill_after(name, int(k))
+    kill_at(point)
     print("ready", flush=True)
     db = TuningDB.open(path)
     print("done", len(db), flush=True)
