@@ -96,6 +96,7 @@ from tunedb.index.parquet.journal import JournalWarning, JournalWriter
 from tunedb.index.parquet.journal_fold import journal_row, journal_table
 from tunedb.index.parquet.layout import MARKER as MARKER
 from tunedb.index.parquet.memindex import Chunk
+from tunedb.index.parquet.partition import Partition
 from tunedb.index.parquet.parts import META_SUPERSEDES as META_SUPERSEDES
 from tunedb.index.parquet.parts import META_TARGET as META_TARGET
 from tunedb.index.parquet.parts import META_TARGET_KEY as META_TARGET_KEY
@@ -150,7 +151,9 @@ class TuningDB(RecordStore):
         self._journal_state: journal_fold.JournalState = {}  # journal path -> (size read, chunk keys)
         self.session = uuid.uuid4().hex[:16]
         self._lock = threading.RLock()
-        self._chunks: dict[str, Chunk] = {}
+        self._parts: dict[str, Partition] = {}  # target-key prefix (16 hex) -> its state
+        self._supersedes: dict[str, list[str]] = {}  # compacted file -> the names it supersedes
+        self._superseded: list[str] = []
         self._tables = TableCache()  # decoded rows of files, by path
         self.lookups = 0
         self.hits = 0
@@ -159,16 +162,9 @@ class TuningDB(RecordStore):
         self._refuted: set[str] = set()
         self._refuted_hashes: set[int] = set()
         self._target_meta: dict[str, tuple[str, str]] = {}  # target_key -> (name, json)
-        self._overlay: dict[int, Record] = {}
-        self._overlay_entries: dict[int, list[Record]] = {}
-        self._overlay_rids: set[int] = set()
         self._commits_since_scan: dict[str, int] = {}
         self._keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
         self._compact_due: set = set()
-        self._last_pos: dict[int, int] | None = None
-        self._rid_sorted = np.zeros(0, np.int64)
-        self._pending_rids: list[np.ndarray] = []  # sorted rid hashes of large commits not yet indexed
-        self._dirty = False  # large commits wait to be indexed (see _sync)
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, create: bool = True) -> "TuningDB":
@@ -221,16 +217,53 @@ class TuningDB(RecordStore):
                              f"run `tunedb upgrade --db {self.path}` to write to it")
 
     # ------------------------------------------------------------- scanning
-    def _read_chunk(self, path: Path) -> Chunk:
-        ch, target = memindex.read_chunk(path)
+    def _read_chunk(self, key: str) -> Chunk:
+        """The index columns of chunk ``key``: a journal's rows of one target (in memory) or a
+        Parquet file (FileNotFoundError when it was merged away: the caller refreshes)."""
+        mem = self._mem.get(key)
+        if mem is not None:
+            return Chunk(Path(key), key.rsplit("::", 1)[1], memindex.index_cols(mem), [])
+        ch, target = memindex.read_chunk(Path(key))
         if target is not None and ch.target_key and ch.target_key not in self._target_meta:
             self._target_meta[ch.target_key] = target
+        if ch.supersedes:
+            self._supersedes[key] = ch.supersedes
         return ch
+
+    def _supersedes_of(self, key: str) -> list[str]:
+        """Names that compacted file ``key`` supersedes (its footer, read once: files are immutable)."""
+        sup = self._supersedes.get(key)
+        if sup is None:
+            md = pq.read_schema(key).metadata or {}
+            sup = json.loads(md[META_SUPERSEDES].decode()) if META_SUPERSEDES in md else []
+            self._supersedes[key] = sup
+        return sup
+
+    def _part(self, tkey: str) -> Partition:
+        """The partition of target key ``tkey`` (created empty when new)."""
+        prefix = tkey[:16]
+        p = self._parts.get(prefix)
+        if p is None:
+            p = self._parts[prefix] = Partition(prefix)
+        if not p.target_key and len(tkey) == 32:
+            p.target_key = tkey
+        return p
+
+    def _loaded(self, p: Partition) -> Partition:
+        """``p`` with its index built and its large commits indexed (see ``Partition.load``)."""
+        if not p.loaded or p.dirty:
+            p.load(self._read_chunk, self._invalidated)
+        return p
+
+    def _all_loaded(self) -> list[Partition]:
+        """Every partition, loaded (whole-DB queries: counts, targets, stats)."""
+        return [self._loaded(p) for p in list(self._parts.values())]
 
     def refresh(self) -> None:
         """Re-scan the directory: pick up other processes' commits and compactions, fold the
         journals of writers that are gone and delete the files a killed compaction left
-        superseded (where the directory is writable)."""
+        superseded (where the directory is writable).  Lists files only: the partitions this
+        handle has loaded are re-indexed where they changed, the others when first queried."""
         with self._lock:
             self._fold_abandoned_journals()
             # a shared lock keeps compactions (exclusive) from deleting files while we list and
@@ -251,48 +284,61 @@ class TuningDB(RecordStore):
         files_by_dir, temps = parts.scan_partitions(self.records_dir)
         for t in temps:
             remove_dead_temp(t)
-        seen = set()
-        for files in files_by_dir.values():
-            for f in files:
-                key = str(f)
-                seen.add(key)
-                if key not in self._chunks:
-                    self._chunks[key] = self._read_chunk(f)
-        seen.update(self._scan_journals())
-        for key in list(self._chunks):
-            if key not in seen:
-                del self._chunks[key]
-                self._tables.drop(key)
-                self._mem.pop(key, None)
-        self._set_live_files()
+        keys: dict[str, set[str]] = {}
+        for d, files in files_by_dir.items():
+            prefix = os.path.basename(d).rsplit("-", 1)[-1]
+            keys.setdefault(prefix, set()).update(str(f) for f in files)
+        journal_keys, rewritten = self._scan_journals()
+        for k, tkey in journal_keys:
+            keys.setdefault(tkey[:16], set()).add(k)
+            self._part(tkey)
         self._invalidated = invalidations.load(self.inval_dir)
         self._verdicts = verdicts.load(self.verdict_dir)
         self._refuted = {r for r, v in self._verdicts.items() if v == "refuted"}
         self._refuted_hashes = {int(h) for h in rid_hashes(sorted(self._refuted))} if self._refuted else set()
-        self._rebuild_arrays()
-        self._dirty = False
-        self._overlay.clear()
-        self._overlay_entries.clear()
-        self._overlay_rids.clear()
-        self._commits_since_scan.clear()
+        superseded: list[str] = []
+        for prefix in set(self._parts) | set(keys):
+            p = self._parts.get(prefix) or self._part(prefix)
+            ks = keys.get(prefix, set())
+            gone = p.keys - ks
+            for k in gone:
+                self._tables.drop(k)
+                self._supersedes.pop(k, None)
+            changed = p.set_keys(ks, self._supersedes_of) or bool(gone) or prefix in rewritten
+            superseded.extend(p.superseded)
+            had_own = bool(p.overlay) or p.dirty
+            p.clear_own()
+            if p.loaded and (changed or had_own or p.built_with != self._invalidated.get(p.target_key)):
+                p.load(self._read_chunk, self._invalidated)
+            if not p.keys:
+                del self._parts[prefix]
+        self._superseded = superseded
 
     # ------------------------------------------------------------- journals
-    def _scan_journals(self) -> list[str]:
+    def _scan_journals(self) -> tuple[list[tuple[str, str]], set[str]]:
         """(Re)read every journal that changed since the last scan; its rows become one
-        in-memory chunk per target.  Returns the chunk keys of all journals."""
+        in-memory table per target (``_mem``).  Returns (chunk key, target_key) of all journals,
+        and the target-key prefixes whose journal rows changed."""
         # FileNotFoundError: a journal was folded meanwhile; the refresh retries
         state, stale, fresh = journal_fold.scan_journals(self.journal_dir, self._journal_state)
+        rewritten = set()
         for k in stale:
-            self._chunks.pop(k, None)
             self._tables.drop(k)
             self._mem.pop(k, None)
+            rewritten.add(k.rsplit("::", 1)[1][:16])
+            p = self._parts.get(k.rsplit("::", 1)[1][:16])
+            if p is not None:
+                p.chunks.pop(k, None)  # its rows changed: read again
         for k, tkey, group in fresh:
+            rewritten.add(tkey[:16])
             md = group.column("target_name")[0].as_py(), group.column("target")[0].as_py()
             self._target_meta.setdefault(tkey, md)
             self._mem[k] = group
-            self._chunks[k] = Chunk(Path(k), tkey, memindex.index_cols(group), [])
         self._journal_state = state
-        return [k for _, keys in state.values() for k in keys]
+        live = {k for _, keys in state.values() for k in keys}
+        for k in [k for k in self._mem if k not in live]:  # folded journals
+            del self._mem[k]
+        return [(k, k.rsplit("::", 1)[1]) for k in sorted(live)], rewritten
 
     def _journal_append(self, recs: list[Record], committed: int) -> None:
         """Append ``recs`` to this handle's journal (opened on first use; a new one after an
@@ -348,17 +394,6 @@ class TuningDB(RecordStore):
         journal_fold.fold_abandoned(self.journal_dir, own, lambda p: self._fold(p, recovering=True), strict=strict)
 
     # ------------------------------------------------------- in-memory index
-    def _set_live_files(self) -> None:
-        self._live_files, self._superseded = memindex.live_files(self._chunks)
-
-    def _rebuild_arrays(self) -> None:
-        files = self._live_files
-        (self._a, self._by_lookup, self._lookup_sorted, self._by_entry, self._entry_sorted,
-         self._rid_sorted) = memindex.build([self._chunks[f] for f in files], self._invalidated)
-        self._last_pos = None
-        self._file_list = files
-        self._pending_rids = []
-
     def _remove_superseded(self) -> None:
         """Delete the files that compacted files supersede (left by a compaction killed between
         publishing its output and deleting its inputs).  The caller holds the DB lock shared:
@@ -373,15 +408,17 @@ class TuningDB(RecordStore):
                 removed = True
             except OSError:
                 continue
-            self._chunks.pop(f, None)
             self._tables.drop(f)
+            p = self._parts.get(os.path.basename(os.path.dirname(f)).rsplit("-", 1)[-1])
+            if p is not None:
+                p.forget_key(f)
         if removed:
             for d in {os.path.dirname(f) for f in self._superseded}:
                 try:
                     fsync_dir(Path(d))
                 except OSError:
                     pass
-            self._superseded = [f for f in self._superseded if f in self._chunks]
+            self._superseded = [f for f in self._superseded if os.path.exists(f)]
 
     # ------------------------------------------------------------ committing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -414,8 +451,14 @@ class TuningDB(RecordStore):
                 rh = np.fromiter((rid_hash(r.record_id) for r in recs), np.int64, len(recs))
         if not len(rh):
             return 0
+        if batch is not None:
+            tkeys, codes = batch.target_groups()
+        else:
+            order: dict[str, int] = {}
+            codes = np.fromiter((order.setdefault(r.target_key, len(order)) for r in recs), np.int64, len(recs))
+            tkeys = list(order)
         with self._lock:
-            keep = self._fresh_mask(rh)
+            keep = self._fresh_mask(rh, tkeys, codes)
             n_new = int(keep.sum())
             if not n_new:
                 return 0
@@ -434,7 +477,7 @@ class TuningDB(RecordStore):
             else:
                 if batch is None:
                     batch = RecordBatch.from_records(recs)
-                tkeys, codes = batch.target_groups()
+                    tkeys, codes = batch.target_groups()
                 table = batch.table
                 if n_new < len(keep):
                     table, codes = table.filter(pa.array(keep)), codes[keep]
@@ -447,15 +490,26 @@ class TuningDB(RecordStore):
                     self._maybe_auto_compact(d)
                 except OSError:
                     pass  # (a full disk: tried again after later commits, or by compact())
-            if len(self._overlay) > self.OVERLAY_LIMIT:
+            if any(len(self._part(tk).overlay) > self.OVERLAY_LIMIT for tk in tkeys):
                 self.refresh()
             return n_new
 
-    def _fresh_mask(self, rh: np.ndarray) -> np.ndarray:
-        """True for each rid hash this handle does not hold yet (first occurrence within ``rh``)."""
-        if len(self._pending_rids) > 1:  # one sorted array to search, not one per large commit
-            self._pending_rids = [np.sort(np.concatenate(self._pending_rids))]
-        return memindex.fresh_mask(rh, [self._rid_sorted, *self._pending_rids], self._overlay_rids)
+    def _fresh_mask(self, rh: np.ndarray, tkeys: list[str], codes: np.ndarray) -> np.ndarray:
+        """True for each rid hash (of a record of target ``tkeys[codes[i]]``) that this handle
+        does not hold yet, and the first of repeats within ``rh``.  Looks only at the records'
+        own targets (record identity is per target; see ``tunedb.index.parquet.partition``)."""
+        def index_of(tk: str) -> Partition:
+            p = self._part(tk)
+            if not p.loaded:  # (a pending large commit is in pending_rids: no need to index it)
+                p.load(self._read_chunk, self._invalidated)
+            return p
+        if len(tkeys) == 1:
+            return index_of(tkeys[0]).fresh_mask(rh)
+        keep = np.zeros(len(rh), bool)
+        for c, tk in enumerate(tkeys):
+            idx = np.flatnonzero(codes == c)
+            keep[idx] = index_of(tk).fresh_mask(rh[idx])
+        return keep
 
     def _commit_small(self, recs: list[Record], committed: int) -> None:
         """Write ``recs`` (to the journal, or one file per target) and keep them in the overlay."""
@@ -486,10 +540,11 @@ class TuningDB(RecordStore):
         return self.journal_dir.is_dir() and os.access(self.journal_dir, os.W_OK)
 
     def _overlay_add(self, recs: list[Record]) -> None:
+        by_target: dict[str, list[Record]] = {}
         for r in recs:
-            self._overlay[r.lookup_key] = r
-            self._overlay_entries.setdefault(r.entry_key, []).append(r)
-        self._overlay_rids.update(rid_hash(r.record_id) for r in recs)
+            by_target.setdefault(r.target_key, []).append(r)
+        for tk, group in by_target.items():
+            self._part(tk).overlay_add(group)
 
     def _commit_large(self, table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict,
                       committed: int) -> None:
@@ -498,16 +553,7 @@ class TuningDB(RecordStore):
         for tkey, path, full in written:
             self._target_meta.setdefault(tkey, target_meta[tkey])
             self._count_commit(path.parent, "part")
-            self._chunks[str(path)] = Chunk(path, tkey, memindex.index_cols(full), [])
-            self._pending_rids.append(np.sort(full.column("rid_hash").to_numpy()))
-        self._dirty = True
-
-    def _sync(self) -> None:
-        """Index the files of large commits (deferred from ``commit`` to the next query)."""
-        if self._dirty:
-            self._dirty = False
-            self._set_live_files()
-            self._rebuild_arrays()
+            self._part(tkey).add_file(str(path), Chunk(path, tkey, memindex.index_cols(full), []))
 
     def _count_commit(self, d: Path, prefix: str) -> None:
         self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
@@ -611,7 +657,8 @@ class TuningDB(RecordStore):
         self.refresh()
         with self._lock:
             root = str(self.records_dir) + os.sep
-            return [Path(f) for f in self._live_files if f.startswith(root) and f.endswith(".parquet")]
+            return [Path(f) for p in self._parts.values() for f in p.live
+                    if f.startswith(root) and f.endswith(".parquet")]
 
     def invalidate(self, target: Any) -> str:
         """Mark ``target`` stale (e.g. after a toolchain upgrade): its records committed until
@@ -634,8 +681,10 @@ class TuningDB(RecordStore):
             return 0
         rids = list(verdicts_)
         with self._lock:
-            self._sync()
-            fresh = self._fresh_mask(rid_hashes(rids))
+            rh = rid_hashes(rids)
+            fresh = np.ones(len(rh), bool)
+            for p in self._all_loaded():  # (a record_id alone does not name its target)
+                fresh &= p.fresh_mask(rh)
             if fresh.any():
                 raise ValueError(f"verdict for record {rids[int(np.flatnonzero(fresh)[0])]}: "
                                  "the store holds no such record")
@@ -666,25 +715,17 @@ class TuningDB(RecordStore):
             return workload
         return self._keys.canon(workload, "workload")[1]
 
-    def _materialise(self, i: int, known: tuple | None = None) -> Record:
-        """Record of row ``i`` of the in-memory arrays (see ``_materialise_at``)."""
-        a = self._a
-        return self._materialise_at(int(a["file"][i]), int(a["row"][i]), int(a["lookup_key"][i]), known)
+    def _materialise(self, p: Partition, i: int, known: tuple | None = None) -> Record:
+        """Record of row ``i`` of partition ``p``'s arrays (see ``_materialise_at``)."""
+        a = p.arrays.a
+        return self._materialise_at(p, int(a["file"][i]), int(a["row"][i]), int(a["lookup_key"][i]), known)
 
-    def _materialise_at(self, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
-        """Record of ``row`` of live file ``fidx`` (its decoded table; see ``rowcache.record_at``
-        for ``known``).  FileNotFoundError: the file was merged away; the caller refreshes and
-        retries."""
-        path = self._file_list[fidx]
-        t = self._tables.get(path, self._mem, self.TABLE_CACHE_ROWS)
+    def _materialise_at(self, p: Partition, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
+        """Record of ``row`` of live file ``fidx`` of partition ``p`` (its decoded table; see
+        ``rowcache.record_at`` for ``known``).  FileNotFoundError: the file was merged away; the
+        caller refreshes and retries."""
+        t = self._tables.get(p.files[fidx], self._mem, self.TABLE_CACHE_ROWS)
         return record_at(t, row, lk, known, self._keys.json)
-
-    def _last_row_of(self, lk: int) -> int | None:
-        """(file index << 32 | row) of the latest live record with lookup_key ``lk`` (the map
-        is built lazily, vectorised, on the first lookup after a rebuild)."""
-        if self._last_pos is None:
-            self._last_pos = memindex.last_positions(self._a, self._by_lookup)
-        return self._last_pos.get(lk)
 
     def _entry_of(self, target: Any, workload: Any) -> tuple:
         """(target JSON, workload JSON, target_key, workload_key, BLAKE2b state of the lookup-key
@@ -737,22 +778,25 @@ class TuningDB(RecordStore):
         h.update(ckey.encode())
         lk = int.from_bytes(h.digest(), "little", signed=True)
         with self._lock:
-            self._sync()
+            p = self._parts.get(tkey[:16])
             self.lookups += 1
-            r = self._overlay.get(lk)
+            if p is None:
+                return None
+            self._loaded(p)
+            r = p.overlay.get(lk)
             if r is not None:
                 if r.record_id in self._refuted:
                     return None
                 self.hits += 1
                 return r
-            pos = self._last_row_of(lk)
+            pos = p.last_row_of(lk)
             if pos is None:
                 return None
             self.hits += 1
             known = None
             if tj is not None and wj is not None and cj is not None:
                 known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
-            rec = self._materialise_at(pos >> 32, pos & 0xFFFFFFFF, lk, known)
+            rec = self._materialise_at(p, pos >> 32, pos & 0xFFFFFFFF, lk, known)
             if self._refuted and rec.record_id in self._refuted:
                 self.hits -= 1
                 return None
@@ -766,12 +810,16 @@ class TuningDB(RecordStore):
     def _best(self, target: Any, workload: Any, k: int) -> list[Record]:
         if k <= 0:
             return []
-        ek = hash64(self._target_key(target), self._workload_key(workload))
+        tkey = self._target_key(target)
+        ek = hash64(tkey, self._workload_key(workload))
         with self._lock:
-            self._sync()
-            cands = memindex.best_rows(self._a, self._by_entry, self._entry_sorted, ek, k, self._refuted_hashes)
-            out = [(c, self._materialise(i)) for c, i in cands]
-            for r in self._overlay_entries.get(ek, ()):
+            p = self._parts.get(tkey[:16])
+            if p is None:
+                return []
+            ar = self._loaded(p).arrays
+            cands = memindex.best_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, k, self._refuted_hashes)
+            out = [(c, self._materialise(p, i)) for c, i in cands]
+            for r in p.overlay_entries.get(ek, ()):
                 if r.ok:
                     out.append((r.cost, r))
             if self._refuted:
@@ -787,20 +835,26 @@ class TuningDB(RecordStore):
                 break
         return res
 
-    def _live_paths(self) -> list[str]:
+    def _live_paths(self, prefix: str | None = None) -> list[str]:
+        """Live chunk keys (files, journal rows) of every partition, or of one target-key prefix;
+        this handle's own pending commits are folded in first (a refresh)."""
         with self._lock:
-            self._sync()
-            overlay_pending = bool(self._overlay)
-        if overlay_pending:
+            sel = [self._parts[prefix]] if prefix in self._parts else [] if prefix else list(self._parts.values())
+            pending = any(p.overlay or p.dirty for p in sel)
+        if pending:
             self.refresh()
-        return list(self._live_files)
+        with self._lock:
+            sel = [self._parts[prefix]] if prefix in self._parts else [] if prefix else list(self._parts.values())
+            return [k for p in sel for k in p.live]
 
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
         """All records (optionally of one target and/or workload) as a new pyarrow Table,
-        de-duplicated by record_id, with the columns of ``tunedb.index.schema.RECORD_SCHEMA``."""
+        de-duplicated by record_id, with the columns of ``tunedb.index.schema.RECORD_SCHEMA``.
+        With a ``target``, only that target's files are read."""
+        tkey = self._target_key(target) if target is not None else None
         with file_lock(self.path / "_lock", shared=True):
             for _attempt in range(20):
-                paths = self._live_paths()
+                paths = self._live_paths(tkey[:16] if tkey else None)
                 try:
                     read = [conform(self._mem[p] if p in self._mem else pq.read_table(p)) for p in paths]
                     break
@@ -811,8 +865,8 @@ class TuningDB(RecordStore):
         if not read:
             return RECORD_SCHEMA.empty_table()
         t = pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
-        if target is not None:
-            t = t.filter(pc.equal(t.column("target_key"), self._target_key(target)))
+        if tkey is not None:
+            t = t.filter(pc.equal(t.column("target_key"), tkey))
         if workload is not None:
             t = t.filter(pc.equal(t.column("workload_key"), self._workload_key(workload)))
         t = tables.first_by_record_id(t)
@@ -828,16 +882,16 @@ class TuningDB(RecordStore):
     def targets(self) -> list[dict]:
         """Every target holding live records: target_key, target_name, target (dict), records."""
         with self._lock:
-            self._sync()
-            a = self._a
             counts: dict[str, int] = {}
-            if len(a["file"]):
-                per_file = np.bincount(a["file"][a["live"]], minlength=len(self._file_list))
-                for f, c in zip(self._file_list, per_file.tolist()):
-                    tk = self._chunks[f].target_key
-                    counts[tk] = counts.get(tk, 0) + c
-            for r in self._overlay.values():
-                counts[r.target_key] = counts.get(r.target_key, 0) + 1
+            for p in self._all_loaded():
+                a = p.arrays.a
+                if len(a["file"]):
+                    per_file = np.bincount(a["file"][a["live"]], minlength=len(p.files))
+                    for f, c in zip(p.files, per_file.tolist()):
+                        tk = p.chunks[f].target_key
+                        counts[tk] = counts.get(tk, 0) + c
+                for r in p.overlay.values():
+                    counts[r.target_key] = counts.get(r.target_key, 0) + 1
             out = []
             for tk, c in counts.items():
                 if c == 0:
@@ -846,12 +900,35 @@ class TuningDB(RecordStore):
                 out.append({"target_key": tk, "target_name": name, "target": json.loads(tj), "records": c})
         return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
 
+    def _all_target_meta(self) -> dict[str, tuple[str, str]]:
+        """target_key -> (name, canonical JSON) of every target with records: from the files and
+        journals read so far, and one file footer of each partition not read yet."""
+        with self._lock:
+            for p in list(self._parts.values()):
+                if p.target_key and p.target_key in self._target_meta:
+                    continue
+                for k in p.live:
+                    if "::" in k:
+                        continue
+                    try:
+                        md = pq.read_schema(k).metadata or {}
+                    except FileNotFoundError:
+                        continue
+                    tk = md.get(META_TARGET_KEY, b"").decode()
+                    if tk and META_TARGET in md:
+                        self._target_meta.setdefault(tk, (md.get(META_TARGET_NAME, b"").decode(),
+                                                          md[META_TARGET].decode()))
+                        p.target_key = p.target_key or tk
+                        break
+            meta = dict(self._target_meta)
+            for p in self._parts.values():
+                for r in p.overlay.values():
+                    meta.setdefault(r.target_key, (r.target_name, r.target_json))
+        return meta
+
     def find_target(self, name_or_key: str) -> dict | None:
         """Target dict of a target in this DB, by target_name or target_key (or a unique key prefix)."""
-        with self._lock:
-            meta = dict(self._target_meta)
-            for r in self._overlay.values():
-                meta.setdefault(r.target_key, (r.target_name, r.target_json))
+        meta = self._all_target_meta()
         if name_or_key in meta:
             return json.loads(meta[name_or_key][1])
         by_name = [tj for tk, (n, tj) in meta.items() if n == name_or_key]
@@ -865,21 +942,24 @@ class TuningDB(RecordStore):
 
     def __len__(self) -> int:
         with self._lock:
-            self._sync()
-            return int(len(self._a["lookup_key"]) + len(self._overlay))
+            return sum(p.count() for p in self._all_loaded())
 
     def stats(self) -> StoreStats:
         """records, targets, workloads, entries, files, size_bytes, stale_targets, and this
         session's lookups, hits and hit_rate."""
         with self._lock:
-            if self._overlay:
+            if any(p.overlay for p in self._parts.values()):
                 self.refresh()
-            self._sync()
-            a = self._a
-            live_ek = a["entry_key"][a["live"]]
-            files = list(self._live_files)
-            tkeys = {self._chunks[f].target_key for f, c in zip(files, np.bincount(
-                a["file"][a["live"]], minlength=len(files)).tolist()) if c} if len(a["file"]) else set()
+            ps = self._all_loaded()
+            live_ek = np.concatenate([p.arrays.a["entry_key"][p.arrays.a["live"]] for p in ps]) if ps else \
+                np.zeros(0, np.int64)
+            files = [f for p in ps for f in p.files]
+            tkeys = set()
+            for p in ps:
+                a = p.arrays.a
+                if len(a["file"]):
+                    per_file = np.bincount(a["file"][a["live"]], minlength=len(p.files))
+                    tkeys.update(p.chunks[f].target_key for f, c in zip(p.files, per_file.tolist()) if c)
         size = tree_bytes(self.records_dir, self.journal_dir)
         n_work = 0
         if len(live_ek):
@@ -895,13 +975,21 @@ class TuningDB(RecordStore):
         return self.derived_dir
 
     def change_token(self) -> tuple:
-        """Record count and the names of the record and invalidation files (commits,
-        compactions, forgets and invalidations change them; a journaled commit changes the count)."""
+        """Changes whenever the records may have: the names of the record, invalidation and
+        verdict files, the journals' sizes and this handle's own uncommitted-to-Parquet records
+        (no partition is loaded to compute it)."""
         names: list[str] = []
         for base in (self.records_dir, self.inval_dir, self.verdict_dir):
             for root, _, files in os.walk(base):
                 names.extend(os.path.join(root, f) for f in files if not f.startswith("_"))
-        return (len(self), hash(tuple(sorted(names))))
+        with self._lock:  # journaled commits: their journals' sizes, and this handle's own
+            own = sum(len(p.overlay) for p in self._parts.values())
+            jsig = sorted((k, v[0]) for k, v in self._journal_state.items())
+        try:
+            jsig += sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
+        except FileNotFoundError:
+            pass
+        return (own, hash((tuple(sorted(names)), tuple(map(str, jsig)))))
 
     @property
     def location(self) -> str:
