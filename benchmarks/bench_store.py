@@ -12,17 +12,28 @@ index_after_ingest_s the deferred indexing that the first query after a bulk com
 commit_per_s (durable single-record commits,
 fsync'ed), open_s (median of 3), lookup_us_p50 (hits, random order), best_us_p50 (k=5),
 size_bytes.  Record construction (canonical JSON + keys) is timed once for all as
-record_build_per_s.  It measures; it asserts nothing.
+record_build_per_s.  In a fresh process per store (``probe``): open_s, resident memory after
+opening (rss_open_mb) and after 10,000 lookups (rss_mb), lookup and best percentiles there.
+``writers``: K processes (and, for tunedb, K threads sharing one handle) each committing one
+record at a time, durably, for a few seconds: total commits/s per K (group commit: the rate
+should grow with K).  It measures; it asserts nothing.
 
     python benchmarks/bench_store.py --records 1000000 --json
+    python benchmarks/bench_store.py --records 10000000 --json   # streamed in; no JSON-lines baseline
+
+At 10M records the JSON-lines dict is not run (its 7 GB log would need ~30 GB of memory here);
+the records are generated and committed in RecordBatches of 250,000, and the queries touch two
+targets of the 50.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
 import random
+import resource
 import shutil
 import statistics
 import sys
@@ -30,30 +41,61 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunedb.index import Record, RecordBatch, TuningDB  # noqa: E402
 from tunedb.index.keys import canonical_json  # noqa: E402
 
 
-def make_records(n: int, seed: int = 0) -> list[Record]:
-    rng = random.Random(seed)
+# ------------------------------------------------------------------------ fields, streaming
+def shape(n: int) -> tuple[int, int]:
+    """(targets, workloads) of an N-record set: up to 50 targets x 200 workloads, then more
+    configs per entry (at 10M: 1,000 a (target, workload))."""
     n_targets = max(1, min(50, n // 2000))
     n_work = max(1, min(200, n // (n_targets * 10)))
-    per_entry = max(1, n // (n_targets * n_work))
-    targets = [{"kind": "gpu", "name": f"dev{t}", "vendor": "nv", "sm": 80 + t} for t in range(n_targets)]
-    works = [{"family": "conv2d", "N": 1, "C": 64 + w, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3} for w in range(n_work)]
+    return n_targets, n_work
+
+
+def fields(i: int, n: int) -> tuple[dict, dict, dict]:
+    """(target, workload, config) of record ``i`` of an N-record set (deterministic)."""
+    n_targets, n_work = shape(n)
+    t = i % n_targets
+    w = (i // n_targets) % n_work
+    j = i // (n_targets * n_work)
+    return ({"kind": "gpu", "name": f"dev{t}", "vendor": "nv", "sm": 80 + t},
+            {"family": "conv2d", "N": 1, "C": 64 + w, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3},
+            {"tile_x": 2 ** (j % 6), "tile_y": 2 ** ((j // 6) % 6), "unroll": j % 4, "vec": 4, "seq": j})
+
+
+def stream_batches(n: int, chunk: int = 250_000):
+    """The N records as RecordBatches of ``chunk`` records, built column-wise (no Record objects;
+    one shared dict per target and workload), so 10M records never sit in memory at once."""
+    n_targets, n_work = shape(n)
+    rng = np.random.default_rng(0)
+    tdicts = [fields(t, n)[0] for t in range(n_targets)]
+    wdicts = [fields(w * n_targets, n)[1] for w in range(n_work)]
+    for lo in range(0, n, chunk):
+        idx = range(lo, min(n, lo + chunk))
+        c = rng.uniform(1e-4, 1e-2, len(idx))
+        yield RecordBatch.from_columns(
+            target=[tdicts[i % n_targets] for i in idx], workload=[wdicts[(i // n_targets) % n_work] for i in idx],
+            config=[fields(i, n)[2] for i in idx], costs=np.stack([c, c * 1.01, c * 0.99], 1).tolist(),
+            compile_s=[0.5] * len(idx), wall_s=[1.0] * len(idx), source="measured")
+
+
+def make_records(n: int, seed: int = 0) -> list[Record]:
+    rng = random.Random(seed)
+    n_targets, n_work = shape(n)
+    targets = [fields(t, n)[0] for t in range(n_targets)]
+    works = [fields(w * n_targets, n)[1] for w in range(n_work)]
     out = []
-    i = 0
-    while len(out) < n:
-        t = targets[i % n_targets]
-        w = works[(i // n_targets) % n_work]
-        j = i // (n_targets * n_work)
-        cfg = {"tile_x": 2 ** (j % 6), "tile_y": 2 ** ((j // 6) % 6), "unroll": j % 4, "vec": 4, "seq": j}
+    for i in range(n):
+        cfg = fields(i, n)[2]
         c = rng.uniform(1e-4, 1e-2)
-        out.append(Record(t, w, cfg, [c, c * 1.01, c * 0.99], compile_s=0.5, wall_s=1.0, source="measured"))
-        i += 1
-    del per_entry
+        out.append(Record(targets[i % n_targets], works[(i // n_targets) % n_work], cfg, [c, c * 1.01, c * 0.99],
+                          compile_s=0.5, wall_s=1.0, source="measured"))
     return out
 
 
@@ -268,6 +310,179 @@ def bench_json1(recs, work: Path, n_queries: int, n_commits: int) -> dict:
             "best_us_p50": pct(blat, 0.5) * 1e6, "size_bytes": size}
 
 
+# ------------------------------------------------------------- fresh-process probes
+def rss_mb() -> float:
+    """Resident memory of this process now, MiB (Linux /proc)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def write_queries(path: Path, triples: list[tuple[dict, dict, dict]]) -> None:
+    path.write_text(json.dumps(triples))
+
+
+def probe(kind: str, store_path: str, qfile: str) -> dict:
+    """In this (fresh) process: open the store, measure resident memory, answer the queries
+    (lookups, then best of the first tenth), measure again.  Every query must hit."""
+    qs = json.loads(Path(qfile).read_text())
+    base = rss_mb()
+    t0 = time.perf_counter()
+    if kind == "tunedb":
+        db = TuningDB.open(store_path)
+        open_s = time.perf_counter() - t0
+        lookup, best = db.lookup, db.best
+    else:
+        log = JsonlLog(Path(store_path))
+        log.load()
+        open_s = time.perf_counter() - t0
+        lookup, best = log.lookup, log.best
+    rss_open = rss_mb()
+    lat = time_calls(lambda q: lookup(*q), qs)
+    blat = time_calls(lambda q: best(q[0], q[1], 5) or None, qs[: max(100, len(qs) // 10)])
+    return {"open_s": open_s, "rss_base_mb": base, "rss_open_mb": rss_open, "rss_mb": rss_mb(),
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
+            "best_us_p50": pct(blat, 0.5) * 1e6, "queries": len(qs)}
+
+
+def run_probe(kind: str, store_path: Path, qfile: Path) -> dict:
+    """``probe`` in a new Python process (its memory is the store's alone)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, __file__, "--probe", kind, "--path", str(store_path), "--qfile", str(qfile)],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ concurrent writers
+def _writer(kind: str, path: str, seconds: float, go, wid: int, q) -> None:
+    """Commit one record at a time, durably, for ``seconds`` once ``go`` holds the start time;
+    put "ready" first, then the count."""
+    t = {"kind": "cpu", "name": f"writer-target-{wid % 2}"}
+    w = {"family": "matmul", "M": 64, "N": 64, "K": 64}
+    if kind == "tunedb":
+        db = TuningDB.open(path)
+        db.commit(Record(t, w, {"warmup": wid}, [1e-3]))
+        put = db.commit
+    else:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+        def put(r: Record) -> None:
+            os.write(fd, (json.dumps(r.to_dict()) + "\n").encode())
+            os.fsync(fd)
+    recs = [Record(t, w, {"wid": wid, "i": i}, [1e-3]) for i in range(20_000)]
+    q.put("ready")
+    while go.value == 0.0:
+        time.sleep(0.001)
+    while time.time() < go.value:
+        time.sleep(0.0005)
+    n, end = 0, go.value + seconds
+    while time.time() < end and n < len(recs):
+        put(recs[n])
+        n += 1
+    q.put(n)
+
+
+def writers_rate(kind: str, path: Path, k: int, seconds: float = 3.0) -> float:
+    """Total durable single-record commits/s of ``k`` writer processes on one store."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    go = ctx.Value("d", 0.0)
+    ps = [ctx.Process(target=_writer, args=(kind, str(path), seconds, go, i, q)) for i in range(k)]
+    for p in ps:
+        p.start()
+    for _ in ps:
+        assert q.get(timeout=300) == "ready"
+    go.value = time.time() + 0.2  # every process has imported, opened and built its records
+    total = sum(q.get(timeout=120) for _ in ps)
+    for p in ps:
+        p.join()
+    return total / seconds
+
+
+def threads_rate(path: Path, k: int, seconds: float = 3.0) -> float:
+    """Total durable single-record commits/s of ``k`` threads sharing one tunedb handle."""
+    import threading
+
+    db = TuningDB.open(path)
+    counts = [0] * k
+    stop = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        t, w = {"kind": "cpu", "name": "thread-target"}, {"family": "matmul", "M": 32}
+        while time.perf_counter() < stop:
+            db.commit(Record(t, w, {"thread": i, "n": counts[i]}, [1e-3]))
+            counts[i] += 1
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(k)]
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    return sum(counts) / seconds
+
+
+def bench_writers(work: Path, ks: tuple[int, ...] = (1, 2, 4, 8)) -> dict:
+    """Concurrent durable writers: tunedb processes, tunedb threads (one handle), JSON-lines processes."""
+    out: dict = {"processes": {}, "threads": {}, "jsonl_processes": {}}
+    for k in ks:
+        out["processes"][k] = writers_rate("tunedb", work / f"wp{k}", k)
+        out["threads"][k] = threads_rate(work / f"wt{k}", k)
+        out["jsonl_processes"][k] = writers_rate("jsonl", work / f"wj{k}.jsonl", k)
+    return out
+
+
+# ------------------------------------------------------------------------------ 10M
+def bench_streamed(n: int, work: Path, n_queries: int, n_commits: int) -> dict:
+    """N records streamed in as RecordBatches; queries of two targets in a fresh process."""
+    path = work / "tunedb"
+    db = TuningDB.open(path)
+    build = ingest = 0.0
+    for b in _timed_iter(stream_batches(n)):
+        build += b[1]
+        t0 = time.perf_counter()
+        db.commit(b[0])
+        ingest += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    db.compact()
+    compact_s = time.perf_counter() - t0
+    del db
+    n_targets, n_work = shape(n)
+    rng = random.Random(1)
+    per_t = n // n_targets
+    # queries of targets 0 and 1: record i = t + n_targets * m
+    triples = [fields(t + n_targets * rng.randrange(per_t), n) for t in (0, 1) for _ in range(n_queries // 2)]
+    rng.shuffle(triples)
+    qfile = work / "queries.json"
+    write_queries(qfile, triples)
+    opens = [run_probe("tunedb", path, qfile) for _ in range(3)]
+    p = sorted(opens, key=lambda d: d["open_s"])[1]  # the median open
+    db = TuningDB.open(path)
+    extra = [Record(t, w, dict(c, extra=i), [1e-3]) for i, (t, w, c) in enumerate(triples[:n_commits])]
+    t0 = time.perf_counter()
+    for r in extra:
+        db.commit(r)
+    commit = len(extra) / (time.perf_counter() - t0)
+    return {"records": n, "batch_build_per_s": n / build, "ingest_rec_per_s": n / ingest, "compact_s": compact_s,
+            "open_s": p["open_s"], "open_s_all": [d["open_s"] for d in opens], "rss_open_mb": p["rss_open_mb"],
+            "rss_mb": p["rss_mb"], "maxrss_mb": p["maxrss_mb"], "lookup_us_p50": p["lookup_us_p50"],
+            "lookup_us_p99": p["lookup_us_p99"], "best_us_p50": p["best_us_p50"], "commit_per_s": commit,
+            "size_bytes": dir_size(path / "records"), "targets_queried": 2, "targets": n_targets}
+
+
+def _timed_iter(it):
+    """(item, seconds it took to produce) of each item of ``it``."""
+    while True:
+        t0 = time.perf_counter()
+        try:
+            x = next(it)
+        except StopIteration:
+            return
+        yield x, time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
@@ -275,7 +490,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commits", type=int, default=300)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, removed)")
+    ap.add_argument("--no-writers", action="store_true", help="skip the concurrent-writer figures")
+    ap.add_argument("--probe", choices=("tunedb", "jsonl"), help=argparse.SUPPRESS)  # (the fresh-process probe)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--qfile", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.probe:
+        print(json.dumps(probe(a.probe, a.path, a.qfile)))
+        return 0
+    if a.records > 2_000_000:
+        return main_streamed(a)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench_store_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -293,10 +517,25 @@ def main(argv: list[str] | None = None) -> int:
         else:
             res["json1"] = None
             res["json1_note"] = "skipped: rewriting one JSON file per save is quadratic; run with --records <= 10000"
+        qfile = work / "queries.json"
+        write_queries(qfile, [(r.target, r.workload, r.config) for r in queries(recs, a.queries)])
+        del recs
+        res["probe"] = {"tunedb": run_probe("tunedb", work / "t" / "tunedb", qfile),
+                        "jsonl": run_probe("jsonl", work / "j" / "log.jsonl", qfile)}
+        if not a.no_writers:
+            (work / "w").mkdir()
+            res["writers"] = bench_writers(work / "w")
+        t, j, pt, pj = res["tunedb"], res["jsonl"], res["probe"]["tunedb"], res["probe"]["jsonl"]
         res["ratios"] = {
-            "open_speedup_vs_jsonl": res["jsonl"]["open_s"] / res["tunedb"]["open_s"],
-            "size_vs_jsonl": res["tunedb"]["size_bytes"] / res["jsonl"]["size_bytes"],
-            "lookup_vs_jsonl": res["tunedb"]["lookup_us_p50"] / res["jsonl"]["lookup_us_p50"],
+            "open_speedup_vs_jsonl": j["open_s"] / t["open_s"],
+            "size_vs_jsonl": t["size_bytes"] / j["size_bytes"],
+            "lookup_vs_jsonl": t["lookup_us_p50"] / j["lookup_us_p50"],
+            "best_vs_jsonl": t["best_us_p50"] / j["best_us_p50"],
+            "commit_vs_jsonl": t["commit_per_s"] / j["commit_per_s"],
+            "fresh_process_lookup_vs_jsonl": pt["lookup_us_p50"] / pj["lookup_us_p50"],
+            "fresh_process_best_vs_jsonl": pt["best_us_p50"] / pj["best_us_p50"],
+            "fresh_process_open_speedup_vs_jsonl": pj["open_s"] / pt["open_s"],
+            "rss_vs_jsonl": (pt["rss_mb"] - pt["rss_base_mb"]) / (pj["rss_mb"] - pj["rss_base_mb"]),
         }
     finally:
         if not a.workdir:
@@ -305,6 +544,21 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(res, sort_keys=True))
     else:
         print(json.dumps(res, indent=2, sort_keys=True))
+    return 0
+
+
+def main_streamed(a: argparse.Namespace) -> int:
+    """--records above 2M: streamed in, tunedb alone (see module docstring)."""
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="bench_store_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        res = {"records": a.records, "machine": {"cpus": os.cpu_count()},
+               "tunedb": bench_streamed(a.records, work, a.queries, a.commits),
+               "jsonl": None, "jsonl_note": "skipped above 2M records: the log would not fit in memory here"}
+    finally:
+        if not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(res, sort_keys=True) if a.json else json.dumps(res, indent=2, sort_keys=True))
     return 0
 
 

@@ -159,6 +159,47 @@ def file_size_limit(path: str, seed: int) -> None:
     _commit_after_freeing_then_die(db, seed)
 
 
+def threads_file_size_limit(path: str, seed: int, threads: int) -> None:
+    """Group commit on a full disk: ``threads`` threads share one handle, each committing 1-4
+    records at a time, while ``RLIMIT_FSIZE`` makes journal writes fail part-way (a failed group
+    write fails every commit it held).  Then the limit is lifted, more commits follow on the
+    same handle, and the process SIGKILLs itself.  Output as disk_full."""
+    import resource
+    import threading
+
+    rng = random.Random(seed)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    db = TuningDB.open(path)
+    db.JOURNAL_FOLD = 10**9
+    out_lock = threading.Lock()
+    warm = durable_records(f"warm{seed}", 8, pad=100, rng=rng)
+    db.commit(warm)
+    emit("A", warm)
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (rng.randint(30_000, 120_000), hard))
+
+    def run(t: int) -> None:
+        r = random.Random(seed * 100 + t)
+        for i in range(150):
+            recs = durable_records(f"t{seed}-{t}-{i}", r.choice([1, 1, 2, 4]), pad=300, rng=r)
+            try:
+                db.commit(recs)
+            except OSError as e:
+                with out_lock:
+                    emit("F", recs)
+                    print("E", "any", e.errno, flush=True)
+                continue
+            with out_lock:
+                emit("A", recs)
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    _commit_after_freeing_then_die(db, seed)
+
+
 def populate_parts(path: str, tag: str, commits: int, per_commit: int) -> None:
     """Commit ``commits`` times ``per_commit`` records over 3 targets, a Parquet file per
     commit and target; prints ``A <id>`` lines (acknowledged) and exits normally."""
@@ -298,6 +339,8 @@ if __name__ == "__main__":
         disk_full(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "file-size-limit":
         file_size_limit(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "threads-file-size-limit":
+        threads_file_size_limit(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif cmd == "populate-parts":
         populate_parts(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif cmd == "compact-kill":

@@ -135,6 +135,27 @@ def test_failed_writes_are_all_or_nothing_without_a_mount(tmp_path):
     print(f"file-size limit: {totals}")
 
 
+def test_group_commits_on_a_full_disk_are_all_or_nothing(tmp_path):
+    """Threads sharing one handle share journal writes and fsyncs (group commit); when such a
+    write fails part-way (RLIMIT_FSIZE: EFBIG), every commit it held raises and none of their
+    records survives, while every acknowledged one does (fresh process after a SIGKILL)."""
+    totals = {"runs": 0, "acked": 0, "failed_commits": 0}
+    for seed in range(3):
+        db = tmp_path / f"db{seed}"
+        p = worker("threads-file-size-limit", str(db), str(seed), "6")
+        assert p.returncode == -signal.SIGKILL and "FREED" in p.stdout, p.stderr[-3000:]
+        acked, failed = tagged(p.stdout, "A"), tagged(p.stdout, "F")
+        errors = [line.split() for line in p.stdout.splitlines() if line.startswith("E ")]
+        assert errors and all(e[2] == "27" for e in errors), errors  # EFBIG
+        found = verify(db)
+        assert not (set(found["ids"]) & failed)
+        assert_exact(found, acked, f"threads on a file-size limit, seed {seed}")
+        totals["runs"] += 1
+        totals["acked"] += len(acked)
+        totals["failed_commits"] += len(errors)
+    print(f"group commits on a file-size limit: {totals}")
+
+
 def test_compact_on_a_full_disk_raises_and_loses_nothing(tmp_path):
     """A fresh handle (as the CLI's) on a full disk: the journal a dead writer left cannot be
     folded, so ``compact`` raises OSError (it used to return as if done); once there is room it

@@ -34,6 +34,7 @@ import errno
 import fcntl
 import json
 import os
+import threading
 import uuid
 import warnings
 import weakref
@@ -55,18 +56,53 @@ def journal_name() -> str:
     return f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}"
 
 
+def _make_dumps():
+    """``json.dumps(value, separators=(",", ":"))``, with the C encoder built once instead of on
+    every call; checked against ``json.dumps`` on a probe row, else ``json.dumps`` itself."""
+    def plain(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"))
+    try:
+        from json.encoder import c_make_encoder, encode_basestring_ascii
+
+        enc = c_make_encoder(None, None, encode_basestring_ascii, None, ":", ",", False, False, True)
+        probe = {"b": [1, 2.5, "x\u00e9\n", None, True], "a": {"z": float("nan"), "y": 1e-7}, "c": -7, "d": ""}
+        if "".join(enc(probe, 0)) != plain(probe):
+            return plain
+        return lambda value: "".join(enc(value, 0))
+    except Exception:  # no C accelerator or another signature
+        return plain
+
+
+_dumps = _make_dumps()
+
+
 def encode_rows(rows: list[dict[str, Any]]) -> bytes:
     """The journal lines of ``rows`` (see module docstring)."""
     lines = []
     for row in rows:
-        text = json.dumps(row, separators=(",", ":"))
+        text = _dumps(row)
         lines.append(f"{text}\t{zlib.crc32(text.encode()):08x}\n")
     return "".join(lines).encode()
 
 
+class _Pending:
+    """One commit's lines waiting for a group write (see ``JournalWriter``)."""
+
+    __slots__ = ("data", "rows", "done", "error")
+
+    def __init__(self, data: bytes, rows: int):
+        self.data, self.rows, self.done, self.error = data, rows, False, None
+
+
 class JournalWriter:
-    """The append end of one journal (see module docstring).  Not thread-safe by itself:
-    the store calls it under its handle lock."""
+    """The append end of one journal (see module docstring).
+
+    Group commit: threads sharing a writer share its fsyncs.  ``enqueue`` queues a commit's
+    lines; ``wait`` makes its caller the writer of everything queued so far (one write, one
+    fsync) unless another thread's write already took its lines, and returns once they are
+    durable.  A failed write fails every commit it held (each ``wait`` raises; the file is
+    truncated back, as for one commit).  ``append`` is the two in one.  ``enqueue`` and
+    ``close`` are called under the store's handle lock, ``wait`` outside it."""
 
     def __init__(self, directory: Path):
         directory.mkdir(exist_ok=True)
@@ -90,29 +126,69 @@ class JournalWriter:
         self.size = 0  # bytes of complete, fsync'ed commits: where the next append starts
         self.broken = False  # a failed append could not be undone: append no more (see append)
         self._closer = weakref.finalize(self, os.close, fd)  # releases the lock if never closed
+        self._queue: list[_Pending] = []
+        self._queue_lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one group write at a time
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """Append ``rows`` and fsync: durable when it returns.  All-or-nothing: on any failure
         (OSError such as ENOSPC, or an interrupt) the file is truncated back to its size
-        before this call and fsync'ed, then the error is raised; if that undo fails too,
+        before the write and fsync'ed, then the error is raised; if that undo fails too,
         ``broken`` is set and the writer refuses further appends (RuntimeError)."""
+        self.wait(self.enqueue(rows))
+
+    def enqueue(self, rows: list[dict[str, Any]]) -> _Pending:
+        """Queue ``rows`` for the next group write (RuntimeError when the writer is retired)."""
         if self.broken:
             raise RuntimeError(f"journal {self.path} is retired after a failed append")
-        data = encode_rows(rows)
+        p = _Pending(encode_rows(rows), len(rows))
+        with self._queue_lock:
+            self._queue.append(p)
+        return p
+
+    def wait(self, p: _Pending) -> None:
+        """Return once ``p``'s lines are durable (writing everything queued, when no other
+        thread's write took them); raise the write's error when it failed."""
+        with self._write_lock:
+            if not p.done:
+                self._write_queued()
+        if p.error is not None:
+            raise p.error
+
+    def flush(self) -> None:
+        """Write what is queued (before a fold or close; errors go to the waiting commits)."""
+        with self._write_lock:
+            self._write_queued()
+
+    def _write_queued(self) -> None:
+        with self._queue_lock:
+            batch, self._queue = self._queue, []
+        if not batch:
+            return
+        data = batch[0].data if len(batch) == 1 else b"".join(x.data for x in batch)
         try:
+            if self.broken or self.fd < 0:
+                raise RuntimeError(f"journal {self.path} is retired after a failed append")
             write_all(self.fd, data)
             os.fsync(self.fd)
-        except BaseException:
+        except BaseException as e:
             try:
                 os.ftruncate(self.fd, self.size)
                 os.fsync(self.fd)
-            except OSError:
+            except (OSError, ValueError):
                 self.broken = True
-            raise
+            for x in batch:  # (an interrupt is the writing thread's; the others see an error)
+                x.error = e if isinstance(e, Exception) or x is batch[0] else \
+                    RuntimeError(f"journal append interrupted ({type(e).__name__})")
+                x.done = True
+            return
         self.size += len(data)
-        self.records += len(rows)
+        self.records += sum(x.rows for x in batch)
+        for x in batch:
+            x.done = True
 
     def close(self) -> None:
+        self.flush()
         if self.fd >= 0:
             self._closer()  # os.close: releases the lock
             self.fd = -1

@@ -5,7 +5,8 @@ Each published file (and each journal, per target) contributes one ``Chunk``: it
 one set of arrays, de-duplicated by record_id (first occurrence wins), marks stale rows (their
 target was invalidated after they were committed) and sorts them for the two queries:
 
-* lookup: all rows by (lookup_key, committed, timestamp) -- the last live row of a key answers;
+* lookup: the last live row of each lookup_key by (committed, timestamp) answers; the
+  answering rows are kept as two sorted arrays (keys, packed file/row), 16 bytes a key;
 * best: live ``ok`` rows by (entry_key, cost).
 
 Costs are seconds (NaN stored as +inf so it sorts last); ``committed``, ``timestamp`` and
@@ -85,13 +86,14 @@ class Arrays(NamedTuple):
     """The index over the live files (see module docstring).
 
     ``a``: column -> array, one entry per de-duplicated row, plus ``file`` (index into the
-    live file list), ``row`` (row in that file) and ``live`` (not stale).  ``by_lookup`` /
-    ``by_entry``: row orders for lookup and best, ``*_sorted`` the keys in that order;
-    ``rid_sorted``: every row's rid hash, sorted."""
+    live file list), ``row`` (row in that file) and ``live`` (not stale).  ``last_keys`` (sorted)
+    / ``last_packed``: each lookup_key with a live row and its answering row as
+    ``file << 32 | row``.  ``by_entry``: the row order for best, ``entry_sorted`` the keys in
+    that order; ``rid_sorted``: every row's rid hash, sorted."""
 
     a: dict[str, np.ndarray]
-    by_lookup: np.ndarray
-    lookup_sorted: np.ndarray
+    last_keys: np.ndarray
+    last_packed: np.ndarray
     by_entry: np.ndarray
     entry_sorted: np.ndarray
     rid_sorted: np.ndarray
@@ -107,7 +109,9 @@ def build(chunks: list[Chunk], invalidated: Mapping[str, int]) -> Arrays:
              "rid_hash": z, "committed": z, "timestamp": z, "file": np.zeros(0, np.int32),
              "row": np.zeros(0, np.int32)}
     else:
-        a = {k: np.concatenate([c.cols[k] for c in chunks]) for k in chunks[0].cols}
+        # (one chunk, the common case after a compaction: its arrays as they are, no copy)
+        a = {k: (np.concatenate([c.cols[k] for c in chunks]) if len(chunks) > 1 else chunks[0].cols[k])
+             for k in chunks[0].cols}
         a["file"] = np.repeat(np.arange(len(chunks), dtype=np.int32), [c.n for c in chunks])
         a["row"] = np.concatenate([np.arange(c.n, dtype=np.int32) for c in chunks])
         # de-duplicate by record_id (first occurrence wins); a plain sort finds out whether
@@ -127,30 +131,53 @@ def build(chunks: list[Chunk], invalidated: Mapping[str, int]) -> Arrays:
         if len(inv_by_file):
             live = a["committed"] > inv_by_file[a["file"]]
     a["live"] = live
-    # lookup: sorted by (lookup_key, committed, timestamp)
+    # lookup: sorted by (lookup_key, committed, timestamp), the last live row of each key answers
     by_lookup = np.lexsort((a["timestamp"], a["committed"], a["lookup_key"]))
+    last_keys, last_packed = _last_positions(a, by_lookup)
+    del by_lookup
     # best: live ok rows sorted by (entry_key, cost)
     okrows = np.flatnonzero(a["ok"] & live)
     order = np.lexsort((a["cost"][okrows], a["entry_key"][okrows]))
     by_entry = okrows[order]
-    return Arrays(a, by_lookup, a["lookup_key"][by_lookup], by_entry, a["entry_key"][by_entry],
+    return Arrays(a, last_keys, last_packed, by_entry, a["entry_key"][by_entry],
                   srt if n else np.zeros(0, np.int64))
 
 
-def last_positions(a: Mapping[str, np.ndarray], by_lookup: np.ndarray) -> dict[int, int]:
-    """lookup_key -> (file index << 32 | row) of its latest live row (vectorised)."""
+def _last_positions(a: Mapping[str, np.ndarray], by_lookup: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted lookup keys with a live row, file index << 32 | row of each one's latest live row)."""
     order = by_lookup[a["live"][by_lookup]]  # live rows, lookup order
     ks = a["lookup_key"][order]
     if not len(ks):
-        return {}
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     last = order[np.flatnonzero(np.r_[ks[1:] != ks[:-1], True])]  # rows, last of each key
     packed = (a["file"][last].astype(np.int64) << 32) | a["row"][last].astype(np.int64)
-    return dict(zip(a["lookup_key"][last].tolist(), packed.tolist()))
+    return a["lookup_key"][last], packed
+
+
+def last_row(arrays: Arrays, lk: int) -> int | None:
+    """file index << 32 | row of the row answering lookup_key ``lk``, or None."""
+    ks = arrays.last_keys
+    i = int(ks.searchsorted(lk))
+    if i < len(ks) and ks.item(i) == lk:
+        return arrays.last_packed.item(i)
+    return None
 
 
 def fresh_mask(rh: np.ndarray, known_sorted: Iterable[np.ndarray], known_set: set[int]) -> np.ndarray:
     """True for each rid hash of ``rh`` in none of the sorted arrays ``known_sorted`` nor in
     ``known_set``, and the first of its repeats within ``rh``."""
+    if len(rh) <= 8:  # a tuner's commit: scalar probes cost less than array set-up
+        out, seen = [], set()
+        for h in rh.tolist():
+            new = h not in seen and h not in known_set
+            seen.add(h)
+            for known in known_sorted if new else ():
+                i = int(known.searchsorted(h))
+                if i < len(known) and known.item(i) == h:
+                    new = False
+                    break
+            out.append(new)
+        return np.array(out, bool)
     keep = np.ones(len(rh), bool)
     if len(rh) > 1:
         srt = np.sort(rh)

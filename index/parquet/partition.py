@@ -14,8 +14,7 @@ A partition holds:
   ``<journal>::<target_key>`` keys of its journal rows -- and ``live``, those not superseded by a
   compacted file (sorted; known whether or not the partition is loaded);
 * when loaded: ``chunks`` (the index columns of each live key), ``arrays`` and ``files`` (the
-  live keys in the arrays' file-index order), ``last_pos`` (lookup_key -> packed file/row of
-  its answer, built lazily);
+  live keys in the arrays' file-index order), the lookup answers among them (``memindex.Arrays``);
 * the handle's own commits since the last refresh: ``overlay`` (small commits, as Records, by
   lookup key and by entry key) and ``pending_rids`` (the sorted rid hashes of large commits
   whose files are indexed at the next query, ``dirty``).
@@ -41,7 +40,7 @@ class Partition:
     """The state of one target-key prefix (see module docstring)."""
 
     __slots__ = ("prefix", "target_key", "keys", "live", "superseded", "loaded", "chunks", "arrays",
-                 "files", "last_pos", "overlay", "overlay_entries", "overlay_rids", "pending_rids",
+                 "files", "overlay", "overlay_entries", "overlay_rids", "pending_rids",
                  "dirty", "built_with")
 
     def __init__(self, prefix: str):
@@ -54,7 +53,6 @@ class Partition:
         self.chunks: dict[str, Chunk] = {}
         self.arrays: memindex.Arrays = memindex.build([], {})
         self.files: list[str] = []
-        self.last_pos: dict[int, int] | None = None
         self.overlay: dict[int, Record] = {}
         self.overlay_entries: dict[int, list[Record]] = {}
         self.overlay_rids: set[int] = set()
@@ -69,7 +67,8 @@ class Partition:
         import os
 
         sup: set[str] = set()
-        for k in keys:
+        files = [k for k in keys if "::" not in k]
+        for k in files if len(files) > 1 else ():  # (a lone compacted file supersedes nothing here)
             if os.path.basename(k).startswith("cpart-"):
                 d = os.path.dirname(k)
                 sup.update(os.path.join(d, n) for n in supersedes(k))
@@ -103,7 +102,6 @@ class Partition:
         self.files = list(self.live)
         self.arrays = memindex.build([self.chunks[k] for k in self.files], invalidated)
         self.built_with = invalidated.get(self.target_key)
-        self.last_pos = None
         self.loaded = True
         self.dirty = False
         self.pending_rids = []
@@ -126,9 +124,7 @@ class Partition:
 
     def last_row_of(self, lk: int) -> int | None:
         """(file index << 32 | row) of the latest live row with lookup_key ``lk``."""
-        if self.last_pos is None:
-            self.last_pos = memindex.last_positions(self.arrays.a, self.arrays.by_lookup)
-        return self.last_pos.get(lk)
+        return memindex.last_row(self.arrays, lk)
 
     def fresh_mask(self, rh: np.ndarray) -> np.ndarray:
         """True for each rid hash of ``rh`` this partition does not hold (first of repeats)."""

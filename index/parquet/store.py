@@ -340,9 +340,9 @@ class TuningDB(RecordStore):
             del self._mem[k]
         return [(k, k.rsplit("::", 1)[1]) for k in sorted(live)], rewritten
 
-    def _journal_append(self, recs: list[Record], committed: int) -> None:
-        """Append ``recs`` to this handle's journal (opened on first use; a new one after an
-        append that could not be undone).  All-or-nothing: raises with nothing appended."""
+    def _journal_enqueue(self, recs: list[Record], committed: int) -> tuple:
+        """Queue ``recs`` on this handle's journal (opened on first use; a new one after an
+        append that could not be undone); returns (journal, ticket) for ``JournalWriter.wait``."""
         j = self._journal
         if j is not None and j.broken and j.pid == os.getpid():
             self._journal = None
@@ -350,7 +350,7 @@ class TuningDB(RecordStore):
             j = None
         if j is None or j.pid != os.getpid():  # (a forked child never appends to its parent's)
             j = self._journal = JournalWriter(self.journal_dir)
-        j.append([journal_row(r, committed) for r in recs])
+        return j, j.enqueue([journal_row(r, committed) for r in recs])
 
     def _maybe_fold_own_journal(self) -> None:
         """Fold this handle's journal once it holds ``JOURNAL_FOLD`` records.  Its records are
@@ -381,6 +381,7 @@ class TuningDB(RecordStore):
             return
         try:
             if j.pid == os.getpid():
+                j.flush()  # appends queued by threads still waiting are in the file before it is folded
                 self._fold(j.path)
         finally:
             j.close()
@@ -473,8 +474,9 @@ class TuningDB(RecordStore):
                     recs = RecordBatch(recs, batch.target_meta).to_records()
                 else:
                     recs = [r for r, k in zip(recs, keep.tolist()) if k]
-                self._commit_small(recs, committed)
+                pending = self._commit_small(recs, committed)
             else:
+                pending = None
                 if batch is None:
                     batch = RecordBatch.from_records(recs)
                     tkeys, codes = batch.target_groups()
@@ -482,17 +484,31 @@ class TuningDB(RecordStore):
                 if n_new < len(keep):
                     table, codes = table.filter(pa.array(keep)), codes[keep]
                 self._commit_large(table, tkeys, codes, batch.target_meta, committed)
-            # the records are durable now: what follows is upkeep, and never makes the commit raise
-            self._maybe_fold_own_journal()
-            due, self._compact_due = self._compact_due, set()
-            for d in due:  # after the in-memory state is updated: a compaction refreshes it
-                try:
-                    self._maybe_auto_compact(d)
-                except OSError:
-                    pass  # (a full disk: tried again after later commits, or by compact())
-            if any(len(self._part(tk).overlay) > self.OVERLAY_LIMIT for tk in tkeys):
-                self.refresh()
-            return n_new
+            if pending is None:
+                self._after_commit(tkeys)
+                return n_new
+        # a journal append: written and fsync'ed outside the handle lock, so that threads
+        # committing at the same time share one write and one fsync (``JournalWriter``); raises
+        # when it failed, and then nothing of this commit is durable
+        journal, ticket = pending
+        journal.wait(ticket)
+        with self._lock:
+            self._overlay_add(recs, appended=True)
+            self._after_commit(tkeys)
+        return n_new
+
+    def _after_commit(self, tkeys: list[str]) -> None:
+        """Upkeep after a commit (under the handle lock).  The records are durable already:
+        nothing here makes the commit raise."""
+        self._maybe_fold_own_journal()
+        due, self._compact_due = self._compact_due, set()
+        for d in due:  # after the in-memory state is updated: a compaction refreshes it
+            try:
+                self._maybe_auto_compact(d)
+            except OSError:
+                pass  # (a full disk: tried again after later commits, or by compact())
+        if any(len(self._part(tk).overlay) > self.OVERLAY_LIMIT for tk in tkeys):
+            self.refresh()
 
     def _fresh_mask(self, rh: np.ndarray, tkeys: list[str], codes: np.ndarray) -> np.ndarray:
         """True for each rid hash (of a record of target ``tkeys[codes[i]]``) that this handle
@@ -511,14 +527,14 @@ class TuningDB(RecordStore):
             keep[idx] = index_of(tk).fresh_mask(rh[idx])
         return keep
 
-    def _commit_small(self, recs: list[Record], committed: int) -> None:
-        """Write ``recs`` (to the journal, or one file per target) and keep them in the overlay."""
+    def _commit_small(self, recs: list[Record], committed: int) -> tuple | None:
+        """Write ``recs`` to one file per target and keep them in the overlay; or, up to
+        ``JOURNAL_MAX`` records, queue them on the journal and return (journal, ticket) for the
+        caller to wait on outside the handle lock (see ``commit``)."""
         for r in recs:
             self._target_meta.setdefault(r.target_key, (r.target_name, r.target_json))
         if len(recs) <= self.JOURNAL_MAX and self._journal_writable():
-            self._journal_append(recs, committed)
-            self._overlay_add(recs)
-            return
+            return self._journal_enqueue(recs, committed)
         by_target: dict[str, list[Record]] = {}
         for r in recs:
             by_target.setdefault(r.target_key, []).append(r)
@@ -533,18 +549,25 @@ class TuningDB(RecordStore):
             assert path is not None
             self._count_commit(path.parent, "part")
         self._overlay_add(recs)
+        return None
 
     def _journal_writable(self) -> bool:
         if self._journal is not None:
             return True
         return self.journal_dir.is_dir() and os.access(self.journal_dir, os.W_OK)
 
-    def _overlay_add(self, recs: list[Record]) -> None:
+    def _overlay_add(self, recs: list[Record], appended: bool = False) -> None:
+        """Keep ``recs`` (just committed) in their partitions' overlays.  ``appended``: a journal
+        append, made outside the handle lock -- a refresh meanwhile may have indexed them already."""
         by_target: dict[str, list[Record]] = {}
         for r in recs:
             by_target.setdefault(r.target_key, []).append(r)
         for tk, group in by_target.items():
-            self._part(tk).overlay_add(group)
+            p = self._part(tk)
+            if appended and p.loaded:
+                rh = np.fromiter((rid_hash(r.record_id) for r in group), np.int64, len(group))
+                group = [r for r, new in zip(group, p.fresh_mask(rh).tolist()) if new]
+            p.overlay_add(group)
 
     def _commit_large(self, table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict,
                       committed: int) -> None:
@@ -715,10 +738,12 @@ class TuningDB(RecordStore):
             return workload
         return self._keys.canon(workload, "workload")[1]
 
-    def _materialise(self, p: Partition, i: int, known: tuple | None = None) -> Record:
-        """Record of row ``i`` of partition ``p``'s arrays (see ``_materialise_at``)."""
+    def _materialise(self, p: Partition, i: int, tw: tuple | None = None) -> Record:
+        """Record of row ``i`` of partition ``p``'s arrays; ``tw``: its target and workload when
+        the caller knows them (see ``rowcache.record_at``)."""
         a = p.arrays.a
-        return self._materialise_at(p, int(a["file"][i]), int(a["row"][i]), int(a["lookup_key"][i]), known)
+        t = self._tables.get(p.files[a["file"].item(i)], self._mem, self.TABLE_CACHE_ROWS)
+        return record_at(t, a["row"].item(i), a["lookup_key"].item(i), None, self._keys.json, tw)
 
     def _materialise_at(self, p: Partition, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
         """Record of ``row`` of live file ``fidx`` of partition ``p`` (its decoded table; see
@@ -810,15 +835,17 @@ class TuningDB(RecordStore):
     def _best(self, target: Any, workload: Any, k: int) -> list[Record]:
         if k <= 0:
             return []
-        tkey = self._target_key(target)
-        ek = hash64(tkey, self._workload_key(workload))
+        tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
+        ek = hash64(tkey, wkey)
+        # the rows' target and workload are the query's: not read back (their config is)
+        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
         with self._lock:
             p = self._parts.get(tkey[:16])
             if p is None:
                 return []
             ar = self._loaded(p).arrays
             cands = memindex.best_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, k, self._refuted_hashes)
-            out = [(c, self._materialise(p, i)) for c, i in cands]
+            out = [(c, self._materialise(p, i, tw)) for c, i in cands]
             for r in p.overlay_entries.get(ek, ()):
                 if r.ok:
                     out.append((r.cost, r))
