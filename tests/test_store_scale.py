@@ -119,3 +119,55 @@ def test_threads_share_fsyncs_and_every_acknowledged_commit_survives(tmp_path, m
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "db")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.splitlines()[-1]) == [total + 1, total + 1]  # (read from the live journal)
+
+
+def test_built_partition_indexes_are_cached_in_derived_and_never_used_stale(tmp_path, monkeypatch):
+    """A partition's built index is stored in derived/index/ and answers the next handle's
+    queries exactly as a build from Parquet does; a commit + compaction makes it stale (a new
+    one replaces it), and a damaged cache file is ignored."""
+    from tunedb.index.parquet import indexcache
+
+    monkeypatch.setattr(indexcache, "MIN_ROWS", 10)
+    targets = _targets(2)
+    _fill(tmp_path / "db", targets, 40)
+    cache = tmp_path / "db" / "derived" / "index"
+
+    def answers() -> tuple:
+        db = TuningDB.open(tmp_path / "db")
+        out = tuple((db.lookup(t, W, {"tile": 9}).record_id, tuple(r.record_id for r in db.best(t, W, k=3)),
+                     len(db.records(t))) for t in targets)
+        return out, len(db)
+    built = answers()
+    files = sorted(cache.glob("*.npz"))
+    assert len(files) == 2  # one per target
+    assert answers() == built  # (read from the cache)
+    for f in files:  # a damaged cache: rebuilt from Parquet, same answers
+        f.write_bytes(b"garbage")
+    assert answers() == built
+    db = TuningDB.open(tmp_path / "db")
+    db.commit(Record(targets[0], W, {"tile": 9}, [1e-9]))
+    db.close()
+    TuningDB.open(tmp_path / "db").compact()
+    (lk0, best0, n0) = answers()[0][0]
+    assert lk0 != built[0][0][0] and best0[0] == lk0 and n0 == 41  # the new measurement answers
+    assert sorted(cache.glob("*.npz")) != files and len(list(cache.glob("*.npz"))) == 2
+
+
+def test_entries_are_remembered_until_the_db_changes(tmp_path):
+    """entries() is kept in derived/ for the next process, keyed by the DB's change token: a new
+    handle gets the same table; after a commit (journal) or an invalidation it is recomputed."""
+    targets = _targets(3)
+    _fill(tmp_path / "db", targets, 10)
+    db = TuningDB.open(tmp_path / "db")
+    first = db.entries()
+    assert len(list((tmp_path / "db" / "derived").glob("entries-*.parquet"))) == 1
+    assert TuningDB.open(tmp_path / "db").entries().equals(first)
+    other = TuningDB.open(tmp_path / "db")
+    other.commit(Record(targets[1], W, {"tile": 77}, [1e-9]))
+    db.refresh()
+    e = db.entries().to_pylist()
+    assert [r["records"] for r in e] == [10, 11, 10] and min(r["best_cost"] for r in e) == pytest.approx(1e-9)
+    other.invalidate(targets[1])
+    db.refresh()
+    keys = first.column("target_key").to_pylist()
+    assert [r["target_key"] for r in db.entries().to_pylist()] == [keys[0], keys[2]]  # (all of 1 is stale)

@@ -28,10 +28,11 @@ Not thread-safe: the store calls it under its handle lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 
-from tunedb.index.parquet import memindex
+from tunedb.index.parquet import indexcache, memindex
 from tunedb.index.parquet.memindex import Chunk
 from tunedb.index.record import Record
 
@@ -86,22 +87,42 @@ class Partition:
             self.superseded.remove(key)
 
     # ------------------------------------------------------------------ index
-    def load(self, read: Callable[[str], Chunk], invalidated: Mapping[str, int]) -> None:
+    def invalidated_at(self, invalidated: Mapping[str, int]) -> int | None:
+        """When this partition's target was invalidated (microseconds), or None."""
+        if self.target_key:
+            return invalidated.get(self.target_key)
+        return next((v for k, v in invalidated.items() if k.startswith(self.prefix)), None)
+
+    def load(self, read: Callable[[str], Chunk], invalidated: Mapping[str, int], cache: Path | None = None) -> None:
         """(Re)build the index from the live keys: chunks not held yet are ``read(key)``,
         chunks of keys gone are dropped; pending large commits are in it then (the overlay of
-        small commits stays until ``clear_own``)."""
+        small commits stays until ``clear_own``).  ``cache``: the DB's ``derived/`` directory,
+        where the built index is looked up first and stored (``tunedb.index.parquet.indexcache``)."""
         live = set(self.live)
         for k in list(self.chunks):
             if k not in live:
                 del self.chunks[k]
+        inv = self.invalidated_at(invalidated)
+        sig = indexcache.signature(self.live, inv) if cache is not None and self.live else None
+        if sig is not None:
+            hit = indexcache.load(cache, self.prefix, sig, len(self.live))
+            if hit is not None:
+                self.target_key = self.target_key or hit[1]
+                self._built(hit[0], inv)
+                return
         for k in self.live:
             if k not in self.chunks:
                 self.chunks[k] = read(k)
                 if not self.target_key and self.chunks[k].target_key:
                     self.target_key = self.chunks[k].target_key
+        self._built(memindex.build([self.chunks[k] for k in self.live], invalidated), inv)
+        if sig is not None:
+            indexcache.save(cache, self.prefix, sig, self.arrays, self.target_key)
+
+    def _built(self, arrays: memindex.Arrays, inv: int | None) -> None:
         self.files = list(self.live)
-        self.arrays = memindex.build([self.chunks[k] for k in self.files], invalidated)
-        self.built_with = invalidated.get(self.target_key)
+        self.arrays = arrays
+        self.built_with = inv
         self.loaded = True
         self.dirty = False
         self.pending_rids = []

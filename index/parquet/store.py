@@ -68,6 +68,7 @@ building Records), ``tunedb.index.retention`` (what dedup and forget keep) and
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import re
@@ -146,6 +147,8 @@ class TuningDB(RecordStore):
         self.verdict_dir = self.path / verdicts.DIRNAME
         self.derived_dir = self.path / "derived"
         self.journal_dir = self.path / "journal"
+        # built partition indexes are cached in derived/ (not for an older schema: read-only)
+        self._index_cache = self.derived_dir if schema_version >= SCHEMA_VERSION else None
         self._journal: JournalWriter | None = None
         self._mem: dict[str, pa.Table] = {}  # journal chunk key -> its rows (journals are not Parquet)
         self._journal_state: journal_fold.JournalState = {}  # journal path -> (size read, chunk keys)
@@ -164,6 +167,7 @@ class TuningDB(RecordStore):
         self._target_meta: dict[str, tuple[str, str]] = {}  # target_key -> (name, json)
         self._commits_since_scan: dict[str, int] = {}
         self._keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
+        self._entries_memo: tuple | None = None  # (change_token, entries table)
         self._compact_due: set = set()
 
     @classmethod
@@ -252,7 +256,7 @@ class TuningDB(RecordStore):
     def _loaded(self, p: Partition) -> Partition:
         """``p`` with its index built and its large commits indexed (see ``Partition.load``)."""
         if not p.loaded or p.dirty:
-            p.load(self._read_chunk, self._invalidated)
+            p.load(self._read_chunk, self._invalidated, self._index_cache)
         return p
 
     def _all_loaded(self) -> list[Partition]:
@@ -308,8 +312,8 @@ class TuningDB(RecordStore):
             superseded.extend(p.superseded)
             had_own = bool(p.overlay) or p.dirty
             p.clear_own()
-            if p.loaded and (changed or had_own or p.built_with != self._invalidated.get(p.target_key)):
-                p.load(self._read_chunk, self._invalidated)
+            if p.loaded and (changed or had_own or p.built_with != p.invalidated_at(self._invalidated)):
+                p.load(self._read_chunk, self._invalidated, self._index_cache)
             if not p.keys:
                 del self._parts[prefix]
         self._superseded = superseded
@@ -517,7 +521,7 @@ class TuningDB(RecordStore):
         def index_of(tk: str) -> Partition:
             p = self._part(tk)
             if not p.loaded:  # (a pending large commit is in pending_rids: no need to index it)
-                p.load(self._read_chunk, self._invalidated)
+                p.load(self._read_chunk, self._invalidated, self._index_cache)
             return p
         if len(tkeys) == 1:
             return index_of(tkeys[0]).fresh_mask(rh)
@@ -879,19 +883,7 @@ class TuningDB(RecordStore):
         de-duplicated by record_id, with the columns of ``tunedb.index.schema.RECORD_SCHEMA``.
         With a ``target``, only that target's files are read."""
         tkey = self._target_key(target) if target is not None else None
-        with file_lock(self.path / "_lock", shared=True):
-            for _attempt in range(20):
-                paths = self._live_paths(tkey[:16] if tkey else None)
-                try:
-                    read = [conform(self._mem[p] if p in self._mem else pq.read_table(p)) for p in paths]
-                    break
-                except FileNotFoundError:
-                    self.refresh()
-            else:
-                raise RuntimeError("DB kept changing while reading")
-        if not read:
-            return RECORD_SCHEMA.empty_table()
-        t = pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
+        t = self._read_live(tkey[:16] if tkey else None)
         if tkey is not None:
             t = t.filter(pc.equal(t.column("target_key"), tkey))
         if workload is not None:
@@ -901,24 +893,73 @@ class TuningDB(RecordStore):
             t = tables.drop_stale(t, self._invalidated)
         return t
 
+    def _read_live(self, prefix: str | None, columns: list[str] | None = None) -> pa.Table:
+        """The rows (not de-duplicated) of every live file and journal, or of one target-key
+        prefix's; ``columns``: only those (else every ``RECORD_SCHEMA`` column)."""
+        with file_lock(self.path / "_lock", shared=True):
+            for _attempt in range(20):
+                paths = self._live_paths(prefix)
+                try:
+                    read = [self._mem[p].select(columns) if columns and p in self._mem else
+                            self._mem[p] if p in self._mem else pq.read_table(p, columns=columns) for p in paths]
+                    break
+                except FileNotFoundError:
+                    self.refresh()
+            else:
+                raise RuntimeError("DB kept changing while reading")
+        if not columns:
+            read = [conform(x) for x in read]
+        if not read:
+            return RECORD_SCHEMA.empty_table() if not columns else \
+                pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()
+        return pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
+
     def entries(self) -> pa.Table:
         """One row per (target_key, workload_key): target_key, target_name, target, workload_key,
-        family, workload, records, ok_records, best_cost (seconds; null when none ok)."""
-        return tables.entries(self.records(include_stale=False))
+        family, workload, records, ok_records, best_cost (seconds; null when none ok).  Reads only
+        the columns it summarises; remembered until the DB changes (``change_token``), in memory
+        and as ``derived/entries-<token>.parquet`` for the next process (rebuildable)."""
+        token = self.change_token()
+        memo = self._entries_memo
+        if memo is not None and memo[0] == token:
+            return memo[1]
+        cached = self.derived_dir / f"entries-{token[1]}.parquet" if token[0] == 0 else None
+        out = None
+        if cached is not None:
+            try:
+                out = pq.read_table(cached)
+            except (OSError, pa.ArrowInvalid):
+                out = None
+        if out is None:
+            t = self._read_live(None, tables.ENTRY_COLUMNS + ["status", "cost", "rid_hash", "committed"])
+            out = tables.entries(tables.drop_stale(tables.first_by_record_id(t), self._invalidated))
+            if cached is not None and self._index_cache is not None:
+                self._save_derived(cached, out, "entries-")
+        self._entries_memo = (token, out)
+        return out
+
+    def _save_derived(self, path: Path, table: pa.Table, prefix: str) -> None:
+        """Write ``table`` to ``path`` in ``derived/`` (temp file, rename) and remove the older
+        files named ``<prefix>*``.  Best effort: a read-only or full disk leaves nothing."""
+        tmp = path.parent / f"_tmp-{uuid.uuid4().hex}.parquet"
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, path)
+            for old in path.parent.glob(prefix + "*.parquet"):
+                if old != path:
+                    old.unlink(missing_ok=True)
+        except OSError:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def targets(self) -> list[dict]:
         """Every target holding live records: target_key, target_name, target (dict), records."""
         with self._lock:
             counts: dict[str, int] = {}
-            for p in self._all_loaded():
-                a = p.arrays.a
-                if len(a["file"]):
-                    per_file = np.bincount(a["file"][a["live"]], minlength=len(p.files))
-                    for f, c in zip(p.files, per_file.tolist()):
-                        tk = p.chunks[f].target_key
-                        counts[tk] = counts.get(tk, 0) + c
-                for r in p.overlay.values():
-                    counts[r.target_key] = counts.get(r.target_key, 0) + 1
+            for p in self._all_loaded():  # (one target per partition)
+                counts[p.target_key] = counts.get(p.target_key, 0) + p.live_count()
             out = []
             for tk, c in counts.items():
                 if c == 0:
@@ -981,12 +1022,7 @@ class TuningDB(RecordStore):
             live_ek = np.concatenate([p.arrays.a["entry_key"][p.arrays.a["live"]] for p in ps]) if ps else \
                 np.zeros(0, np.int64)
             files = [f for p in ps for f in p.files]
-            tkeys = set()
-            for p in ps:
-                a = p.arrays.a
-                if len(a["file"]):
-                    per_file = np.bincount(a["file"][a["live"]], minlength=len(p.files))
-                    tkeys.update(p.chunks[f].target_key for f, c in zip(p.files, per_file.tolist()) if c)
+            tkeys = {p.target_key for p in ps if int(p.arrays.a["live"].sum())}
         size = tree_bytes(self.records_dir, self.journal_dir)
         n_work = 0
         if len(live_ek):
@@ -1016,7 +1052,9 @@ class TuningDB(RecordStore):
             jsig += sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
         except FileNotFoundError:
             pass
-        return (own, hash((tuple(sorted(names)), tuple(map(str, jsig)))))
+        text = "\n".join(sorted(names) + [f"{k}\0{v}" for k, v in jsig])
+        # (a stable digest, not hash(): a token may be stored and compared by another process)
+        return (own, hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
 
     @property
     def location(self) -> str:
