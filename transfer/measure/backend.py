@@ -242,8 +242,8 @@ def _check_configs(configs: Iterable[Any]) -> list[Mapping[str, Any]]:
 
 def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: Mapping[str, Any],
                       workload: Mapping[str, Any], configs: Sequence[Mapping[str, Any]],
-                      on_record: Callable[[int, Record, bool], None] | None = None, *, force: bool = False
-                      ) -> list[tuple[Record, bool]]:
+                      on_record: Callable[[int, Record, bool], None] | None = None, *, force: bool = False,
+                      timers: dict[str, float] | None = None) -> list[tuple[Record, bool]]:
     """Look each config up in ``db``, measure only the misses, commit each new record at once.
 
     Returns one ``(record, was_cached)`` per config, in order.  A stored record of the triple
@@ -257,9 +257,15 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
     every result as it becomes known: the hits first (in order), then each new record right
     after its commit (in the order the backend hands them over), then the repeats.
     ``db`` None: nothing is looked up or committed.  Workload and configs are passed on as
-    given (callers normalise them)."""
+    given (callers normalise them).  ``timers``: seconds spent are added to its ``"lookup"``
+    (``db.lookup_many``), ``"commit"`` (``db.commit``) and ``"measure"`` (the backend, less the
+    commits and ``on_record`` calls made from inside it) keys."""
     configs = list(configs)
+    t0 = time.perf_counter()
     found = [None] * len(configs) if db is None or force else db.lookup_many(target, workload, configs)
+    inside = [0.0, 0.0]  # seconds of commits, and of on_record calls, made while the backend runs
+    if timers is not None:
+        timers["lookup"] = timers.get("lookup", 0.0) + time.perf_counter() - t0
     results: list[tuple[Record, bool] | None] = [None] * len(configs)
     for i, hit in enumerate(found):
         if hit is not None:
@@ -272,12 +278,20 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
         where = _Positions(first_by_key)
 
         def fresh(rec: Record) -> None:
+            t1 = time.perf_counter()
             if db is not None:
                 db.commit(rec)
+            t2 = time.perf_counter()
             if on_record:
                 on_record(where.take(rec), rec, False)
+            inside[0] += t2 - t1
+            inside[1] += time.perf_counter() - t2
 
+        t0 = time.perf_counter()
         recs = backend.measure_many(target, workload, [configs[i] for i in misses], on_record=fresh)
+        if timers is not None:
+            timers["commit"] = timers.get("commit", 0.0) + inside[0]
+            timers["measure"] = timers.get("measure", 0.0) + time.perf_counter() - t0 - inside[0] - inside[1]
         for i, rec in zip(misses, recs):
             results[i] = (rec, False)
     for i, first in repeats:

@@ -114,15 +114,60 @@ class FeatureSpace:
         hw = np.stack([cached(hw_cache, t, hardware_features) for t in targets])
         return np.hstack([kn, wl, hw]).astype(np.float32)
 
+    def knob_rows(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """The knob block of :meth:`matrix` alone: one float32 row per config."""
+        col = {k: i for i, k in enumerate(self.knob_columns)}
+        kn = np.zeros((len(configs), len(col)), np.float32)
+        for r, c in enumerate(configs):
+            for k, v in _flatten(c).items():
+                j = col.get(k)
+                if j is not None:
+                    kn[r, j] = v
+        return kn
+
+    def matrix_of_codes(self, configs: Sequence[Mapping[str, Any]], config_codes: np.ndarray,
+                        workloads: Sequence[Mapping[str, Any]], workload_codes: np.ndarray,
+                        targets: Sequence[Mapping[str, Any]], target_codes: np.ndarray) -> np.ndarray:
+        """:meth:`matrix` of rows given as codes into lists of distinct configs, workloads and
+        targets (row i is ``configs[config_codes[i]]`` on ``targets[target_codes[i]]`` ...):
+        each distinct object is featurised once, so a family whose devices share one space costs
+        one featurisation per config, not per record.  Equal to ``matrix`` of the expanded rows."""
+        n = len(config_codes)
+        kn = self.knob_rows(configs)
+        if n == 0:
+            return np.zeros((0, len(self.knob_columns)), np.float32)
+        wl = np.stack([workload_features(w) for w in workloads]) if len(workloads) else np.zeros((0, 0), np.float32)
+        hw = np.stack([hardware_features(t) for t in targets]) if len(targets) else np.zeros((0, 0), np.float32)
+        return np.hstack([kn[config_codes], wl[workload_codes], hw[target_codes]]).astype(np.float32)
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x`` with ties sharing their average rank (as ``scipy.stats.rankdata``)."""
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], len(xs)]
+    avg = (starts + ends + 1) / 2.0  # mean of the 1-based positions starts+1 .. ends
+    ranks = np.empty(len(x), np.float64)
+    ranks[order] = np.repeat(avg, ends - starts)
+    return ranks
+
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman rank correlation (nan when undefined)."""
-    from scipy.stats import spearmanr
-
-    if len(a) < 3 or np.ptp(np.asarray(a, float)) == 0 or np.ptp(np.asarray(b, float)) == 0:
+    """Spearman rank correlation (nan when undefined): the Pearson correlation of the average
+    ranks, as ``scipy.stats.spearmanr`` computes it (numpy only: importing scipy.stats alone
+    took 1-2 s per tuning run)."""
+    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if len(x) < 3 or len(x) != len(y) or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")  # a constant has no rank correlation
-    r = spearmanr(a, b).statistic
-    return float(r) if r == r else float("nan")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return float("nan")
+    rx, ry = _average_ranks(x), _average_ranks(y)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    den = math.sqrt(float(rx @ rx) * float(ry @ ry))
+    r = float(rx @ ry) / den if den > 0 else float("nan")
+    return max(-1.0, min(1.0, r)) if r == r else float("nan")
 
 
 class _Base:
@@ -171,6 +216,27 @@ class _Base:
         X = self.features_.matrix(configs, workloads, targets)
         return np.exp(self._predict_x(X))
 
+    def predict_log(self, X: np.ndarray) -> np.ndarray:
+        """Predicted log seconds of the rows of an already built feature matrix."""
+        return self._predict_x(X)
+
+    def corrected(self, X: np.ndarray, y: np.ndarray, *, seed: int = 0) -> "CorrectedModel":
+        """This model plus a small correction fitted to its residuals on ``X``/``y`` (log
+        seconds; typically the evaluations of the entry being tuned); ``self`` is not changed."""
+        return CorrectedModel(self, X, y, seed=seed)
+
+    # persistence (tunedb.transfer.search.modelcache): plain JSON data, exact round trip
+    def params(self) -> dict:
+        """The constructor arguments (JSON data)."""
+        raise NotImplementedError
+
+    def state(self) -> dict:
+        """The fitted state (JSON data) that :func:`model_from_state` turns back into this model."""
+        raise NotImplementedError
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        raise NotImplementedError
+
 
 class LightGBMCostModel(_Base):
     """Gradient-boosted trees (LightGBM) on log time.
@@ -197,7 +263,19 @@ class LightGBMCostModel(_Base):
         self.model_ = lgb.train(params, ds, num_boost_round=self.n_estimators)
 
     def _predict_x(self, X) -> np.ndarray:
-        return np.asarray(self.model_.predict(X), np.float64)
+        return np.asarray(self.model_.predict(X, num_threads=self.n_jobs), np.float64)
+
+    def params(self) -> dict:
+        return {"n_estimators": self.n_estimators, "learning_rate": self.learning_rate,
+                "num_leaves": self.num_leaves, "seed": self.seed, "n_jobs": self.n_jobs}
+
+    def state(self) -> dict:
+        return {"booster": self.model_.model_to_string()}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        import lightgbm as lgb
+
+        self.model_ = lgb.Booster(model_str=state["booster"])
 
 
 class RidgeCostModel(_Base):
@@ -223,6 +301,85 @@ class RidgeCostModel(_Base):
     def _predict_x(self, X) -> np.ndarray:
         return ((self._expand(X) - self.mu_) / self.sd_) @ self.coef_
 
+    def params(self) -> dict:
+        return {"alpha": self.alpha}
+
+    def state(self) -> dict:
+        return {"mu": self.mu_.tolist(), "sd": self.sd_.tolist(), "coef": self.coef_.tolist()}
+
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        self.mu_ = np.asarray(state["mu"], np.float64)
+        self.sd_ = np.asarray(state["sd"], np.float64)
+        self.coef_ = np.asarray(state["coef"], np.float64)
+
+
+MODEL_KINDS = {"LightGBMCostModel": LightGBMCostModel, "RidgeCostModel": RidgeCostModel}
+
+
+def model_from_state(kind: str, params: Mapping[str, Any], state: Mapping[str, Any], features: FeatureSpace, *,
+                     n_records: int, targets: Sequence[str], heldout_spearman: float) -> _Base:
+    """A fitted model of class ``kind`` (a :data:`MODEL_KINDS` name) from what ``params()``
+    and ``state()`` returned.  Raises KeyError/ValueError/TypeError for data that is not such a
+    state (the model cache then refits)."""
+    model = MODEL_KINDS[kind](**params)
+    model._set_state(state)
+    model.features_ = features
+    model.n_records_ = int(n_records)
+    model.targets_ = [str(t) for t in targets]
+    model.heldout_spearman_ = float(heldout_spearman)
+    return model
+
+
+class CorrectedModel:
+    """A fitted base model plus a correction fitted to the base's residuals on a few rows (the
+    evaluations of the entry being tuned): predictions are ``base + correction`` in log seconds.
+
+    The correction is what LightGBM's continued training (``init_model``) would add, without
+    copying the base: ``CORRECTION_ROUNDS`` small trees (``num_leaves`` 7, at least 3 rows a leaf)
+    boosted from the base's predictions (``init_score``); ridge regression on the residuals when
+    the base is not LightGBM.  Costs: a fit on 50 rows takes a few milliseconds.  Attributes as a
+    fitted model's (``features_``, ``n_records_`` = base rows + correction rows, ``targets_``,
+    ``heldout_spearman_`` of the base)."""
+
+    CORRECTION_ROUNDS = 30
+
+    def __init__(self, base: _Base, X: np.ndarray, y: np.ndarray, *, seed: int = 0):
+        self.base = base
+        self.features_ = base.features_
+        self.n_records_ = int(base.n_records_) + len(y)
+        self.targets_ = list(base.targets_)
+        self.heldout_spearman_ = base.heldout_spearman_
+        self.correction_: Any = None
+        if len(y) < 3:
+            return
+        init = base.predict_log(X)
+        if isinstance(base, LightGBMCostModel):
+            import lightgbm as lgb
+
+            params = {"objective": "regression", "learning_rate": 0.1, "num_leaves": 7, "min_data_in_leaf": 3,
+                      "min_data_in_bin": 1, "seed": seed, "num_threads": 1, "verbose": -1, "deterministic": True,
+                      "force_row_wise": True}
+            ds = lgb.Dataset(X, label=y, init_score=init, free_raw_data=True)
+            self.correction_ = lgb.train(params, ds, num_boost_round=self.CORRECTION_ROUNDS)
+        else:
+            r = RidgeCostModel(alpha=10.0)
+            r._fit_xy(X, np.asarray(y, np.float64) - init, None)
+            self.correction_ = r
+
+    def predict_log(self, X: np.ndarray) -> np.ndarray:
+        """Predicted log seconds of the rows of a feature matrix."""
+        out = self.base.predict_log(X)
+        if self.correction_ is None:
+            return out
+        if isinstance(self.correction_, RidgeCostModel):
+            return out + self.correction_._predict_x(X)
+        return out + np.asarray(self.correction_.predict(X, num_threads=1), np.float64)
+
+    def predict(self, configs: Sequence[Mapping], workloads: Sequence[Mapping], targets: Sequence[Mapping]
+                ) -> np.ndarray:
+        """Predicted run time in seconds per config."""
+        return np.exp(self.predict_log(self.features_.matrix(configs, workloads, targets)))
+
 
 def default_model(seed: int = 0) -> _Base:
     """LightGBM when installed, else ridge."""
@@ -233,28 +390,99 @@ def default_model(seed: int = 0) -> _Base:
     return LightGBMCostModel(seed=seed)
 
 
+@dataclass
+class TrainingSet:
+    """A family's training rows as model input: ``X`` (float32, ``features`` layout), ``y`` (log
+    seconds), the distinct target names, and ``rows``: how many records they are."""
+
+    features: FeatureSpace
+    X: np.ndarray
+    y: np.ndarray
+    target_names: list[str]
+
+    @property
+    def rows(self) -> int:
+        return len(self.y)
+
+
+def family_table(db: RecordStore, family: str, *, entries: Any = None, max_records: int = 200_000,
+                 seed: int = 0) -> Any:
+    """The family's live ``ok`` records with cost > 0 in ``db`` as an Arrow table (the columns of
+    ``RecordStore.records``), sorted by record_id (so the result does not depend on how the store
+    lays its rows out); at most ``max_records`` (a seeded sample, order kept).
+
+    Reads only the targets holding the family (``records(target=...)`` per target) unless every
+    target of the DB holds it (then one ``records()``).  ``entries``: ``db.entries()`` when the
+    caller has it already."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ents = db.entries() if entries is None else entries
+    if ents.num_rows == 0:
+        return None
+    fam_tks = sorted(set(ents.filter(pc.equal(ents.column("family"), family)).column("target_key").to_pylist()))
+    if not fam_tks:
+        return None
+    if len(fam_tks) == len(set(ents.column("target_key").to_pylist())):
+        parts = [db.records(include_stale=False)]
+    else:
+        parts = [db.records(tk, include_stale=False) for tk in fam_tks]
+    t = pa.concat_tables([p.replace_schema_metadata(None) for p in parts], promote_options="default") \
+        if len(parts) > 1 else parts[0]
+    if t.num_rows == 0:
+        return None
+    keep = pc.and_(pc.and_(pc.equal(t.column("family"), family), pc.equal(t.column("status"), "ok")),
+                   pc.greater(t.column("cost"), 0.0))
+    t = t.filter(pc.fill_null(keep, False))
+    if t.num_rows == 0:
+        return None
+    t = t.take(pc.sort_indices(t, sort_keys=[("record_id", "ascending")]))
+    if t.num_rows > max_records:
+        idx = np.random.default_rng(seed).choice(t.num_rows, max_records, replace=False)
+        t = t.take(pa.array(np.sort(idx)))
+    return t
+
+
+def _distinct(column: Any) -> tuple[list, np.ndarray]:
+    """(distinct JSON texts parsed, one code per row) of a string column."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(column)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
+    return [json.loads(x) for x in enc.dictionary.to_pylist()], codes
+
+
+def training_set(db: RecordStore, family: str, *, max_records: int = 200_000, seed: int = 0,
+                 entries: Any = None) -> TrainingSet | None:
+    """The rows of :func:`family_table` as a :class:`TrainingSet` (None when there are none).
+    Each distinct config, workload and target is parsed and featurised once."""
+    t = family_table(db, family, entries=entries, max_records=max_records, seed=seed)
+    if t is None:
+        return None
+    cfgs, cc = _distinct(t.column("config"))
+    wls, wc = _distinct(t.column("workload"))
+    tgs, tc = _distinct(t.column("target"))
+    fs = FeatureSpace.from_configs(cfgs)
+    X = fs.matrix_of_codes(cfgs, cc, wls, wc, tgs, tc)
+    y = np.log(np.asarray(t.column("cost").to_numpy(zero_copy_only=False), np.float64))
+    return TrainingSet(fs, X, y, sorted({str(x.get("name", "")) for x in tgs}))
+
+
 def training_data(db: RecordStore, family: str, *, max_records: int = 200_000, seed: int = 0
                   ) -> tuple[list, list, list, list]:
     """(configs, workloads, targets, costs) of the family's live ``ok`` records in ``db`` (any
-    record store), in the store's record order; at most ``max_records`` (a seeded sample)."""
-    import json
-
-    import pyarrow.compute as pc
-
-    t = db.records(include_stale=False)
-    if t.num_rows == 0:
+    record store), sorted by record_id; at most ``max_records`` (a seeded sample)."""
+    t = family_table(db, family, max_records=max_records, seed=seed)
+    if t is None:
         return [], [], [], []
-    t = t.filter(pc.and_(pc.equal(t.column("family"), family), pc.equal(t.column("status"), "ok")))
-    t = t.filter(pc.greater(t.column("cost"), 0.0))
-    if t.num_rows > max_records:
-        idx = np.random.default_rng(seed).choice(t.num_rows, max_records, replace=False)
-        t = t.take(np.sort(idx))
-    tj = t.column("target").to_pylist()
-    wj = t.column("workload").to_pylist()
-    # one dict per distinct JSON text: few targets and workloads, and the feature caches key on id()
-    parsed = {x: json.loads(x) for x in set(tj) | set(wj)}
-    targets = [parsed[x] for x in tj]
-    workloads = [parsed[x] for x in wj]
-    configs = [json.loads(x) for x in t.column("config").to_pylist()]
-    costs = t.column("cost").to_pylist()
-    return configs, workloads, targets, costs
+    cfgs, cc = _distinct(t.column("config"))
+    wls, wc = _distinct(t.column("workload"))
+    tgs, tc = _distinct(t.column("target"))
+    # one dict per distinct target and workload (the feature caches key on id()); configs copied per row
+    configs = [dict(cfgs[i]) for i in cc.tolist()]
+    return configs, [wls[i] for i in wc.tolist()], [tgs[i] for i in tc.tolist()], t.column("cost").to_pylist()

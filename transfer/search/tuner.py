@@ -12,6 +12,13 @@ committed at once, so Ctrl-C loses nothing and a rerun resumes (its repeats are 
 ``budget`` counts evaluations in this run (new measurements plus cache hits), so a resumed
 run does the remaining work only.  Cold mode: no retrieval and no prior model (random start;
 a model fitted on this run's own measurements only).  Costs are seconds.
+
+Cost model (warm): the family's *base model* - fitted on every target's records of the kernel
+family, persisted in the store's ``cache_dir()`` and reused while the family's records changed
+by less than ``refit_fraction`` (``tunedb.transfer.search.modelcache``) - plus a correction
+fitted to its residuals on this run's evaluations every ``retrain_every`` of them
+(``CorrectedModel``: a few milliseconds).  ``TuneResult.overhead`` says where tunedb's own time
+went (seconds per step).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import numpy as np
 from tunedb.index.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
-from tunedb.transfer.search.costmodel import default_model, training_data
+from tunedb.transfer.search.costmodel import default_model
 from tunedb.transfer.search.jobs import local_job
 from tunedb.transfer.search.space import Space
 
@@ -53,9 +60,10 @@ class TuneOptions:
     use_exact: bool = False
     start_default: bool | None = None  # start from the family default when no seeds (None: warm yes, cold no)
     use_model: bool = True
-    retrain_every: int = 8        # refit the model after this many new evaluations of this entry
-    refit_fraction: float = 0.2   # ... or when the DB grew by this fraction of what the model saw
-    own_weight: float = 1.0       # this entry's evaluations together weigh at least this many times the DB's records
+    retrain_every: int = 8        # refit the model's correction after this many new evaluations of this entry
+    refit_fraction: float = 0.2   # refit the base model when this fraction of the records it saw changed
+    own_weight: float = 1.0       # (kept for callers; the correction model fits this entry's evaluations alone)
+    model_cache: bool = True      # reuse the family's base model from the store's cache_dir() (False: fit each run)
 
 
 @dataclass
@@ -73,6 +81,8 @@ class TuneResult:
     stopped_by: str = ""
     adapt: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
+    #: seconds of tunedb's own work per step (see ``Tuner.OVERHEAD_STEPS``); ``total`` is the run's wall time
+    overhead: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -81,6 +91,7 @@ class TuneResult:
             "measurements": self.measurements, "cache_hits": self.cache_hits, "evaluations": self.evaluations,
             "seeds": self.seeds, "history": self.history, "interrupted": self.interrupted,
             "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
+            "overhead": self.overhead,
         }
 
     def evaluations_to_reach(self, cost: float) -> int | None:
@@ -105,6 +116,15 @@ def _sig(cfg: Mapping[str, Any]) -> str:
 class Tuner:
     """One tuning run of (target, workload) over ``space`` with ``backend``, on ``db`` (any
     ``RecordStore``; None: nothing is looked up or stored, and there are no warm seeds)."""
+
+    #: the keys of ``TuneResult.overhead`` (seconds): ``resume`` (reading this entry's records),
+    #: ``retrieval`` (nearest entries), ``adapt`` (mapping their configs into the space),
+    #: ``model_base`` (getting the base model: cache check, load or fit), ``model_update`` (the
+    #: correction fits), ``predict``, ``candidates`` (neighbours and random draws),
+    #: ``lookup``/``commit`` (the store), ``measure`` (the backend), ``other`` (the rest of
+    #: ``total``, the run's wall time: bookkeeping, progress callbacks)
+    OVERHEAD_STEPS = ("resume", "retrieval", "adapt", "model_base", "model_update", "predict", "candidates",
+                      "lookup", "commit", "measure", "other", "total")
 
     def __init__(self, db: RecordStore | None, target: Mapping[str, Any], workload: Mapping[str, Any], space: Space,
                  backend: MeasureBackend, options: TuneOptions | None = None, *,
@@ -136,11 +156,14 @@ class Tuner:
         self._entry_evals_at_fit = 0
         self._t0 = time.monotonic()
         self._finite_matrix: np.ndarray | None = None
-        self._base: tuple | None = None
+        self._base: Any = None          # modelcache.BaseModel of the family (None: not resolved or none)
+        self._base_resolved = False
         self._db_len_at_base = 0
-        self._features = None
-        self._X_base = None
-        self._y_base = None
+        self.timers: dict[str, float] = {}
+
+    def _add_time(self, step: str, t0: float) -> None:
+        """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
+        self.timers[step] = self.timers.get(step, 0.0) + time.perf_counter() - t0
 
     # --------------------------------------------------------------- evaluate
     def _remaining(self) -> int:
@@ -156,7 +179,8 @@ class Tuner:
         todo = self._unevaluated(configs)
         if todo:
             lookup_or_measure(self.db, self.backend, self.target, self.workload, todo,
-                              on_record=lambda i, rec, cached: self._evaluated(todo[i], rec, cached))
+                              on_record=lambda i, rec, cached: self._evaluated(todo[i], rec, cached),
+                              timers=self.timers)
 
     def _unevaluated(self, configs: list[dict]) -> list[dict]:
         """The leading distinct configs not evaluated yet that the remaining budget covers (marked tried)."""
@@ -235,9 +259,11 @@ class Tuner:
         """Adapted best configs of the nearest entries, best first."""
         if self.db is None or self.opt.cold:
             return []
+        t0 = time.perf_counter()
         matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
                                   same_family=True, min_similarity=self.opt.min_similarity,
                                   best_n=self.opt.top_per_neighbor)
+        self._add_time("retrieval", t0)
         from tunedb.index.keys import key_of
 
         tkey, wkey = key_of(self.target), key_of(self.workload)
@@ -255,7 +281,9 @@ class Tuner:
             w = max(float(m.similarity), 0.0) ** 8
             best = [r.config for r in m.best[: self.opt.top_per_neighbor]]
             scale = hardware_scale(m.target, self.target, self.hardware_knobs) if self.hardware_knobs else None
+            t0 = time.perf_counter()
             adapted = adapt_many(best, self.space, self.defaults, self.adapt_report, scale)
+            self._add_time("adapt", t0)
             n = max(len(adapted), 1)
             for rank, c in enumerate(adapted):
                 s = _sig(c)
@@ -266,11 +294,10 @@ class Tuner:
 
     # ------------------------------------------------------------------ model
     def _fit_model(self, force: bool = False) -> None:
-        """(Re)fit the cost model.  Warm: the family's DB records (loaded and featurised once per
-        run) plus this entry's evaluations, weighted by ``own_sample_weight`` (together at least
-        ``own_weight`` times the DB records' weight);
-        the held-out rank correlation is measured at the first fit.  Cold: this run's own
-        evaluations only (from 8 on)."""
+        """(Re)fit the cost model.  Warm: the family's base model (``_base_model``) corrected by
+        this entry's evaluations (``CorrectedModel``; the base alone below 3 of them); when the
+        family has fewer than ``modelcache.MIN_RECORDS`` ok records in the DB, as cold.  Cold: a
+        model of this run's own evaluations only (from 8 on)."""
         if not self.opt.use_model:
             return
         own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
@@ -281,14 +308,18 @@ class Tuner:
             return
         self.model = model
         self._entry_evals_at_fit = len(own)
-        self.model_info = {"kind": type(model).__name__, "records": model.n_records_,
-                           "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
-                           "fits": self.model_info.get("fits", 0) + 1}
+        info = {"kind": type(getattr(model, "base", model)).__name__, "records": model.n_records_,
+                "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
+                "fits": self.model_info.get("fits", 0) + 1}
+        if self._base is not None and not self.opt.cold:
+            info["base"] = self._base.info()
+        self.model_info = info
 
     def _fit_cold(self, own: list[tuple[dict, float]]) -> Any:
         """A model of this run's own evaluations (None below 8 of them or when fitting fails)."""
         if len(own) < 8:
             return None
+        t0 = time.perf_counter()
         model = default_model(seed=self.opt.seed)
         try:
             model.fit([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own),
@@ -296,70 +327,65 @@ class Tuner:
         except Exception as e:  # a model failure must never stop tuning
             self.model_info = {"error": f"{type(e).__name__}: {e}"}
             return None
+        finally:
+            self._add_time("model_update", t0)
         return model
 
     def _fit_warm(self, own: list[tuple[dict, float]]) -> Any:
-        """A model of the family's DB records plus ``own`` (None without a DB, below 20 records
-        or when fitting fails)."""
+        """The base model corrected by ``own`` (None without a DB or when fitting fails; a cold
+        model when the family has no base model)."""
         if self.db is None:
             return None
-        cfgs, wls, tgs, costs = self._base_records()
-        if len(cfgs) + len(own) < 20:
-            return None
-        from tunedb.transfer.search.costmodel import FeatureSpace
-
-        if self._features is None:
-            self._features = FeatureSpace.from_configs(list(cfgs) + [c for c, _ in own])
-            self._X_base = self._features.matrix(cfgs, wls, tgs)
-            self._y_base = np.log(np.asarray(costs, np.float64))
-        X_own = self._features.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
-        if not len(cfgs):  # no other entries of the family: the model is of this run's own evaluations
-            self._X_base = np.zeros((0, X_own.shape[1]), X_own.dtype)
-            self._y_base = np.zeros(0, np.float64)
-        X = np.vstack([self._X_base, X_own]) if len(own) else self._X_base
-        y = np.concatenate([self._y_base, np.log([v for _, v in own])]) if len(own) else self._y_base
-        boost = own_sample_weight(len(cfgs), len(own), self.opt.own_weight)
-        w = np.concatenate([np.ones(len(cfgs)), np.full(len(own), boost)])
-        model = default_model(seed=self.opt.seed)
-        model.features_ = self._features
         try:
-            model.fit_matrix(X, y, sample_weight=w, seed=self.opt.seed,
-                             holdout=0.2 if self.model is None else 0.0,
-                             target_names=sorted({str(t.get("name", "")) for t in tgs}))
+            base = self._base_model()
         except Exception as e:  # a model failure must never stop tuning
             self.model_info = {"error": f"{type(e).__name__}: {e}"}
             return None
-        if self.model is not None and "heldout_spearman" in self.model_info:
-            model.heldout_spearman_ = self.model_info["heldout_spearman"]
-        return model
+        if base is None:
+            return self._fit_cold(own)
+        t0 = time.perf_counter()
+        try:
+            m = base.model
+            X = m.features_.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
+            return m.corrected(X, np.log(np.asarray([v for _, v in own], np.float64)), seed=self.opt.seed)
+        except Exception as e:  # a model failure must never stop tuning
+            self.model_info = {"error": f"{type(e).__name__}: {e}"}
+            return None
+        finally:
+            self._add_time("model_update", t0)
 
-    def _base_records(self) -> tuple:
-        """The family's DB records other than this entry's (configs, workloads, targets, costs),
-        reloaded when the DB grew by ``refit_fraction`` of what was loaded."""
+    def _base_model(self) -> Any:
+        """The family's ``modelcache.BaseModel`` (None when it has too few records), resolved
+        once per run and again when the DB grew by ``refit_fraction`` of the rows it was fitted
+        on (other processes committing meanwhile)."""
         assert self.db is not None
-        if self._base is not None and len(self.db) - self._db_len_at_base >= \
-                self.opt.refit_fraction * max(len(self._base[0]), 1):
-            self._base = self._features = None  # the DB grew by a set fraction: reload what it knows
-        if self._base is None:
-            self._db_len_at_base = len(self.db)
-            fam = self.workload.get("family")
-            cfgs, wls, tgs, costs = training_data(self.db, fam, seed=self.opt.seed)
-            from tunedb.index.keys import key_of
+        if self._base_resolved:
+            seen = self._base.rows if self._base is not None else 0
+            if len(self.db) - self._db_len_at_base < self.opt.refit_fraction * max(seen, 1):
+                return self._base
+        from tunedb.transfer.search.modelcache import base_model
 
-            mine = key_of(self.target), key_of(self.workload)
-            keep = [i for i, (t, w) in enumerate(zip(tgs, wls)) if (key_of(t), key_of(w)) != mine] \
-                if len(cfgs) < 50_000 else list(range(len(cfgs)))
-            self._base = ([cfgs[i] for i in keep], [wls[i] for i in keep], [tgs[i] for i in keep],
-                          [costs[i] for i in keep])
+        t0 = time.perf_counter()
+        try:
+            self._db_len_at_base = len(self.db)
+            # the base model is a function of the DB's content alone (seed 0), so every run shares it
+            self._base = base_model(self.db, self.workload.get("family"), seed=0,
+                                    refit_fraction=self.opt.refit_fraction, use_cache=self.opt.model_cache)
+            self._base_resolved = True
+        finally:
+            self._add_time("model_base", t0)
         return self._base
 
     def _predict(self, cands: list[dict]) -> np.ndarray | None:
         if self.model is None or not cands:
             return None
+        t0 = time.perf_counter()
         try:
             return self.model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
         except Exception:
             return None
+        finally:
+            self._add_time("predict", t0)
 
     # ------------------------------------------------------------ neighbours
     def _neighbours(self, cfg: dict) -> list[dict]:
@@ -382,14 +408,19 @@ class Tuner:
 
     # ------------------------------------------------------------------- run
     def run(self) -> TuneResult:
+        """Tune until the budget, the wall time or the patience runs out (or Ctrl-C)."""
         stopped_by = "budget"
         interrupted = False
+        t_run = time.perf_counter()
         try:
             if self.opt.use_exact:
                 self.evaluate(self.exact_configs())
             if not self.opt.cold:
                 # resume: what this entry already holds is answered first, from the DB
-                self.evaluate([c for c in self.previous_configs() if self.space.is_valid(c)])
+                t0 = time.perf_counter()
+                prev = [c for c in self.previous_configs() if self.space.is_valid(c)]
+                self._add_time("resume", t0)
+                self.evaluate(prev)
             seeds = [] if self.opt.cold else self.seed_configs()
             if not self.opt.cold:
                 self._fit_model(force=True)
@@ -425,15 +456,34 @@ class Tuner:
         except KeyboardInterrupt:
             interrupted = True
             stopped_by = "interrupted"
+        return self._result(stopped_by, interrupted, time.perf_counter() - t_run)
+
+    def _result(self, stopped_by: str, interrupted: bool, total_s: float) -> TuneResult:
+        """The TuneResult of this run (``total_s``: its wall time in seconds)."""
+        over = {k: round(self.timers.get(k, 0.0), 6) for k in self.OVERHEAD_STEPS if k not in ("other", "total")}
+        over["other"] = round(max(total_s - sum(self.timers.values()), 0.0), 6)
+        over["total"] = round(total_s, 6)
         return TuneResult(
             target=self.target, workload=self.workload,
             best_config=None if self.best is None else self.best[1],
             best_cost=None if self.best is None else self.best[0],
             measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
-            adapt=self.adapt_report.to_json(), model=self.model_info)
+            adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over)
 
     def _next_batch(self, pending: list[dict]) -> list[dict]:
+        """The next round's candidates: neighbours of the three best configs and the pending
+        seeds, ranked by the model (random order without one), plus an epsilon share of random
+        draws.  Its time, less the model's, counts as ``candidates``."""
+        t0 = time.perf_counter()
+        pred_before = self.timers.get("predict", 0.0)
+        try:
+            return self._next_batch_untimed(pending)
+        finally:
+            self.timers["candidates"] = (self.timers.get("candidates", 0.0) + time.perf_counter() - t0
+                                         - (self.timers.get("predict", 0.0) - pred_before))
+
+    def _next_batch_untimed(self, pending: list[dict]) -> list[dict]:
         b = min(self.opt.batch, self._remaining())
         ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
         pool: dict[str, dict] = {}
