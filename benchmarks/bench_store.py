@@ -19,7 +19,11 @@ record at a time, durably, for a few seconds: total commits/s per K (group commi
 should grow with K).  It measures; it asserts nothing.
 
     python benchmarks/bench_store.py --records 1000000 --json
+    python benchmarks/bench_store.py --records 1000000 --previous 7933b0d --json  # + that tunedb, same run
     python benchmarks/bench_store.py --records 10000000 --json   # streamed in; no JSON-lines baseline
+
+``--previous REF``: the tunedb of git revision REF (``git archive``) measured the same way in a
+child process, on the same generated records, beside this one: the before/after of a change.
 
 At 10M records the JSON-lines dict is not run (its 7 GB log would need ~30 GB of memory here);
 the records are generated and committed in RecordBatches of 250,000, and the queries touch two
@@ -356,6 +360,36 @@ def run_probe(kind: str, store_path: Path, qfile: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# ------------------------------------------------------------- durable commits, interleaved
+def bench_commits_interleaved(db_path: Path, log_path: Path, rounds: int = 15, per_round: int = 40) -> dict:
+    """Durable single-record commits, tunedb and a JSON-lines append with one fsync each,
+    alternating in rounds on the same disk (its fsync rate moves a lot from second to second
+    here, so separate runs cannot be compared).  Rates per round; the ratio per round pair."""
+    db = TuningDB.open(db_path)
+    t, w = {"kind": "cpu", "name": "commit-target"}, {"family": "matmul", "M": 48}
+    db.commit(Record(t, w, {"warm": 1}, [1e-3]))
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    tun, jl = [], []
+    try:
+        for k in range(rounds):
+            recs = [Record(t, w, {"round": k, "i": i}, [1e-3]) for i in range(per_round)]
+            t0 = time.perf_counter()
+            for r in recs:
+                db.commit(r)
+            tun.append(per_round / (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            for r in recs:
+                os.write(fd, (json.dumps(r.to_dict()) + "\n").encode())
+                os.fsync(fd)
+            jl.append(per_round / (time.perf_counter() - t0))
+    finally:
+        os.close(fd)
+    ratios = [a / b for a, b in zip(tun, jl)]
+    return {"tunedb_per_s": statistics.median(tun), "jsonl_per_s": statistics.median(jl),
+            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "rounds": rounds, "per_round": per_round}
+
+
 # ------------------------------------------------------------------ concurrent writers
 def _writer(kind: str, path: str, seconds: float, go, wid: int, q) -> None:
     """Commit one record at a time, durably, for ``seconds`` once ``go`` holds the start time;
@@ -490,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, removed)")
     ap.add_argument("--no-writers", action="store_true", help="skip the concurrent-writer figures")
+    ap.add_argument("--previous", metavar="REF", help="also measure the tunedb of this git revision (see above)")
+    ap.add_argument("--tunedb-only", action="store_true", help=argparse.SUPPRESS)  # (the --previous child)
     ap.add_argument("--probe", choices=("tunedb", "jsonl"), help=argparse.SUPPRESS)  # (the fresh-process probe)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
@@ -499,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.records > 2_000_000:
         return main_streamed(a)
+    if a.tunedb_only:
+        return main_tunedb_only(a)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bench_store_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -519,8 +557,11 @@ def main(argv: list[str] | None = None) -> int:
         qfile = work / "queries.json"
         write_queries(qfile, [(r.target, r.workload, r.config) for r in queries(recs, a.queries)])
         del recs
+        if a.previous:
+            res["previous"] = run_previous(a, work)
         res["probe"] = {"tunedb": run_probe("tunedb", work / "t" / "tunedb", qfile),
                         "jsonl": run_probe("jsonl", work / "j" / "log.jsonl", qfile)}
+        res["commits_interleaved"] = bench_commits_interleaved(work / "ci-db", work / "ci.jsonl")
         if not a.no_writers:
             (work / "w").mkdir()
             res["writers"] = bench_writers(work / "w")
@@ -530,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             "size_vs_jsonl": t["size_bytes"] / j["size_bytes"],
             "lookup_vs_jsonl": t["lookup_us_p50"] / j["lookup_us_p50"],
             "best_vs_jsonl": t["best_us_p50"] / j["best_us_p50"],
-            "commit_vs_jsonl": t["commit_per_s"] / j["commit_per_s"],
+            "commit_vs_jsonl": res["commits_interleaved"]["ratio_median"],
             "fresh_process_lookup_vs_jsonl": pt["lookup_us_p50"] / pj["lookup_us_p50"],
             "fresh_process_best_vs_jsonl": pt["best_us_p50"] / pj["best_us_p50"],
             "fresh_process_open_speedup_vs_jsonl": pj["open_s"] / pt["open_s"],
@@ -544,6 +585,45 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(json.dumps(res, indent=2, sort_keys=True))
     return 0
+
+
+def main_tunedb_only(a: argparse.Namespace) -> int:
+    """The tunedb figures alone (in-process, fresh-process probe, writers): the --previous child."""
+    work = Path(tempfile.mkdtemp(prefix="bench_store_prev_"))
+    try:
+        recs = make_records(a.records)
+        (work / "t").mkdir()
+        res = {"tunedb": bench_tunedb(recs, work / "t", a.queries, a.commits)}
+        qfile = work / "queries.json"
+        write_queries(qfile, [(r.target, r.workload, r.config) for r in queries(recs, a.queries)])
+        del recs
+        res["probe"] = run_probe("tunedb", work / "t" / "tunedb", qfile)
+        if not a.no_writers:
+            (work / "w").mkdir()
+            res["writers"] = bench_writers(work / "w")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(res, sort_keys=True))
+    return 0
+
+
+def run_previous(a: argparse.Namespace, work: Path) -> dict:
+    """This benchmark's tunedb figures for the tunedb of git revision ``a.previous``: its tree
+    (``git archive``) first on the import path of a child process."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    code = work / "previous" / "tunedb"
+    code.mkdir(parents=True)
+    arch = subprocess.run(["git", "-C", str(root), "archive", a.previous], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(code)], input=arch, check=True)
+    env = dict(os.environ, PYTHONPATH=str(code.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = [sys.executable, __file__, "--tunedb-only", "--records", str(a.records), "--queries", str(a.queries),
+            "--commits", str(a.commits)] + (["--no-writers"] if a.no_writers else [])
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["ref"] = a.previous
+    return res
 
 
 def main_streamed(a: argparse.Namespace) -> int:

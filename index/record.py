@@ -16,6 +16,7 @@ that lacks them (``from_row``/``from_dict`` of schema-1 rows or exports) gets ``
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 import re
 import socket
@@ -29,6 +30,7 @@ from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 STATUSES = ("ok", "compile_error", "runtime_error", "wrong_result", "timeout", "invalid")
 SOURCE_RE = re.compile(r"^(measured|replay|imported:[A-Za-z0-9_.-]+|migrated:.+)$")
+_RID_RE = re.compile(r"[0-9a-f]{32}")
 
 
 _HOST: str | None = None
@@ -58,6 +60,7 @@ def target_display_name(target: Mapping[str, Any]) -> str:
     return "-".join(parts) if parts else "target"
 
 
+@functools.lru_cache(maxsize=4096)
 def target_slug(target_name: str, target_key: str) -> str:
     """Partition value of a target: its name made path-safe, plus 16 hex digits of its key."""
     safe = re.sub(r"[^A-Za-z0-9._]+", "_", target_name).strip("._")[:48] or "target"
@@ -164,7 +167,7 @@ class Record:
     def validate(self) -> None:
         """Raise ValueError naming the field and the record when invalid."""
         rid = self.record_id
-        if not re.fullmatch(r"[0-9a-f]{32}", rid):
+        if not _RID_RE.fullmatch(rid):
             raise ValueError(f"record {rid}: field 'record_id' must be 32 lowercase hex characters")
         if self.status not in STATUSES:
             raise ValueError(f"record {rid}: field 'status' is {self.status!r}, not one of {', '.join(STATUSES)}")

@@ -86,7 +86,7 @@ EF_SEARCH = 64             # HNSW search beam (raised to k when k is larger)
 IVF_LISTS_PER_SQRT = 1.5   # IVF: nlist = this * sqrt(rows trained on)
 IVF_TRAIN_PER_LIST = 32    # IVF: k-means sample rows per list
 IVF_NITER = 10             # IVF: k-means iterations
-IVF_NPROBE = 6             # IVF: lists searched per query (more for large k, selective filters)
+IVF_NPROBE = 4             # IVF: lists searched per query (more for large k, selective filters)
 IVF_REFIT_GROWTH = 2.0     # IVF: re-fit the lists when the index holds this many times its training rows
 EXACT_SUBSET = 4_096       # filtered queries whose candidate subset is this small are answered exactly
 DELTA_MIN = 10_000         # delta rows searched exactly before they are merged into the main index
