@@ -37,8 +37,10 @@ ROW_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key
 _DICT_COLUMNS = ("status", "error", "source", "session", "target_name", "meta", "host", "origin")
 
 
-def _combos(tab: pa.Table) -> tuple[list[tuple], np.ndarray]:
-    """(distinct tuples of the ``_DICT_COLUMNS`` values, each row's index into them)."""
+def _combos(tab: pa.Table) -> tuple[list[tuple] | None, np.ndarray | list]:
+    """(distinct tuples of the ``_DICT_COLUMNS`` values, each row's index into them); or, when
+    the combinations hardly repeat (a per-record meta or session), (None, per column: (codes,
+    values))."""
     n = tab.num_rows
     codes, values = [], []
     for c in _DICT_COLUMNS:
@@ -51,6 +53,8 @@ def _combos(tab: pa.Table) -> tuple[list[tuple], np.ndarray]:
         values.append([v or empty for v in enc.dictionary.to_pylist()] or [empty])
         codes.append(pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False).astype(np.int64))
     sizes = [len(v) for v in values]
+    if max(sizes) > max(64, n // 8):  # (building a tuple per distinct row would cost more than it saves)
+        return None, [(c.astype(np.int32), v) for c, v in zip(codes, values)]
     if float(np.prod(np.array(sizes, dtype=np.float64))) < 2.0 ** 62:  # one int64 code per row
         packed = np.zeros(n, np.int64)
         for code, size in zip(codes, sizes):
@@ -63,6 +67,8 @@ def _combos(tab: pa.Table) -> tuple[list[tuple], np.ndarray]:
             rem //= sizes[j]
     else:
         rows, inverse = np.unique(np.stack(codes, 1), axis=0, return_inverse=True)
+    if len(rows) > max(64, n // 8):
+        return None, [(c.astype(np.int32), v) for c, v in zip(codes, values)]
     combos = [tuple(values[j][int(x)] for j, x in enumerate(r)) for r in rows.tolist()]
     return combos, inverse.reshape(-1).astype(np.int32)
 
@@ -152,7 +158,11 @@ def record_at(t: dict, row: int, lk: int, known: tuple | None, parse_json: Calla
             known = (parse_json(tj), parse_json(wj), json.loads(cj), tj, wj, cj,
                      t["target_key"][row].as_py(), t["workload_key"][row].as_py(), ck)
     tdict, wdict, cdict, tj, wj, cj, tk, wk, ck = known
-    status, error, source, session, tname, meta, host, origin = t["_combos"][t["_combo"].item(row)]
+    combos = t["_combos"]
+    if combos is not None:
+        status, error, source, session, tname, meta, host, origin = combos[t["_combo"].item(row)]
+    else:
+        status, error, source, session, tname, meta, host, origin = (v[c.item(row)] for c, v in t["_combo"])
     off = t["_cost_off"]
     cs, ws = t["_compile_s"].item(row), t["_wall_s"].item(row)
     # one dict display, installed as the Record's __dict__ (Record._from_fields)
