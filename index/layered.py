@@ -64,8 +64,9 @@ Nearest, caching, life cycle
 
 Cost and freshness
     Point reads go to the layers' own indexes.  Which records are hidden and which record_ids
-    the lower layers hold is computed once (two bulk reads of every layer, on the first query
-    that needs it) and kept until :meth:`refresh` or a write through this handle that can
+    the lower layers hold is computed per target (two reads of that target's records in every
+    layer, on the first query of the target that needs it; whole-DB reads compute it for every
+    target at once) and kept until :meth:`refresh` or a write through this handle that can
     change it (``mark``, ``invalidate``, ``forget``, ``dedup``).  Like any handle, a layered
     one sees changes made through other handles - including a layer's own handle - after
     :meth:`refresh`.  Thread-safe; several processes as the layers allow.
@@ -146,7 +147,7 @@ class LayeredStore(RecordStore):
         self.writable = writable
         self.mode = mode
         self._lock = threading.RLock()
-        self._view_cache: _View | None = None
+        self._view_cache: dict[str | None, _View] = {}  # target_key (None: every target) -> view
         self._cache: Path | None = None
         self.lookups = 0
         self.hits = 0
@@ -163,24 +164,29 @@ class LayeredStore(RecordStore):
 
     def _forget_view(self) -> None:
         with self._lock:
-            self._view_cache = None
+            self._view_cache = {}
 
-    def _view(self) -> _View:
+    def _view(self, tkey: str | None = None) -> _View:
+        """What is hidden and copied, for the records of target ``tkey`` (None: every target;
+        a record belongs to one target, so one target's view is exact for its queries and reads
+        only that target's records of each layer)."""
         with self._lock:
-            if self._view_cache is None:
+            if tkey not in self._view_cache and None in self._view_cache:
+                return self._view_cache[None]
+            if tkey not in self._view_cache:
                 refuted: set[str] = set()
                 stale: set[str] = set()
                 lower: list[np.ndarray] = []
                 own: pa.Table | None = None
                 for i, s in enumerate(self.layers):
                     refuted.update(r for r, v in s.verdicts().items() if v == "refuted")
-                    every = s.records()
+                    every = s.records(tkey)
                     rids = every.column("record_id")
                     if i != self.writable:
                         lower.append(every.column("rid_hash").to_numpy())
                     else:
                         own = every
-                    live = s.records(include_stale=False)
+                    live = s.records(tkey, include_stale=False)
                     if live.num_rows != every.num_rows:
                         stale.update(set(rids.to_pylist()) - set(live.column("record_id").to_pylist()))
                 lr = np.unique(np.concatenate(lower)) if lower else np.zeros(0, np.int64)
@@ -188,8 +194,8 @@ class LayeredStore(RecordStore):
                 if own is not None and own.num_rows and len(lr):
                     held = np.isin(own.column("rid_hash").to_numpy(), lr)
                     copies = set(own.column("lookup_key").to_numpy()[held].tolist())
-                self._view_cache = _View(refuted, stale, lr, copies)
-            return self._view_cache
+                self._view_cache[tkey] = _View(refuted, stale, lr, copies)
+            return self._view_cache[tkey]
 
     def _own_answer(self, layer: RecordStore, tkey: str, workload: Any, lk: int, view: _View) -> Record | None:
         """The writable layer's answer for lookup key ``lk`` among the records it holds of its own
@@ -229,8 +235,15 @@ class LayeredStore(RecordStore):
             rh = np.fromiter((rid_hash(r.record_id) for r in records), np.int64, len(records))
         if not len(rh):
             return 0
-        lower = self._view().lower_rids if len(self.layers) > 1 else np.zeros(0, np.int64)
-        held = np.isin(rh, lower) if len(lower) else np.zeros(len(rh), bool)
+        held = np.zeros(len(rh), bool)
+        if len(self.layers) > 1:
+            tks = records.table.column("target_key").to_numpy(zero_copy_only=False) \
+                if isinstance(records, RecordBatch) else np.array([r.target_key for r in records], dtype=object)
+            for tk in set(tks.tolist()):
+                lower = self._view(tk).lower_rids
+                if len(lower):
+                    at = tks == tk
+                    held[at] = np.isin(rh[at], lower)
         if held.all():
             return 0
         if held.any():
@@ -328,7 +341,7 @@ class LayeredStore(RecordStore):
         """See the module docstring (ordered: the first layer's visible answer; union: the best
         of the layers' visible answers)."""
         tkey = self._target_key(target)
-        view = self._view()
+        view = self._view(tkey)
         hidden = view.hidden
         answer: Record | None = None
         for i, s in enumerate(self.layers):
@@ -355,7 +368,7 @@ class LayeredStore(RecordStore):
         if k <= 0:
             return []
         tkey = self._target_key(target)
-        hidden = self._view().hidden
+        hidden = self._view(tkey).hidden
         merged: list[Record] = []
         for s in self.layers:
             got = self._layer_best(s, tkey, workload, k, hidden)
@@ -371,7 +384,7 @@ class LayeredStore(RecordStore):
         tkey = self._target_key(target) if target is not None else None
         t = concat_records([s.records(tkey, workload) for s in self.layers])
         if not include_stale:
-            t = tables.rows_with_ids(t, self._view().stale, keep=False)
+            t = tables.rows_with_ids(t, self._view(tkey).stale, keep=False)
         return t
 
     def find_target(self, name_or_key: str) -> dict | None:
