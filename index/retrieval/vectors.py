@@ -7,7 +7,7 @@ unit length, so inner product = cosine.  Searched with FAISS, by kind:
 * ``ivf``  - ``IndexIVFFlat`` (inner product), what ``auto`` picks above ``FLAT_MAX``:
   ``nlist = IVF_LISTS_PER_SQRT * sqrt(N)`` lists from spherical k-means trained on a sample
   of ``IVF_TRAIN_PER_LIST * nlist`` rows (so a build is one k-means on a sample plus one
-  assignment pass: ~30 s at 1M entries on 2 busy cores, against ~6 min for the HNSW graph),
+  assignment pass: 31-46 s at 1M entries on 2 busy cores, against 2-6 min for the HNSW graph),
   ``IVF_NPROBE`` lists searched per query.  Adds go straight into the lists (no retraining);
   the lists are re-fitted (a rebuild) once the index holds ``IVF_REFIT_GROWTH`` times the
   rows it was trained on, so list sizes stay near ``sqrt(N)``.
