@@ -408,8 +408,8 @@ class TrainingSet:
 def family_table(db: RecordStore, family: str, *, entries: Any = None, max_records: int = 200_000,
                  seed: int = 0) -> Any:
     """The family's live ``ok`` records with cost > 0 in ``db`` as an Arrow table (the columns of
-    ``RecordStore.records``), sorted by record_id (so the result does not depend on how the store
-    lays its rows out); at most ``max_records`` (a seeded sample, order kept).
+    ``RecordStore.records``), sorted by (target, workload, config, timestamp) keys (so the result
+    does not depend on how the store lays its rows out nor on the random ids of new records); at most ``max_records`` (a seeded sample, order kept).
 
     Reads only the targets holding the family (``records(target=...)`` per target) unless every
     target of the DB holds it (then one ``records()``).  ``entries``: ``db.entries()`` when the
@@ -436,7 +436,10 @@ def family_table(db: RecordStore, family: str, *, entries: Any = None, max_recor
     t = t.filter(pc.fill_null(keep, False))
     if t.num_rows == 0:
         return None
-    t = t.take(pc.sort_indices(t, sort_keys=[("record_id", "ascending")]))
+    # content order, not record_id: a new measurement's id is random, and the rows' order shapes
+    # the fitted trees (so the same DB content must give the same model in every run and store)
+    t = t.take(pc.sort_indices(t, sort_keys=[(c, "ascending") for c in
+                                             ("target_key", "workload_key", "config_key", "timestamp", "record_id")]))
     if t.num_rows > max_records:
         idx = np.random.default_rng(seed).choice(t.num_rows, max_records, replace=False)
         t = t.take(pa.array(np.sort(idx)))
