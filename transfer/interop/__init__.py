@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import gzip
+import hashlib
 import importlib
 import json
 import math
@@ -250,16 +251,32 @@ _FAST_FIELDS = {"target", "workload", "config", "costs", "status", "error", "com
 FAST_PATH = _RECORD_FIELDS == _FAST_FIELDS  # fall back to the constructor if Record changes shape
 
 
+_PAIR_HASHES: dict[tuple[str, str], tuple[int, Any]] = {}
+
+
+def _pair_hashes(target_key: str, workload_key: str) -> tuple[int, Any]:
+    """(``hash64(target_key, workload_key)``, BLAKE2b state that has hashed the first two parts of
+    ``hash64(target_key, workload_key, config_key)``): the ``entry_key``/``lookup_key`` columns."""
+    if len(_PAIR_HASHES) > 4096:
+        _PAIR_HASHES.clear()
+    pre = hashlib.blake2b(f"{target_key}\0{workload_key}\0".encode(), digest_size=8)
+    out = _PAIR_HASHES[(target_key, workload_key)] = (hash64(target_key, workload_key), pre)
+    return out
+
+
 def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any], *, costs: Iterable[float] = (),
                 status: str = "ok", error: str = "", compile_s: float | None = None,
                 wall_s: float | None = None, timestamp: _dt.datetime | None = None, source: str,
                 meta: Mapping[str, Any] | None = None, record_id: str, session: str = "",
                 target_name: str = "", meta_normalised: bool = False, host: str | None = None,
-                origin: str = "") -> Record:
+                origin: str = "", meta_json: str | None = None) -> Record:
     """Build a Record equal to ``Record(...)`` with the same arguments, without re-normalising the
     shared target/workload for every record (import hot path).  ``record_id`` is required;
     ``meta_normalised`` says ``meta`` already went through :func:`fast_normalise`; ``host`` None
     is this machine, as for ``Record`` (``Format.parse`` sets ``origin`` to the imported file).
+    ``meta_json``, with ``meta_normalised``, is the canonical JSON of ``meta`` when the caller
+    already has it (it must equal ``canon(meta)``; the Kernel Tuner importer builds it with the
+    record-id text so each float is formatted once).
 
     The record is validated (``Record.validate``): raises ValueError for data that ``Record`` or
     a commit would reject (non-JSON config/meta, bad costs, unknown status, ``ok`` without costs).
@@ -274,11 +291,11 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
     if not isinstance(config, Mapping):
         raise ValueError(f"record {record_id}: field 'config' must be a JSON object, got {type(config).__name__}")
     try:
-        cfg = fast_normalise(dict(config), "config")
+        cfg = fast_normalise(config if type(config) is dict else dict(config), "config")  # a fresh copy
     except ValueError as e:
         raise ValueError(f"record {record_id}: field 'config' is not plain JSON data: {e}") from None
     try:
-        c = tuple(float(x) for x in costs)
+        c = tuple(map(float, costs))
     except (TypeError, ValueError):
         raise ValueError(f"record {record_id}: field 'costs' must be a list of numbers") from None
     ts = timestamp if timestamp is not None else _dt.datetime.now(_dt.timezone.utc)
@@ -286,6 +303,9 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
         ts = ts.replace(tzinfo=_dt.timezone.utc)
     cj = _canon(cfg)
     ck = key_of_text(cj)
+    pair = _PAIR_HASHES.get((target.key, workload.key)) or _pair_hashes(target.key, workload.key)
+    lookup = pair[1].copy()
+    lookup.update(ck.encode())
     r = object.__new__(Record)
     d = r.__dict__
     d.update(target=target.value, workload=workload.value, config=cfg, costs=c, status=status, error=error,
@@ -293,9 +313,12 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
              meta=meta if meta_normalised else fast_normalise(meta, "meta"), record_id=record_id,
              target_name=target_name or target.name, target_key=target.key, workload_key=workload.key,
              config_key=ck, target_json=target.text, workload_json=workload.text, config_json=cj,
-             lookup_key=hash64(target.key, workload.key, ck), entry_key=hash64(target.key, workload.key),
+             lookup_key=int.from_bytes(lookup.digest(), "little", signed=True), entry_key=pair[0],
              host=this_host() if host is None else host, origin=origin)
-    d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
+    if meta_json is not None and meta_normalised and d["meta"]:
+        d["meta_json"] = meta_json
+    else:
+        d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
     r.validate()
     return r
 

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import repeat
+from json.encoder import encode_basestring, encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
+from tunedb.index.keys import canonical_json_normalised, key_of_text, normalise
 from tunedb.index.record import Record
 from tunedb.transfer.interop import (
     ExportFormatError,
@@ -187,11 +191,11 @@ def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str
         lo, hi = min(vals), max(vals)
     except TypeError:
         raise ValueError(f"times {vals!r} are not all numbers") from None
-    if not math.isfinite(total) or lo < 0 or any(v is True or v is False for v in vals):
+    if not math.isfinite(total) or lo < 0 or bool in set(map(type, vals)):
         raise ValueError(f"times {vals!r} are not all finite numbers >= 0")
     if hi >= FAILED_TIME_MS:
         return [], "runtime_error", "failure marker time"
-    return [v * scale for v in vals], "ok", ""
+    return list(map(operator.mul, vals, repeat(scale))), "ok", ""  # [v * scale for v in vals]
 
 
 def _target(device: str) -> Prepared:
@@ -236,19 +240,33 @@ def device_of(doc: Mapping[str, Any], path: Path, device: str | None = None) -> 
 def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
     """Yield one Record per cache entry (or T4 result) of ``path``; ImportIssue per bad entry."""
     doc = load_cache(path)
+    yield from parse_loaded(doc, path, device)
+
+
+def parse_loaded(doc: Mapping[str, Any], path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
+    """:func:`parse` of a document already read by :func:`load_cache` from ``path`` (``path``
+    names the file in messages and provides the fallback device and kernel names)."""
     if "cache" not in doc:
         yield from _parse_t4(doc, path, device)
         return
     keys = _param_keys(doc)
-    tune_params = doc.get("tune_params") if isinstance(doc.get("tune_params"), dict) else None
     tp, wp = _header(doc, path, device, keys)
+    yield from _parse_cache(doc, path, keys, tp, wp)
+
+
+def _parse_cache(doc: Mapping[str, Any], path: Path, keys: list[str] | None, tp: Prepared, wp: Prepared
+                 ) -> Iterator[Record | ImportIssue]:
+    tune_params = doc.get("tune_params") if isinstance(doc.get("tune_params"), dict) else None
     seen: Counter = Counter()
-    key_set = set(keys or ())
+    key_set = frozenset(keys or ())
+    codec = _EntryCodec(key_set) if _FAST_ENTRIES else None
+    basis_head = wp.key + "\0"
+    rid_head = _rid_head(tp.key)
     for i, (key, entry) in enumerate(doc["cache"].items(), 1):
         try:
             if keys is None:
                 raise ValueError("parameter names unknown (no tune_params_keys/tune_params)")
-            if isinstance(entry, dict) and all(k in entry for k in keys):
+            if isinstance(entry, dict) and entry.keys() >= key_set:  # every parameter in the entry
                 config = {k: entry[k] for k in keys}
             else:
                 config = _decode_key(key, keys, tune_params)
@@ -260,17 +278,227 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
                 if _is_num(ct) and math.isfinite(ct) and ct >= 0:
                     compile_s = ct * 1e-3
                 ts = to_utc(entry.get("timestamp"))
-            norm = fast_normalise(entry, "meta") if isinstance(entry, dict) else entry
-            rest = {k: v for k, v in norm.items() if k not in key_set} if isinstance(norm, dict) else norm
-            meta = {"kernel_tuner": {"key": key, "entry": rest}}
-            basis = wp.key + "\0" + key + "\0" + json.dumps(norm, sort_keys=True)
-            rid = stable_record_id(FORMAT, tp.key, None, seen, text=basis)
+            fast = codec.encode(entry) if codec is not None and type(entry) is dict else None
+            if fast is not None:
+                # the same values and texts as the general branch below, one float formatting each
+                rest, text, rest_json = fast
+                meta = {"kernel_tuner": {"key": key, "entry": rest}}
+                meta_json = _meta_json(rest_json, key)
+            else:
+                norm = fast_normalise(entry, "meta") if isinstance(entry, dict) else entry
+                rest = {k: v for k, v in norm.items() if k not in key_set} if isinstance(norm, dict) else norm
+                meta = {"kernel_tuner": {"key": key, "entry": rest}}
+                text = json.dumps(norm, sort_keys=True)
+                meta_json = None
+            # stable_record_id(FORMAT, tp.key, None, seen, text=basis), its two hashes inlined
+            basis = key_of_text(basis_head + key + "\0" + text)
+            n = seen[basis]
+            seen[basis] = n + 1
+            rid = key_of_text(f'{rid_head}{basis}",{n}]')  # key_of([FORMAT, tp.key, basis, n])
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,
-                              timestamp=ts, source=SOURCE, record_id=rid, meta=meta, meta_normalised=True)
+                              timestamp=ts, source=SOURCE, record_id=rid, meta=meta, meta_normalised=True,
+                              meta_json=meta_json)
         except (ValueError, TypeError, KeyError, RecursionError) as e:
             yield ImportIssue(where(path, f"entry {i} ({key})"), str(e) or type(e).__name__)
             continue
         yield rec
+
+
+# ------------------------------------------------------------------------- fast entry texts
+#
+# A record of a cache entry needs, besides the normalised entry (``fast_normalise(entry, "meta")``),
+# two texts of it: ``json.dumps(norm, sort_keys=True)`` (the record-id basis, spaced and ASCII-only)
+# and the canonical JSON of the entry without its parameters (``meta_json``, compact, UTF-8).
+# Formatting the ~40 floats of an entry is most of the import's time, so _EntryCodec formats each
+# value once and joins the pieces both ways.  It handles flat entries (numbers, strings, bools,
+# null, lists of floats; anything else per value through the JSON encoders); an entry it cannot
+# reproduce exactly (non-finite numbers, ...) returns None and takes the general path, which
+# also raises the error of record.  _check_codec compares both with the general path at import.
+
+_INT_LIMIT = 2**53  # tunedb.index.keys: integral floats below this become ints
+_float_repr = float.__repr__
+_int_repr = int.__repr__
+_is_integer = float.is_integer
+_SCALAR_TEXT = {True: "true", False: "false"}
+
+
+def _spaced_encoder() -> Any:
+    """``json.dumps(value, sort_keys=True)`` through the C encoder built once (None without it)."""
+    try:
+        from json.encoder import c_make_encoder
+
+        enc = c_make_encoder(None, None, encode_basestring_ascii, None, ": ", ", ", True, False, True)
+    except Exception:  # no C accelerator or another signature
+        return None
+    return lambda value: "".join(enc(value, 0))
+
+
+_spaced = _spaced_encoder() or (lambda value: json.dumps(value, sort_keys=True))
+
+
+class _ReprCache(dict):
+    """float -> repr text, for files whose timings repeat (float32 event timers).  Only used for
+    non-integral floats, where equal floats are the same bits (so the same text); a non-float
+    key raises TypeError in ``float.__repr__`` as without the cache."""
+
+    def __missing__(self, x: float) -> str:
+        s = self[x] = _float_repr(x)
+        return s
+
+
+#: list floats formatted before deciding whether the cache pays off; it is dropped when more than
+#: _REPR_MISSES of them were new (the AMD caches: ~0.9-1.0; NVIDIA's timer repeats: 0.2-0.8)
+_REPR_PROBE = 40_000
+_REPR_MISSES = 0.85
+
+
+class _EntryCodec:
+    """Normalised entry and both of its texts in one pass (see the comment above)."""
+
+    def __init__(self, key_set: frozenset) -> None:
+        self.key_set = key_set
+        self.plans: dict[tuple, tuple] = {}
+        self.cache = _ReprCache()
+        self.reprs: Any = self.cache.__getitem__
+        self.looked = 0  # list floats formatted while the cache is on probation
+
+    def _plan(self, names: tuple) -> tuple:
+        """(sorted positions, their spaced key prefixes, positions and compact prefixes of the
+        non-parameter keys) of an entry with keys ``names`` (in file order)."""
+        order = sorted(range(len(names)), key=names.__getitem__)
+        spaced = [encode_basestring_ascii(names[i]) + ": " for i in order]
+        rest = [i for i in order if names[i] not in self.key_set]
+        compact = [encode_basestring(names[i]) + ":" for i in rest]
+        plan = self.plans[names] = (order, spaced, rest, compact)
+        return plan
+
+    def _probe(self, n: int) -> None:
+        """Keep the repr cache only when most formatted floats were repeats."""
+        self.looked += n
+        if self.looked >= _REPR_PROBE:
+            if len(self.cache) > _REPR_MISSES * self.looked:
+                self.reprs = _float_repr
+                self.cache.clear()
+            self.looked = -1  # decided
+
+    def encode(self, entry: dict) -> tuple[dict, str, str] | None:
+        """(entry without its parameters, normalised; ``json.dumps(normalised entry,
+        sort_keys=True)``; canonical JSON of the first), or None for the general path."""
+        names = tuple(entry)
+        plan = self.plans.get(names) or self._plan(names)
+        key_set = self.key_set
+        st: list[str] = []
+        ct: list[str] = []
+        rest: dict = {}
+        for k, v in entry.items():
+            t = type(v)
+            if t is int:
+                s = c = _int_repr(v)
+            elif t is float:
+                if v.is_integer():
+                    if -_INT_LIMIT < v < _INT_LIMIT:
+                        v = int(v)
+                        s = c = _int_repr(v)
+                    else:
+                        s = c = _float_repr(v)
+                else:
+                    s = c = _float_repr(v)
+                    if "n" in s:  # nan, inf, -inf: not JSON data
+                        return None
+            elif t is str:
+                s = encode_basestring_ascii(v)
+                c = encode_basestring(v)
+            elif t is list:
+                try:
+                    flat = bool(v) and not any(map(_is_integer, v))  # TypeError: not all floats
+                except TypeError:
+                    flat = False
+                if flat:  # non-integral floats only: their own normal form
+                    parts = list(map(self.reprs, v))
+                    c = "[" + ",".join(parts) + "]"
+                    if "n" in c:
+                        return None
+                    s = "[" + ", ".join(parts) + "]"
+                    v = v.copy()
+                    if self.looked >= 0:
+                        self._probe(len(v))
+                else:
+                    try:
+                        v = normalise(v)
+                    except ValueError:
+                        return None
+                    s = _spaced(v)
+                    c = canonical_json_normalised(v)
+            elif v is None:
+                s = c = "null"
+            elif t is bool:
+                s = c = _SCALAR_TEXT[v]
+            elif t is dict:
+                try:
+                    v = normalise(v)
+                except ValueError:
+                    return None
+                s = _spaced(v)
+                c = canonical_json_normalised(v)
+            else:
+                return None
+            st.append(s)
+            ct.append(c)
+            if k not in key_set:
+                rest[k] = v
+        order, sp, rest_order, cp = plan
+        text = "{" + ", ".join([p + st[i] for p, i in zip(sp, order)]) + "}"
+        rest_json = "{" + ",".join([p + ct[i] for p, i in zip(cp, rest_order)]) + "}"
+        return rest, text, rest_json
+
+
+def _meta_json(rest_json: str, key: str) -> str:
+    """``canon({"kernel_tuner": {"key": key, "entry": rest}})`` from ``rest_json = canon(rest)``."""
+    return '{"kernel_tuner":{"entry":' + rest_json + ',"key":' + encode_basestring(key) + "}}"
+
+
+def _rid_head(target_key: str) -> str:
+    """The text before ``basis",n]`` in ``canonical_json([FORMAT, target_key, basis, n])`` (the
+    record id of :func:`stable_record_id`; ``basis`` is hex, ``n`` an int: nothing to escape)."""
+    return canonical_json_normalised([FORMAT, target_key])[:-1] + ',"'
+
+
+def _check_codec() -> bool:
+    """Whether _EntryCodec reproduces the general path exactly on a probe of every case."""
+    probe = {"b": 1, "a": 2.5, "times": [1.5, 2.0, 3.25, -0.0, 2.0 ** 60, 1e-7], "ts": [0.1, 0.2, 0.1],
+             "s": "x, y: caf\u00e9\u007f\n\"\\", "n": None, "t": True, "f": False, "big": 2.0 ** 53, "i": 8.0,
+             "neg": -0.0, "nested": {"z": [1, {"y": 2.0}], "a": "\u00e9"}, "ints": [1, 2], "e": [], "x": {},
+             "tiny": -1e-300, "h": 10 ** 30, "B": 4.0e16, "mixed": [1, 2.5, "q"], "\u00e9k": 3}
+    key_set = frozenset({"b", "i", "\u00e9k"})
+    try:
+        norm = normalise(probe, "meta")
+        want_rest = {k: v for k, v in norm.items() if k not in key_set}
+        for reprs in (False, True):
+            codec = _EntryCodec(key_set)
+            if not reprs:
+                codec.reprs = _float_repr
+            got = codec.encode(dict(probe))
+            if got is None:
+                return False
+            rest, text, rest_json = got
+            if (list(rest.items()) != list(want_rest.items()) or text != json.dumps(norm, sort_keys=True)
+                    or rest_json != canonical_json_normalised(want_rest)
+                    or repr(rest) != repr(want_rest)):
+                return False
+        key = 'k,\u00e9"1'
+        if _meta_json(rest_json, key) != canonical_json_normalised({"kernel_tuner": {"key": key, "entry": rest}}):
+            return False
+        basis = key_of_text(text)
+        if key_of_text(_rid_head(basis) + basis + '",2]') != stable_record_id(
+                FORMAT, basis, None, Counter({basis: 2}), text=text):
+            return False
+        return all(_EntryCodec(key_set).encode(bad) is None
+                   for bad in ({"x": float("nan")}, {"x": [1.5, float("inf")]}, {"x": [float("-inf")]}))
+    except Exception:  # any surprise: use the general path
+        return False
+
+
+_FAST_ENTRIES = _check_codec()
 
 
 def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None) -> Iterator[Record | ImportIssue]:
@@ -341,23 +569,23 @@ def space_from_cache(cache: Mapping[str, Any], only_cached: bool = True) -> Spac
         raise ValueError("the cache names no parameters (no tune_params_keys/tune_params)")
     tune_params = cache.get("tune_params") if isinstance(cache.get("tune_params"), dict) else {}
     valid: set[str] = set()
-    seen_vals: dict[str, set] = {k: set() for k in keys}  # JSON texts of the values met
+    # JSON texts of the values met, for the knobs whose values the file does not list
+    listed = {k for k in keys if isinstance(tune_params.get(k), list) and tune_params[k]}
+    seen_vals: dict[str, set] = {k: set() for k in keys if k not in listed}
     for key, e in entries.items():
         try:
             cfg = {k: e[k] for k in keys} if isinstance(e, dict) and all(k in e for k in keys) \
                 else _decode_key(key, keys, tune_params)
         except ValueError:
             continue
-        for k in keys:
-            seen_vals[k].add(json.dumps(cfg[k], sort_keys=True))
+        for k, texts in seen_vals.items():
+            texts.add(json.dumps(cfg[k], sort_keys=True))
         bad = e == "InvalidConfig" or (isinstance(e, dict) and e.get("time") == "InvalidConfig")
         if not bad:
-            valid.add(cache_key(cfg, keys))
+            valid.add(",".join([str(cfg[k]) for k in keys]))  # cache_key(cfg, keys)
     knobs = []
     for k in keys:
-        vals = tune_params.get(k)
-        if not isinstance(vals, list) or not vals:
-            vals = sorted((json.loads(v) for v in seen_vals[k]), key=_value_order)
+        vals = tune_params[k] if k in listed else sorted((json.loads(v) for v in seen_vals[k]), key=_value_order)
         knobs.append(Knob(k, tuple(vals)))
     constraints: tuple = ()
     if only_cached:

@@ -24,21 +24,21 @@ class ReplayData:
 
     def __init__(self, path: str | Path, device: str | None = None):
         from tunedb.transfer.interop import ImportIssue
-        from tunedb.transfer.interop.kernel_tuner import load_cache, parse, space_from_cache
+        from tunedb.transfer.interop.kernel_tuner import load_cache, parse_loaded, space_from_cache
 
         self.path = Path(path)
         if not self.path.is_file():
             raise ValueError(f"replay file {self.path} does not exist")
-        doc = load_cache(self.path)
+        doc = load_cache(self.path)  # read once: the records and the space come from the same document
         self.results: dict[str, Record] = {}
         bad = 0
         first: Record | None = None
-        for item in parse(self.path, device=device):
+        for item in parse_loaded(doc, self.path, device=device):
             if isinstance(item, ImportIssue):
                 bad += 1
                 continue
             first = first or item
-            self.results[canonical_json(item.config)] = item
+            self.results[item.config_json] = item  # == canonical_json(item.config): the record's own text
         if first is None:
             raise ValueError(f"replay file {self.path} holds no usable entries")
         self.skipped = bad
