@@ -37,6 +37,8 @@ Concurrency
 Record identity
     ``record_id`` identifies a measurement: committing a record whose id is already stored is a
     no-op for reads (the first one stays), so retried and re-imported commits never double-count.
+    A measurement is of one target, so ids are compared among that target's records (the
+    Parquet store indexes each target apart); tunedb never gives two targets' records one id.
 
 Provenance and verdicts
     Every record says where it came from: ``source`` (``measured``, ``replay``,

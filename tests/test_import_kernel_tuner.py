@@ -333,7 +333,7 @@ def _edge_docs(conv: dict) -> dict[str, dict]:
 
 
 # computed with the importer and replay loader before issue 16 (tests/test_import_kernel_tuner.py
-# helpers above, same inputs); see docs/perf-import.md
+# helpers above, same inputs); see the README, "Kernel Tuner import and replay load"
 PINNED: dict[str, dict] = {'convolution_milo/A6000.json.gz': {'import': {'n': 4362,
                                                'issues': 'cae66941d9efbd404e4d88758ea67670',
                                                'records': 'c6855dbf1f514cebd9f3240d13dde3f5',
