@@ -1070,11 +1070,12 @@ class TuningDB(RecordStore):
         (no partition is loaded to compute it)."""
         names: list[str] = []
         for base in (self.records_dir, self.inval_dir, self.verdict_dir):
-            for root, _, files in os.walk(base):
-                names.extend(os.path.join(root, f) for f in files if not f.startswith("_"))
+            for root, _, files in os.walk(base):  # (relative: a copy of the DB has the same token)
+                rel = os.path.relpath(root, self.path)
+                names.extend(os.path.join(rel, f) for f in files if not f.startswith("_"))
         with self._lock:  # journaled commits: their journals' sizes, and this handle's own
             own = sum(len(p.overlay) for p in self._parts.values())
-            jsig = sorted((k, v[0]) for k, v in self._journal_state.items())
+            jsig = sorted((os.path.basename(k), v[0]) for k, v in self._journal_state.items())
         try:
             jsig += sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
         except FileNotFoundError:

@@ -158,7 +158,6 @@ class Tuner:
         self._finite_matrix: np.ndarray | None = None
         self._base: Any = None          # modelcache.BaseModel of the family (None: not resolved or none)
         self._base_resolved = False
-        self._db_len_at_base = 0
         self.timers: dict[str, float] = {}
 
     def _add_time(self, step: str, t0: float) -> None:
@@ -356,18 +355,16 @@ class Tuner:
 
     def _base_model(self) -> Any:
         """The family's ``modelcache.BaseModel`` (None when it has too few records), resolved
-        once per run and again when the DB grew by ``refit_fraction`` of the rows it was fitted
-        on (other processes committing meanwhile)."""
+        once per run (counting the DB's records to notice other processes' commits would read
+        every partition of a big DB; the run's own evaluations reach the model through its
+        correction)."""
         assert self.db is not None
         if self._base_resolved:
-            seen = self._base.rows if self._base is not None else 0
-            if len(self.db) - self._db_len_at_base < self.opt.refit_fraction * max(seen, 1):
-                return self._base
+            return self._base
         from tunedb.transfer.search.modelcache import base_model
 
         t0 = time.perf_counter()
         try:
-            self._db_len_at_base = len(self.db)
             # the base model is a function of the DB's content alone (seed 0), so every run shares it
             self._base = base_model(self.db, self.workload.get("family"), seed=0,
                                     refit_fraction=self.opt.refit_fraction, use_cache=self.opt.model_cache)
