@@ -80,7 +80,7 @@ def test_lazy_partitions_see_other_processes_commits_and_compactions(tmp_path):
 
 
 def test_threads_share_fsyncs_and_every_acknowledged_commit_survives(tmp_path, monkeypatch):
-    """8 threads commit one record at a time to one handle while each fsync takes 5 ms (a slow
+    """8 threads commit one record at a time to one handle while each fsync takes 20 ms (a slow
     disk): they share journal fsyncs (far fewer fsyncs than commits), every commit returns only
     once durable, and a fresh process finds all of them."""
     db = TuningDB.open(tmp_path / "db")
@@ -92,7 +92,7 @@ def test_threads_share_fsyncs_and_every_acknowledged_commit_survives(tmp_path, m
     def slow_fsync(fd: int) -> None:
         if fd == journal_fd:
             calls["journal"] += 1
-            time.sleep(0.005)
+            time.sleep(0.02)
         real_fsync(fd)
     monkeypatch.setattr(os, "fsync", slow_fsync)
     n_threads, per_thread = 8, 40
@@ -111,7 +111,7 @@ def test_threads_share_fsyncs_and_every_acknowledged_commit_survives(tmp_path, m
         x.join()
     assert not errors, errors
     total = n_threads * per_thread
-    assert calls["journal"] < total / 2, calls  # shared: typically 7-8 commits per fsync here
+    assert calls["journal"] < total / 2, calls  # shared: 2-8 commits per fsync here, by the machine's load
     assert len(db) == total + 1
     monkeypatch.setattr(os, "fsync", real_fsync)
     code = ("import sys, json; from tunedb.index import TuningDB; db = TuningDB.open(sys.argv[1]); "

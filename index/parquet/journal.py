@@ -128,7 +128,8 @@ class JournalWriter:
         self._closer = weakref.finalize(self, os.close, fd)  # releases the lock if never closed
         self._queue: list[_Pending] = []
         self._queue_lock = threading.Lock()
-        self._write_lock = threading.Lock()  # one group write at a time
+        self._turn = threading.Condition()  # guards _writing; notified when a group write ends
+        self._writing = False  # a thread is writing a group (one at a time)
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """Append ``rows`` and fsync: durable when it returns.  All-or-nothing: on any failure
@@ -148,17 +149,36 @@ class JournalWriter:
 
     def wait(self, p: _Pending) -> None:
         """Return once ``p``'s lines are durable (writing everything queued, when no other
-        thread's write took them); raise the write's error when it failed."""
-        with self._write_lock:
-            if not p.done:
-                self._write_queued()
+        thread's write took them); raise the write's error when it failed.  A commit that
+        another thread's write took returns as soon as that write ends."""
+        with self._turn:
+            while not p.done and self._writing:
+                self._turn.wait()
+            if p.done:
+                if p.error is not None:
+                    raise p.error
+                return
+            self._writing = True
+        self._write_turn()
         if p.error is not None:
             raise p.error
 
     def flush(self) -> None:
         """Write what is queued (before a fold or close; errors go to the waiting commits)."""
-        with self._write_lock:
+        with self._turn:
+            while self._writing:
+                self._turn.wait()
+            self._writing = True
+        self._write_turn()
+
+    def _write_turn(self) -> None:
+        """Write everything queued (the caller set ``_writing``), then wake the waiters."""
+        try:
             self._write_queued()
+        finally:
+            with self._turn:
+                self._writing = False
+                self._turn.notify_all()
 
     def _write_queued(self) -> None:
         with self._queue_lock:
