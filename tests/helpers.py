@@ -34,6 +34,20 @@ def kernel_tuner_file(device: str, kernel: str = "convolution_milo") -> Path:
     pytest.skip(f"Kernel Tuner data for {kernel}/{device} not found")
 
 
+def replay_history_db(path: Path, replays: dict, devices: tuple[str, ...], *, compact: bool = False) -> Path:
+    """A Parquet DB at ``path`` holding every replayed record of ``devices`` (``replays``: device
+    -> ReplayData), compacted or closed; returns ``path``."""
+    from tunedb.index import TuningDB
+
+    db = TuningDB.open(path)
+    for d in devices:
+        db.commit(list(replays[d].results.values()))
+    if compact:
+        db.compact()
+    db.close()
+    return path
+
+
 def run_command(cmd: list[str]) -> str | None:
     """None when ``cmd`` succeeded, else why not (one line)."""
     try:

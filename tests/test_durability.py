@@ -115,45 +115,38 @@ def test_disk_full_loses_nothing_acknowledged_and_keeps_nothing_failed(tmp_path)
     print(f"disk full ({kind}): {totals}")
 
 
-def test_failed_writes_are_all_or_nothing_without_a_mount(tmp_path):
-    """The same rules where nothing can be mounted: a file-size limit (RLIMIT_FSIZE) makes
-    journal appends and part files fail part-way (EFBIG); 4 runs, limits varied."""
+def _file_size_limit_runs(tmp_path: Path, mode: str, extra: list[str], seeds: int, label: str) -> None:
+    """Run worker ``mode`` (a file-size limit, RLIMIT_FSIZE: EFBIG part-way through writes, then
+    freed, then SIGKILL) once per seed and check that every acknowledged record is there
+    exactly once and none of a failed commit."""
     totals = {"runs": 0, "acked": 0, "failed_commits": 0}
-    for seed in range(4):
+    for seed in range(seeds):
         db = tmp_path / f"db{seed}"
-        p = worker("file-size-limit", str(db), str(seed))
+        p = worker(mode, str(db), str(seed), *extra)
         assert p.returncode == -signal.SIGKILL and "FREED" in p.stdout, p.stderr[-3000:]
         acked, failed = tagged(p.stdout, "A"), tagged(p.stdout, "F")
         errors = [line.split() for line in p.stdout.splitlines() if line.startswith("E ")]
         assert errors and all(e[2] == "27" for e in errors), errors  # EFBIG
         found = verify(db)
         assert not (set(found["ids"]) & failed)
-        assert_exact(found, acked, f"file-size limit, seed {seed}")
+        assert_exact(found, acked, f"{label}, seed {seed}")
         totals["runs"] += 1
         totals["acked"] += len(acked)
         totals["failed_commits"] += len(errors)
-    print(f"file-size limit: {totals}")
+    print(f"{label}: {totals}")
+
+
+def test_failed_writes_are_all_or_nothing_without_a_mount(tmp_path):
+    """The same rules where nothing can be mounted: a file-size limit (RLIMIT_FSIZE) makes
+    journal appends and part files fail part-way (EFBIG); 4 runs, limits varied."""
+    _file_size_limit_runs(tmp_path, "file-size-limit", [], 4, "file-size limit")
 
 
 def test_group_commits_on_a_full_disk_are_all_or_nothing(tmp_path):
     """Threads sharing one handle share journal writes and fsyncs (group commit); when such a
     write fails part-way (RLIMIT_FSIZE: EFBIG), every commit it held raises and none of their
     records survives, while every acknowledged one does (fresh process after a SIGKILL)."""
-    totals = {"runs": 0, "acked": 0, "failed_commits": 0}
-    for seed in range(3):
-        db = tmp_path / f"db{seed}"
-        p = worker("threads-file-size-limit", str(db), str(seed), "6")
-        assert p.returncode == -signal.SIGKILL and "FREED" in p.stdout, p.stderr[-3000:]
-        acked, failed = tagged(p.stdout, "A"), tagged(p.stdout, "F")
-        errors = [line.split() for line in p.stdout.splitlines() if line.startswith("E ")]
-        assert errors and all(e[2] == "27" for e in errors), errors  # EFBIG
-        found = verify(db)
-        assert not (set(found["ids"]) & failed)
-        assert_exact(found, acked, f"threads on a file-size limit, seed {seed}")
-        totals["runs"] += 1
-        totals["acked"] += len(acked)
-        totals["failed_commits"] += len(errors)
-    print(f"group commits on a file-size limit: {totals}")
+    _file_size_limit_runs(tmp_path, "threads-file-size-limit", ["6"], 3, "group commits on a file-size limit")
 
 
 def test_compact_on_a_full_disk_raises_and_loses_nothing(tmp_path):

@@ -19,7 +19,7 @@ from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
-from helpers import ROOT, kernel_tuner_file, run_cli
+from helpers import ROOT, kernel_tuner_file, replay_history_db, run_cli
 
 SOURCES = ("A100", "A6000", "MI250X", "W7800")
 HELD = "A4000"
@@ -44,12 +44,7 @@ def replay():
 
 @pytest.fixture(scope="module")
 def history_path(tmp_path_factory, replay):
-    path = tmp_path_factory.mktemp("history") / "db"
-    db = TuningDB.open(path)
-    for d in SOURCES:
-        db.commit(list(replay[d].results.values()))
-    db.compact()
-    return path
+    return replay_history_db(tmp_path_factory.mktemp("history") / "db", replay, SOURCES, compact=True)
 
 
 @pytest.fixture()

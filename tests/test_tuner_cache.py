@@ -16,7 +16,7 @@ from tunedb.transfer.search import modelcache
 from tunedb.transfer.search.costmodel import CorrectedModel, FeatureSpace, spearman, training_data, training_set
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
-from helpers import kernel_tuner_file
+from helpers import kernel_tuner_file, replay_history_db
 
 SOURCES = ("A6000", "W7800")
 HELD = "A4000"
@@ -29,12 +29,7 @@ def replay():
 
 @pytest.fixture(scope="module")
 def base_path(tmp_path_factory, replay):
-    path = tmp_path_factory.mktemp("cache_history") / "db"
-    db = TuningDB.open(path)
-    for d in SOURCES:
-        db.commit(list(replay[d].results.values()))
-    db.close()
-    return path
+    return replay_history_db(tmp_path_factory.mktemp("cache_history") / "db", replay, SOURCES)
 
 
 @pytest.fixture()

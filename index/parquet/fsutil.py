@@ -9,7 +9,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _HOST = socket.gethostname().replace("-", "_")[:32] or "host"
@@ -78,6 +78,25 @@ def publish(tmp: Path, final: Path) -> None:
         os.close(fd)
     os.rename(tmp, final)
     fsync_dir(final.parent)
+
+
+def replace_derived(final: Path, write: Callable[[Path], None], others: str) -> None:
+    """Derived data (rebuildable, so no fsync): ``write(tmp)`` a temp file next to ``final``,
+    rename it over ``final``, then remove the other files of its directory matching the glob
+    ``others``.  Best effort: OSError (a read-only or full disk) leaves neither file behind."""
+    tmp = final.parent / f"_tmp-{uuid.uuid4().hex}{final.suffix}"
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, final)
+        for old in final.parent.glob(others):
+            if old != final:
+                old.unlink(missing_ok=True)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:

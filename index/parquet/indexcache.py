@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import uuid
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from tunedb.index.parquet.fsutil import replace_derived
 from tunedb.index.parquet.memindex import Arrays
 
 SUBDIR = "index"
@@ -79,20 +79,8 @@ def save(derived: Path, prefix: str, sig: str, arrays: Arrays, target_key: str) 
     cache files.  Best effort: a read-only or full disk leaves no cache (and no temp file)."""
     if len(arrays.a["lookup_key"]) < MIN_ROWS or not target_key.startswith(prefix):
         return
-    d = derived / SUBDIR
-    final = _path(derived, prefix, sig)
-    tmp = d / f"_tmp-{uuid.uuid4().hex}.npz"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             np.savez(f, **{"a_" + k: arrays.a[k] for k in _A_COLUMNS},
                      **{k: getattr(arrays, k) for k in _OTHER}, target_key=np.array(target_key))
-        os.replace(tmp, final)
-        for old in d.glob(f"{prefix}-*.npz"):
-            if old != final:
-                old.unlink(missing_ok=True)
-    except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    replace_derived(_path(derived, prefix, sig), write, f"{prefix}-*.npz")

@@ -91,7 +91,7 @@ from tunedb.index.base import RecordStore, StoreStats, check_forget_options
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
 from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts, verdicts
-from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, tree_bytes
+from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, replace_derived, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter
 from tunedb.index.parquet.journal_fold import journal_row, journal_table
@@ -961,25 +961,9 @@ class TuningDB(RecordStore):
             t = self._read_live(None, tables.ENTRY_COLUMNS + ["status", "cost", "rid_hash", "committed"])
             out = tables.entries(tables.drop_stale(tables.first_by_record_id(t), self._invalidated))
             if cached is not None and self._index_cache is not None:
-                self._save_derived(cached, out, "entries-")
+                replace_derived(cached, lambda tmp: pq.write_table(out, tmp), "entries-*.parquet")
         self._entries_memo = (token, out)
         return out
-
-    def _save_derived(self, path: Path, table: pa.Table, prefix: str) -> None:
-        """Write ``table`` to ``path`` in ``derived/`` (temp file, rename) and remove the older
-        files named ``<prefix>*``.  Best effort: a read-only or full disk leaves nothing."""
-        tmp = path.parent / f"_tmp-{uuid.uuid4().hex}.parquet"
-        try:
-            pq.write_table(table, tmp)
-            os.replace(tmp, path)
-            for old in path.parent.glob(prefix + "*.parquet"):
-                if old != path:
-                    old.unlink(missing_ok=True)
-        except OSError:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
 
     def targets(self) -> list[dict]:
         """Every target holding live records: target_key, target_name, target (dict), records."""

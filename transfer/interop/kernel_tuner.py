@@ -352,6 +352,16 @@ _REPR_PROBE = 40_000
 _REPR_MISSES = 0.85
 
 
+def _nested_texts(v: Any) -> tuple[Any, str, str] | None:
+    """(normal form, ``json.dumps`` text, canonical JSON text) of a nested value, or None when
+    it is not JSON data (the caller then takes the general path, which raises)."""
+    try:
+        v = normalise(v)
+    except ValueError:
+        return None
+    return v, _spaced(v), canonical_json_normalised(v)
+
+
 class _EntryCodec:
     """Normalised entry and both of its texts in one pass (see the comment above)."""
 
@@ -423,23 +433,19 @@ class _EntryCodec:
                     if self.looked >= 0:
                         self._probe(len(v))
                 else:
-                    try:
-                        v = normalise(v)
-                    except ValueError:
+                    got = _nested_texts(v)
+                    if got is None:
                         return None
-                    s = _spaced(v)
-                    c = canonical_json_normalised(v)
+                    v, s, c = got
             elif v is None:
                 s = c = "null"
             elif t is bool:
                 s = c = _SCALAR_TEXT[v]
             elif t is dict:
-                try:
-                    v = normalise(v)
-                except ValueError:
+                got = _nested_texts(v)
+                if got is None:
                     return None
-                s = _spaced(v)
-                c = canonical_json_normalised(v)
+                v, s, c = got
             else:
                 return None
             st.append(s)
