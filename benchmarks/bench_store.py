@@ -25,7 +25,7 @@ should grow with K).  It measures; it asserts nothing.
 ``--previous REF``: the tunedb of git revision REF (``git archive``) measured the same way in a
 child process, on the same generated records, beside this one: the before/after of a change.
 
-At 10M records the JSON-lines dict is not run (its 7 GB log would need ~30 GB of memory here);
+At 10M records the JSON-lines dict is not run (its 7.6 GB log would need ~45 GB of memory: 4.7 GB at 1M);
 the records are generated and committed in RecordBatches of 250,000, and the queries touch two
 targets of the 50.
 """
