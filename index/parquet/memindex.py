@@ -16,8 +16,6 @@ store holds the results and calls these under its handle lock.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -27,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index.parquet.parts import META_SUPERSEDES, META_TARGET, META_TARGET_KEY, META_TARGET_NAME
+from tunedb.index.parquet.parts import meta_supersedes, meta_target
 from tunedb.index.schema import INDEX_COLUMNS
 
 
@@ -63,23 +61,10 @@ def read_chunk(path: Path) -> tuple[Chunk, tuple[str, str] | None]:
     """The chunk of Parquet file ``path``, and its target's (name, canonical JSON) when the
     file's metadata names it (else None)."""
     pf = pq.ParquetFile(path, memory_map=True)
-    md = pf.schema_arrow.metadata or {}
-    tkey = md.get(META_TARGET_KEY, b"").decode()
-    sup = json.loads(md[META_SUPERSEDES].decode()) if META_SUPERSEDES in md else []
-    target = (md.get(META_TARGET_NAME, b"").decode(), md[META_TARGET].decode()) if META_TARGET in md else None
+    md = pf.schema_arrow.metadata
+    tkey, target = meta_target(md)
     t = pf.read(columns=INDEX_COLUMNS, use_threads=pf.metadata.num_rows > 50_000)
-    return Chunk(path, tkey, index_cols(t), sup), target
-
-
-def live_files(chunks: Mapping[str, Chunk]) -> tuple[list[str], list[str]]:
-    """(live chunk keys, superseded chunk keys), both sorted: a file is superseded when a
-    compacted file of its directory lists its name."""
-    superseded = set()
-    for key, ch in chunks.items():
-        d = os.path.dirname(key)
-        for name in ch.supersedes:
-            superseded.add(os.path.join(d, name))
-    return sorted(k for k in chunks if k not in superseded), sorted(superseded & set(chunks))
+    return Chunk(path, tkey, index_cols(t), meta_supersedes(md)), target
 
 
 class Arrays(NamedTuple):

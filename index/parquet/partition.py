@@ -27,11 +27,13 @@ Not thread-safe: the store calls it under its handle lock.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from tunedb.index.keys import rid_hash
 from tunedb.index.parquet import indexcache, memindex
 from tunedb.index.parquet.memindex import Chunk
 from tunedb.index.record import Record
@@ -65,8 +67,6 @@ class Partition:
     def set_keys(self, keys: set[str], supersedes: Callable[[str], list[str]]) -> bool:
         """Take ``keys`` as the partition's chunk keys; ``supersedes(key)`` names the files a
         compacted file supersedes.  Returns whether the live set changed."""
-        import os
-
         sup: set[str] = set()
         files = [k for k in keys if "::" not in k]
         for k in files if len(files) > 1 else ():  # (a lone compacted file supersedes nothing here)
@@ -154,8 +154,6 @@ class Partition:
         return memindex.fresh_mask(rh, [self.arrays.rid_sorted, *self.pending_rids], self.overlay_rids)
 
     def overlay_add(self, recs: list[Record]) -> None:
-        from tunedb.index.keys import rid_hash
-
         for r in recs:
             self.overlay[r.lookup_key] = r
             self.overlay_entries.setdefault(r.entry_key, []).append(r)

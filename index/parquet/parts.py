@@ -273,14 +273,24 @@ def count_parts(d: Path) -> int | None:
         return None
 
 
+def meta_supersedes(md: dict[bytes, bytes] | None) -> list[str]:
+    """The file names a part file's Parquet metadata ``md`` says it supersedes ([] for none)."""
+    return json.loads(md[META_SUPERSEDES].decode()) if md and META_SUPERSEDES in md else []
+
+
+def meta_target(md: dict[bytes, bytes] | None) -> tuple[str, tuple[str, str] | None]:
+    """(target_key, (target_name, target JSON) or None) that a part file's metadata ``md`` names."""
+    md = md or {}
+    tkey = md.get(META_TARGET_KEY, b"").decode()
+    return tkey, ((md.get(META_TARGET_NAME, b"").decode(), md[META_TARGET].decode()) if META_TARGET in md else None)
+
+
 def superseded_by(d: Path, names: list[str]) -> set[str]:
     """Names that the compacted files among ``names`` (of partition ``d``) list as superseded."""
     sup: set[str] = set()
     for n in names:
         if n.startswith("cpart-"):
-            md = pq.read_schema(d / n).metadata or {}
-            if META_SUPERSEDES in md:
-                sup.update(json.loads(md[META_SUPERSEDES].decode()))
+            sup.update(meta_supersedes(pq.read_schema(d / n).metadata))
     return sup
 
 

@@ -239,9 +239,7 @@ class TuningDB(RecordStore):
         """Names that compacted file ``key`` supersedes (its footer, read once: files are immutable)."""
         sup = self._supersedes.get(key)
         if sup is None:
-            md = pq.read_schema(key).metadata or {}
-            sup = json.loads(md[META_SUPERSEDES].decode()) if META_SUPERSEDES in md else []
-            self._supersedes[key] = sup
+            sup = self._supersedes[key] = parts.meta_supersedes(pq.read_schema(key).metadata)
         return sup
 
     def _part(self, tkey: str) -> Partition:
@@ -257,6 +255,14 @@ class TuningDB(RecordStore):
     def _loaded(self, p: Partition) -> Partition:
         """``p`` with its index built and its large commits indexed (see ``Partition.load``)."""
         if not p.loaded or p.dirty:
+            p.load(self._read_chunk, self._invalidated, self._index_cache)
+        return p
+
+    def _indexed(self, tkey: str) -> Partition:
+        """The partition of ``tkey`` with its index built (for identity checks: a pending large
+        commit is in its ``pending_rids``, so it is not indexed first)."""
+        p = self._part(tkey)
+        if not p.loaded:
             p.load(self._read_chunk, self._invalidated, self._index_cache)
         return p
 
@@ -484,6 +490,7 @@ class TuningDB(RecordStore):
                 else:
                     recs = [r for r, k in zip(recs, keep.tolist()) if k]
                 pending = self._commit_small(recs, committed)
+                refreshes = self._refreshes
             else:
                 pending = None
                 if batch is None:
@@ -502,7 +509,7 @@ class TuningDB(RecordStore):
         journal, ticket = pending
         journal.wait(ticket)
         with self._lock:
-            self._overlay_add(recs, appended=True)
+            self._overlay_add(recs, refreshes)
             self._after_commit(tkeys)
         return n_new
 
@@ -511,20 +518,14 @@ class TuningDB(RecordStore):
         r.validate()
         h = rid_hash(r.record_id)
         with self._lock:
-            p = self._part(r.target_key)
-            if not p.loaded:
-                p.load(self._read_chunk, self._invalidated, self._index_cache)
-            if not p.fresh_mask(np.array([h], np.int64))[0]:
+            if not self._indexed(r.target_key).fresh_mask(np.array([h], np.int64))[0]:
                 return 0
             self._target_meta.setdefault(r.target_key, (r.target_name, r.target_json))
             journal, ticket = self._journal_enqueue([r], parts.now_us())
             refreshes = self._refreshes
         journal.wait(ticket)  # outside the handle lock: see commit
         with self._lock:
-            if self._refreshes == refreshes:  # (else a refresh may have indexed it already)
-                p.overlay_add([r])
-            else:
-                self._overlay_add([r], appended=True)
+            self._overlay_add([r], refreshes)
             self._after_commit([r.target_key])
         return 1
 
@@ -545,17 +546,12 @@ class TuningDB(RecordStore):
         """True for each rid hash (of a record of target ``tkeys[codes[i]]``) that this handle
         does not hold yet, and the first of repeats within ``rh``.  Looks only at the records'
         own targets (record identity is per target; see ``tunedb.index.parquet.partition``)."""
-        def index_of(tk: str) -> Partition:
-            p = self._part(tk)
-            if not p.loaded:  # (a pending large commit is in pending_rids: no need to index it)
-                p.load(self._read_chunk, self._invalidated, self._index_cache)
-            return p
         if len(tkeys) == 1:
-            return index_of(tkeys[0]).fresh_mask(rh)
+            return self._indexed(tkeys[0]).fresh_mask(rh)
         keep = np.zeros(len(rh), bool)
         for c, tk in enumerate(tkeys):
             idx = np.flatnonzero(codes == c)
-            keep[idx] = index_of(tk).fresh_mask(rh[idx])
+            keep[idx] = self._indexed(tk).fresh_mask(rh[idx])
         return keep
 
     def _commit_small(self, recs: list[Record], committed: int) -> tuple | None:
@@ -587,15 +583,16 @@ class TuningDB(RecordStore):
             return True
         return self.journal_dir.is_dir() and os.access(self.journal_dir, os.W_OK)
 
-    def _overlay_add(self, recs: list[Record], appended: bool = False) -> None:
-        """Keep ``recs`` (just committed) in their partitions' overlays.  ``appended``: a journal
-        append, made outside the handle lock -- a refresh meanwhile may have indexed them already."""
+    def _overlay_add(self, recs: list[Record], refreshes: int | None = None) -> None:
+        """Keep ``recs`` (just committed) in their partitions' overlays.  ``refreshes``: the
+        refresh count when a journal append began outside the handle lock; a refresh since then
+        may have indexed them already, and those are left out."""
         by_target: dict[str, list[Record]] = {}
         for r in recs:
             by_target.setdefault(r.target_key, []).append(r)
         for tk, group in by_target.items():
             p = self._part(tk)
-            if appended and p.loaded:
+            if refreshes is not None and refreshes != self._refreshes and p.loaded:
                 rh = np.fromiter((rid_hash(r.record_id) for r in group), np.int64, len(group))
                 group = [r for r, new in zip(group, p.fresh_mask(rh).tolist()) if new]
             p.overlay_add(group)
@@ -896,14 +893,16 @@ class TuningDB(RecordStore):
     def _live_paths(self, prefix: str | None = None) -> list[str]:
         """Live chunk keys (files, journal rows) of every partition, or of one target-key prefix;
         this handle's own pending commits are folded in first (a refresh)."""
+        def selected() -> list[Partition]:
+            if prefix is None:
+                return list(self._parts.values())
+            return [self._parts[prefix]] if prefix in self._parts else []
         with self._lock:
-            sel = [self._parts[prefix]] if prefix in self._parts else [] if prefix else list(self._parts.values())
-            pending = any(p.overlay or p.dirty for p in sel)
+            pending = any(p.overlay or p.dirty for p in selected())
         if pending:
             self.refresh()
         with self._lock:
-            sel = [self._parts[prefix]] if prefix in self._parts else [] if prefix else list(self._parts.values())
-            return [k for p in sel for k in p.live]
+            return [k for p in selected() for k in p.live]
 
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
         """All records (optionally of one target and/or workload) as a new pyarrow Table,
@@ -990,13 +989,11 @@ class TuningDB(RecordStore):
                     if "::" in k:
                         continue
                     try:
-                        md = pq.read_schema(k).metadata or {}
+                        tk, target = parts.meta_target(pq.read_schema(k).metadata)
                     except FileNotFoundError:
                         continue
-                    tk = md.get(META_TARGET_KEY, b"").decode()
-                    if tk and META_TARGET in md:
-                        self._target_meta.setdefault(tk, (md.get(META_TARGET_NAME, b"").decode(),
-                                                          md[META_TARGET].decode()))
+                    if tk and target is not None:
+                        self._target_meta.setdefault(tk, target)
                         p.target_key = p.target_key or tk
                         break
             meta = dict(self._target_meta)
@@ -1057,13 +1054,12 @@ class TuningDB(RecordStore):
             for root, _, files in os.walk(base):  # (relative: a copy of the DB has the same token)
                 rel = os.path.relpath(root, self.path)
                 names.extend(os.path.join(rel, f) for f in files if not f.startswith("_"))
-        with self._lock:  # journaled commits: their journals' sizes, and this handle's own
+        with self._lock:
             own = sum(len(p.overlay) for p in self._parts.values())
-            jsig = sorted((os.path.basename(k), v[0]) for k, v in self._journal_state.items())
-        try:
-            jsig += sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
+        try:  # journaled commits: the journals' sizes on disk
+            jsig = sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
         except FileNotFoundError:
-            pass
+            jsig = []
         text = "\n".join(sorted(names) + [f"{k}\0{v}" for k, v in jsig])
         # (a stable digest, not hash(): a token may be stored and compared by another process)
         return (own, hashlib.blake2b(text.encode(), digest_size=16).hexdigest())

@@ -37,7 +37,7 @@ from json.encoder import encode_basestring, encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.keys import canonical_json_normalised, key_of_text, normalise
+from tunedb.index.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
 from tunedb.index.record import Record
 from tunedb.transfer.interop import (
     ExportFormatError,
@@ -322,18 +322,8 @@ _is_integer = float.is_integer
 _SCALAR_TEXT = {True: "true", False: "false"}
 
 
-def _spaced_encoder() -> Any:
-    """``json.dumps(value, sort_keys=True)`` through the C encoder built once (None without it)."""
-    try:
-        from json.encoder import c_make_encoder
-
-        enc = c_make_encoder(None, None, encode_basestring_ascii, None, ": ", ", ", True, False, True)
-    except Exception:  # no C accelerator or another signature
-        return None
-    return lambda value: "".join(enc(value, 0))
-
-
-_spaced = _spaced_encoder() or (lambda value: json.dumps(value, sort_keys=True))
+# json.dumps(value, sort_keys=True) with the C encoder built once
+_spaced = fast_json_encoder(sort_keys=True, ensure_ascii=True, separators=(", ", ": "))
 
 
 class _ReprCache(dict):
