@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tunedb.index.keys import fast_json_encoder
 from tunedb.index.parquet.fsutil import _HOST, fsync_dir, temp_name, write_all
 
 SUFFIX = ".jsonl"
@@ -56,24 +57,8 @@ def journal_name() -> str:
     return f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}"
 
 
-def _make_dumps():
-    """``json.dumps(value, separators=(",", ":"))``, with the C encoder built once instead of on
-    every call; checked against ``json.dumps`` on a probe row, else ``json.dumps`` itself."""
-    def plain(value: Any) -> str:
-        return json.dumps(value, separators=(",", ":"))
-    try:
-        from json.encoder import c_make_encoder, encode_basestring_ascii
-
-        enc = c_make_encoder(None, None, encode_basestring_ascii, None, ":", ",", False, False, True)
-        probe = {"b": [1, 2.5, "x\u00e9\n", None, True], "a": {"z": float("nan"), "y": 1e-7}, "c": -7, "d": ""}
-        if "".join(enc(probe, 0)) != plain(probe):
-            return plain
-        return lambda value: "".join(enc(value, 0))
-    except Exception:  # no C accelerator or another signature
-        return plain
-
-
-_dumps = _make_dumps()
+# json.dumps(row, separators=(",", ":")) with the C encoder built once
+_dumps = fast_json_encoder(sort_keys=False, ensure_ascii=True)
 
 
 def encode_rows(rows: list[dict[str, Any]]) -> bytes:
@@ -159,7 +144,7 @@ class JournalWriter:
                     raise p.error
                 return
             self._writing = True
-        self._write_turn()
+        self._write_turn(p)
         if p.error is not None:
             raise p.error
 
@@ -169,18 +154,19 @@ class JournalWriter:
             while self._writing:
                 self._turn.wait()
             self._writing = True
-        self._write_turn()
+        self._write_turn(None)
 
-    def _write_turn(self) -> None:
-        """Write everything queued (the caller set ``_writing``), then wake the waiters."""
+    def _write_turn(self, own: _Pending | None) -> None:
+        """Write everything queued (the caller set ``_writing``; ``own``: its commit, if any),
+        then wake the waiters."""
         try:
-            self._write_queued()
+            self._write_queued(own)
         finally:
             with self._turn:
                 self._writing = False
                 self._turn.notify_all()
 
-    def _write_queued(self) -> None:
+    def _write_queued(self, own: _Pending | None) -> None:
         with self._queue_lock:
             batch, self._queue = self._queue, []
         if not batch:
@@ -198,7 +184,7 @@ class JournalWriter:
             except (OSError, ValueError):
                 self.broken = True
             for x in batch:  # (an interrupt is the writing thread's; the others see an error)
-                x.error = e if isinstance(e, Exception) or x is batch[0] else \
+                x.error = e if isinstance(e, Exception) or x is own else \
                     RuntimeError(f"journal append interrupted ({type(e).__name__})")
                 x.done = True
             return
