@@ -49,13 +49,24 @@ Provenance and verdicts
     ``refuted`` record (its cost did not reproduce) never answers :meth:`lookup` or
     :meth:`best` again; it stays in :meth:`records` (nothing is deleted) and in
     :meth:`verdicts`.
+
+Tuning runs
+    Beside its records a store keeps the *summaries* of the tuning runs that produced them
+    (:meth:`add_run`, :meth:`runs`): one JSON object per ``run_id`` (what the tuner was asked,
+    what it found, how long it took), re-saved as the run progresses (the latest save of a
+    ``run_id`` replaces the earlier ones).  Runs are not records: adding one changes no record
+    read, ``len``, :meth:`change_token` or :meth:`stats`, and ``tunedb copy`` does not copy them.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import re
+import uuid
+import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +82,9 @@ _KEY_RE = re.compile(r"[0-9a-f]{32}")
 
 #: what :meth:`RecordStore.mark` accepts
 VERDICTS = ("verified", "refuted")
+
+#: bytes: the largest run summary :meth:`RecordStore.add_run` stores (its UTF-8 JSON encoding)
+MAX_RUN_BYTES = 16 << 20
 
 
 def check_verdicts(verdicts: dict[str, str]) -> None:
@@ -212,6 +226,33 @@ class RecordStore(ABC):
     @abstractmethod
     def verdicts(self) -> dict[str, str]:
         """record_id -> its latest verdict, for every record that has one."""
+
+    # ------------------------------------------------------------------ tuning runs
+    @abstractmethod
+    def add_run(self, summary: Mapping[str, Any]) -> str:
+        """Store the summary of one tuning run (see "Tuning runs" in the module docstring);
+        returns its ``run_id``.
+
+        ``summary`` is a JSON-able mapping with a non-empty str ``"kind"`` (e.g. ``"tune"``).
+        Its ``"run_id"`` (32 lowercase hex digits) names the run; absent or None, a new one
+        (uuid4 hex) is made.  The stored summary is a copy of ``summary`` with ``"run_id"`` and
+        ``"stored"`` (when this call stored it: ISO-8601 UTC with microseconds,
+        ``2026-12-01T18:40:00.123456+00:00``) set; ``summary`` itself is not changed.  Adding a
+        ``run_id`` that is stored already replaces that summary (a run saved part-way and again
+        at its end).  ``ValueError`` (one line, nothing stored) for anything :func:`prepare_run`
+        refuses: not a mapping, no str ``kind``, a bad ``run_id``, not strict JSON (NaN or
+        infinity, a non-str key, a value JSON has no form for) or over :data:`MAX_RUN_BYTES`
+        encoded.  All-or-nothing and durable when it returns, like :meth:`commit`; changes
+        neither :meth:`change_token` nor any record read."""
+
+    @abstractmethod
+    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
+        """The stored run summaries (only those whose ``"kind"`` is ``kind`` when given), oldest
+        first by ``"stored"`` (ties by ``run_id``); ``limit``: only the newest ``limit`` of them
+        (still oldest first).  New dicts every call (as JSON decodes them: lists, not tuples).
+        A summary the backend cannot read (a torn or foreign file) is left out with a warning
+        (``warnings.warn``), never an exception.  ``ValueError`` for a ``kind`` that is not a
+        str or a ``limit`` that is not an int >= 0 (see :func:`check_runs_query`)."""
 
     # ------------------------------------------------------------------ point reads
     @abstractmethod
@@ -358,6 +399,103 @@ def validated_commit(records: Any) -> RecordBatch | list[Record]:
     return recs
 
 
+def _check_json_keys(value: Any) -> None:
+    """``ValueError`` (one line) when a mapping anywhere in ``value`` has a key that is not a str
+    (``json.dumps`` would turn it into one: the summary would not read back as given)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (Mapping, list, tuple)):
+            if id(v) in seen:  # (shared, or a cycle: json.dumps refuses that one)
+                continue
+            seen.add(id(v))
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise ValueError(f"run summary: key {k!r} is a {type(k).__name__}; JSON keys are str")
+                stack.append(x)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} {value!r:.40} has no JSON form")
+
+
+def prepare_run(summary: Any) -> tuple[str, str, str, str]:
+    """What :meth:`RecordStore.add_run` stores, checked before anything is: ``(run_id, kind,
+    stored, text)``, ``text`` the summary's JSON (with ``run_id`` and ``stored`` set; keys
+    sorted, no NaN/infinity) that :func:`decode_run` reads back.  ``stored`` is now (see
+    :meth:`RecordStore.add_run`).  ``ValueError`` (one line) for what ``add_run`` refuses."""
+    if not isinstance(summary, Mapping):
+        raise ValueError(f"a run summary is a mapping (a dict), got {type(summary).__name__}")
+    kind = summary.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"a run summary needs a non-empty str 'kind', got {kind!r}")
+    run_id = summary.get("run_id")
+    if run_id is None:
+        run_id = uuid.uuid4().hex
+    elif not is_key(run_id):
+        raise ValueError(f"run_id {run_id!r}: a run_id is 32 lowercase hex digits")
+    _check_json_keys(summary)
+    stored = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+    body = {**summary, "run_id": run_id, "stored": stored}
+    try:
+        text = json.dumps(body, allow_nan=False, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                          default=_json_default)
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as e:
+        why = (str(e).splitlines() or [type(e).__name__])[0]
+        if "Out of range float" in why:
+            why = "NaN and infinity have no JSON form"
+        raise ValueError(f"run summary {run_id} is not strict JSON: {why}") from None
+    if size > MAX_RUN_BYTES:
+        raise ValueError(f"run summary {run_id} is {size} bytes as JSON, over the limit of {MAX_RUN_BYTES}")
+    return run_id, kind, stored, text
+
+
+class RunWarning(UserWarning):
+    """A stored run summary could not be read and was left out of :meth:`RecordStore.runs`."""
+
+
+def decode_run(text: str | bytes, where: str) -> dict | None:
+    """The summary stored as ``text`` (what :func:`prepare_run` encoded), or None -- with a
+    :class:`RunWarning` naming ``where`` -- when it is not one (torn, foreign: not a JSON object
+    with str ``run_id``, ``kind`` and ``stored``)."""
+    try:
+        d = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        warnings.warn(f"skipping unreadable run summary {where}: {str(e).splitlines()[0]}", RunWarning,
+                      stacklevel=3)
+        return None
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("run_id", "kind", "stored")):
+        warnings.warn(f"skipping run summary {where}: not an object with str run_id, kind and stored",
+                      RunWarning, stacklevel=3)
+        return None
+    return d
+
+
+def check_runs_query(kind: Any, limit: Any) -> None:
+    """``ValueError`` (one line) for the :meth:`RecordStore.runs` arguments it refuses."""
+    if kind is not None and not isinstance(kind, str):
+        raise ValueError(f"runs: kind must be a str or None, got {type(kind).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"runs: limit must be an int >= 0 or None, got {limit!r}")
+
+
+def select_runs(summaries: Iterable[dict], kind: str | None, limit: int | None) -> list[dict]:
+    """``summaries`` (decoded, one per run_id) as :meth:`RecordStore.runs` returns them: of
+    ``kind`` (all when None), sorted by (``stored``, ``run_id``), the newest ``limit``."""
+    out = sorted((d for d in summaries if kind is None or d.get("kind") == kind),
+                 key=lambda d: (d["stored"], d["run_id"]))
+    if limit is not None:
+        out = out[len(out) - limit:] if limit else []
+    return out
+
+
 def check_forget_options(keep_top: int | None, older_than_days: float | None, target: Any) -> None:
     """``ValueError`` (one line) for the :meth:`RecordStore.forget` options it refuses."""
     if keep_top is None and older_than_days is None and target is None:
@@ -386,4 +524,5 @@ def is_key(text: Any) -> bool:
 
 
 __all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
-           "k_best_per_config", "validated_commit", "is_key"]
+           "k_best_per_config", "validated_commit", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
+           "decode_run", "check_runs_query", "select_runs"]

@@ -37,9 +37,14 @@ Hidden records: verdicts and staleness
     commit clock; they do not stale other layers' records of the target, except copies of the
     same records (same ``record_id``).
 
+Tuning runs
+    :meth:`add_run` goes to the writable layer; :meth:`runs` is the union of every layer's
+    runs, each ``run_id`` once (the most specific layer's summary), then filtered, ordered and
+    limited as the contract says.
+
 Writes
-    ``commit``, ``mark``, ``invalidate``, ``compact``, ``dedup`` and ``forget`` go to the
-    writable layer only; with ``writable=None`` they raise ``ValueError("read-only: ...")``.
+    ``commit``, ``mark``, ``invalidate``, ``compact``, ``dedup``, ``forget`` and ``add_run`` go
+    to the writable layer only; with ``writable=None`` they raise ``ValueError("read-only: ...")``.
     A write about records that only lower layers hold first copies those records, unchanged
     (same record_id, keys, JSON, costs, source: a copy is the same measurement), into the
     writable layer, then writes there:
@@ -82,7 +87,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +97,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats, check_verdicts, k_best_per_config, validated_commit
+from tunedb.index.base import (
+    RecordStore,
+    StoreStats,
+    check_runs_query,
+    check_verdicts,
+    k_best_per_config,
+    select_runs,
+    validated_commit,
+)
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64, rid_hash
 from tunedb.index.record import Record
@@ -376,6 +389,21 @@ class LayeredStore(RecordStore):
                 return got
             merged.extend(got)
         return k_best_per_config(merged, k)
+
+    # ------------------------------------------------------------------ tuning runs
+    def add_run(self, summary: Mapping[str, Any]) -> str:
+        """The writable layer's ``add_run`` (``ValueError`` "read-only" without one)."""
+        return self._writer("add_run").add_run(summary)
+
+    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
+        """Every layer's runs, each run_id once (the most specific layer's summary wins, also
+        when its ``kind`` differs), filtered by ``kind``, ordered and limited afterwards."""
+        check_runs_query(kind, limit)
+        seen: dict[str, dict] = {}
+        for s in self.layers:
+            for d in s.runs():
+                seen.setdefault(d["run_id"], d)
+        return select_runs(seen.values(), kind, limit)
 
     # ------------------------------------------------------------------ bulk reads
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:

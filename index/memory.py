@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,12 @@ from tunedb.index.base import (
     RecordStore,
     StoreStats,
     check_forget_options,
+    check_runs_query,
     check_verdicts,
+    decode_run,
     k_best_per_config,
+    prepare_run,
+    select_runs,
     validated_commit,
 )
 from tunedb.index.batch import RecordBatch
@@ -48,6 +52,7 @@ class MemoryStore(RecordStore):
         self._by_entry: dict[int, list[int]] = {}
         self._invalidated: dict[str, int] = {}  # target_key -> invalidation time (us)
         self._verdicts: dict[str, str] = {}  # record_id -> latest verdict
+        self._runs: dict[str, str] = {}  # run_id -> its summary's JSON text (see add_run)
         self._version = 0
         self._cache: Path | None = None
         self.lookups = 0
@@ -102,6 +107,21 @@ class MemoryStore(RecordStore):
     def verdicts(self) -> dict[str, str]:
         with self._lock:
             return {rid: v for rid, v in self._verdicts.items() if rid in self._rids}
+
+    def add_run(self, summary: Mapping[str, Any]) -> str:
+        """Keep a tuning-run summary (see ``RecordStore.add_run``) as its JSON text, so that
+        :meth:`runs` returns new dicts that read like every other backend's."""
+        run_id, _, _, text = prepare_run(summary)
+        with self._lock:
+            self._runs[run_id] = text
+        return run_id
+
+    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
+        check_runs_query(kind, limit)
+        with self._lock:
+            texts = list(self._runs.items())
+        decoded = (decode_run(t, f"{self.location} run {rid}") for rid, t in texts)
+        return select_runs([d for d in decoded if d is not None], kind, limit)
 
     def _rewrite(self, keep: np.ndarray) -> dict:
         """Keep the records where ``keep`` is true (indices of ``self._recs``) and rebuild the maps."""

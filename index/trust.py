@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -160,7 +160,8 @@ class TrustedStore(RecordStore):
     excluded, as in every store).  Entries with no trusted record drop out of :meth:`entries`.
 
     Passed through unchanged: every write (:meth:`commit`, :meth:`mark`, :meth:`invalidate`,
-    :meth:`compact`, :meth:`dedup`, :meth:`forget`), :meth:`verdicts`, :meth:`targets` and
+    :meth:`compact`, :meth:`dedup`, :meth:`forget`, :meth:`add_run`), :meth:`verdicts`,
+    :meth:`runs` (a run summary is not a record: the policy does not apply), :meth:`targets` and
     ``find_target`` (a target is known even when none of its records is trusted), ``len``,
     :meth:`refresh`, :meth:`close` and :attr:`location`.  :meth:`stats` is the inner store's
     with this view's ``lookups``/``hits``.  :meth:`cache_dir` is a sub-directory of the inner
@@ -245,6 +246,14 @@ class TrustedStore(RecordStore):
 
     def verdicts(self) -> dict[str, str]:
         return self.inner.verdicts()
+
+    def add_run(self, summary: Mapping[str, Any]) -> str:
+        """``inner.add_run``."""
+        return self.inner.add_run(summary)
+
+    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
+        """``inner.runs`` (not filtered by the policy)."""
+        return self.inner.runs(kind, limit=limit)
 
     # ------------------------------------------------------------------ point reads (filtered)
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tunedb.transfer.search.adapt import AdaptReport, adapt_config, adapt_many, snap_value
 from tunedb.transfer.search.space import Constraint, Knob, Space
 
@@ -81,3 +83,95 @@ def test_hardware_tied_knobs_scale_with_the_target():
     back = hardware_scale(avx512, sse2, {"vec": "vector_bits"})
     assert adapt_config({"vec": 16, "tile": 8}, sp, scale=back) == {"vec": 4, "tile": 8}
     assert hardware_scale({}, avx512, {"vec": "vector_bits"}) == {}  # unknown on one side: no scaling
+
+
+# --------------------------------------------------------------------------- retargeting across hardware
+MM = {"family": "matmul", "M": 256, "N": 256, "K": 256}
+SSE2_BOX = {"kind": "cpu", "name": "sse2-box", "vector_bits": 128, "l1d_kb": 32, "l2_kb": 256}
+AVX2_BOX = {"kind": "cpu", "name": "avx2-box", "vector_bits": 256, "l1d_kb": 32, "l2_kb": 1024}
+AVX512_BOX = {"kind": "cpu", "name": "avx512-box", "vector_bits": 512, "l1d_kb": 48, "l2_kb": 2048}
+NEON_BOX = {"kind": "cpu", "name": "neon-box", "arch": "aarch64", "vector_bits": 128}  # 32 vector registers
+#: tuned on the SSE2 box: its register tile (register_tile(4, 16) = 4 x 8) and some cache blocking
+SSE2_CFG = {"mc": 128, "nc": 512, "kc": 256, "order": 2, "mr": 4, "nr": 8, "vec": 4, "pack": 0, "unroll": 2}
+CACHE_KNOBS = ("mc", "nc", "kc", "order", "pack", "unroll")
+
+
+@pytest.mark.parametrize("dest, lanes, registers", [(AVX512_BOX, 16, 32), (AVX2_BOX, 8, 16), (NEON_BOX, 4, 32)],
+                         ids=["to-avx512", "to-avx2", "to-32-registers"])
+def test_register_blocking_is_rederived_for_the_destination(dest, lanes, registers):
+    from tunedb.transfer.kernels import get_family
+    from tunedb.transfer.kernels.matmul import register_tile
+    from tunedb.transfer.search.adapt import hardware_scale
+
+    fam = get_family("matmul")
+    sp, defaults = fam.space(MM), fam.default_config(MM, dest)
+    assert sp.is_valid(SSE2_CFG)
+    scale = hardware_scale(SSE2_BOX, dest, fam.hardware_knobs) or None
+    rep = AdaptReport()
+    out = adapt_many([SSE2_CFG], sp, defaults, rep, scale, source_target=SSE2_BOX, dest_target=dest, family=fam)
+    first = out[0]
+    assert first["vec"] == lanes and (first["mr"], first["nr"]) == register_tile(lanes, registers)
+    assert {k: first[k] for k in CACHE_KNOBS} == {k: SSE2_CFG[k] for k in CACHE_KNOBS}
+    assert all(sp.is_valid(c) for c in out)
+    assert (rep.given, rep.retargeted, rep.dropped) == (1, 1, 0)
+    # the second candidate is the scaled source config (the old adaptation), when it differs
+    scaled = adapt_config(SSE2_CFG, sp, defaults, scale=scale)
+    assert out[1:] == ([scaled] if scaled != first else [])
+    assert rep.variants == len(out) - 1 and rep.to_json()["retargeted"] == 1
+    # the family may be named instead of given
+    assert adapt_many([SSE2_CFG], sp, defaults, None, scale, source_target=SSE2_BOX, dest_target=dest,
+                      family="matmul") == out
+
+
+def test_retargeting_keeps_a_block_at_least_one_tile_wide():
+    from tunedb.transfer.kernels import get_family
+
+    fam = get_family("matmul")
+    narrow = dict(SSE2_CFG, nc=32)
+    (first, *_) = adapt_many([narrow], fam.space(MM), source_target=SSE2_BOX, dest_target=AVX512_BOX, family=fam)
+    assert first["nr"] == 64 and first["nc"] == 64 and first["vec"] == 16
+
+
+def test_same_vector_width_and_registers_leave_configs_as_before():
+    from tunedb.transfer.kernels import get_family
+    from tunedb.transfer.kernels.matmul import FAST_CONFIG
+    from tunedb.transfer.search.adapt import hardware_scale
+
+    fam = get_family("matmul")
+    sp = fam.space(MM)
+    other = dict(AVX2_BOX, name="avx2-other", l2_kb=512, threads=4)  # caches and threads differ, the SIMD does not
+    configs = [SSE2_CFG, FAST_CONFIG, dict(SSE2_CFG, nr=48, vec=8)]
+    scale = hardware_scale(AVX2_BOX, other, fam.hardware_knobs) or None
+    rep = AdaptReport()
+    out = adapt_many(configs, sp, None, rep, scale, source_target=AVX2_BOX, dest_target=other, family=fam)
+    assert out == adapt_many(configs, sp, None, None, scale)
+    assert out[:2] == [SSE2_CFG, FAST_CONFIG]
+    assert (rep.retargeted, rep.variants, rep.given) == (0, 0, 3)
+
+
+def test_a_family_without_retarget_adapts_as_before():
+    from tunedb.transfer.kernels import get_family
+    from tunedb.transfer.search.adapt import hardware_scale
+
+    class Plain:  # a plug-in family object with hardware knobs but no retarget method
+        hardware_knobs = {"vec": "vector_bits"}
+
+    vec = Knob("vec", (4, 8, 16))
+    sp = Space((vec, TILE))
+    scale = hardware_scale(SSE2_BOX, AVX512_BOX, Plain.hardware_knobs)
+    configs = [{"vec": 4, "tile": 8}, {"vec": 8, "tile": 3}]
+    before = adapt_many(configs, sp, scale=scale)
+    for fam in (Plain(), None, "no-such-family"):
+        rep = AdaptReport()
+        assert adapt_many(configs, sp, None, rep, scale, source_target=SSE2_BOX, dest_target=AVX512_BOX,
+                          family=fam) == before == [{"vec": 16, "tile": 8}, {"vec": 16, "tile": 4}]
+        assert (rep.retargeted, rep.variants) == (0, 0)
+    # softmax keeps KernelFamily's default retarget: its vector knob is only scaled
+    soft = get_family("softmax")
+    w = {"family": "softmax", "M": 64, "N": 256}
+    ssp, cfg = soft.space(w), soft.default_config(w, SSE2_BOX)
+    sscale = hardware_scale(SSE2_BOX, AVX512_BOX, soft.hardware_knobs)
+    rep = AdaptReport()
+    assert adapt_many([cfg], ssp, None, rep, sscale, source_target=SSE2_BOX, dest_target=AVX512_BOX,
+                      family=soft) == adapt_many([cfg], ssp, scale=sscale)
+    assert rep.retargeted == 0

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+import tunedb
 from tunedb.index import TuningDB
 from tunedb.index.hardware.localcpu import preset
 from tunedb.index.keys import canonical_json, key_of
 from tunedb.transfer.kernels import family_of
 from tunedb.transfer.migration.migrate import migrate
-from tunedb.transfer.search.adapt import adapt_config
 
 from helpers import run_cli
 from migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, WORKLOADS, build_source_db, copy_db
@@ -53,7 +53,11 @@ def test_migrate_local_presets_then_rerun_is_resumable(db):
         from tunedb.transfer.search.adapt import hardware_scale
 
         scale = hardware_scale(preset(SRC), preset(DST), fam.hardware_knobs) or None  # vec scales with the ISA
-        adapted = [adapt_config(r.config, space, default, scale=scale) for r in src_best]
+        from tunedb.transfer.search.adapt import AdaptReport, adapt_many
+
+        # SRC's top-2 adapted; across vector widths the matmul family re-derives the register blocking
+        adapted = adapt_many([r.config for r in src_best], space, default, AdaptReport(), scale,
+                             source_target=preset(SRC), dest_target=preset(DST), family=w["family"])
         expected = {key_of(c) for c in adapted} | {key_of(default)}
         recs = _dst_records(db, w)
         assert {key_of(r.config) for r in recs} == expected          # SRC's top-2 adapted + DST's default
@@ -245,11 +249,13 @@ def test_cli_migrate_local_json_then_table(db):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert len(out["rows"]) == 1 and out["rows"][0]["status"] == "ok"
-    assert out["totals"]["measurements"] == 2  # SRC's best + DST's default
+    # SRC's best retargeted to DST's vector width, its scaled variant, DST's default
+    assert out["totals"]["measurements"] == out["rows"][0]["candidates"] == 3
+    assert out["run_id"] and tunedb.open(path).runs("migrate")[-1]["run_id"] == out["run_id"]
     p = run_cli("migrate", "--db", path, "--from", SRC, "--to", DST, "--top-k", "1",
                 "--workloads", str(db.path.parent / "w.txt"))
     assert p.returncode == 0, p.stderr
-    assert "0 new measurements, 2 cache hits" in p.stdout and "vs default" in p.stdout
+    assert "0 new measurements, 3 cache hits" in p.stdout and "vs default" in p.stdout
 
 
 def _write(path: Path, text: str) -> Path:

@@ -6,11 +6,20 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import tunedb
 from tunedb.datasets import convolution_files, dataset_path
 from tunedb.index import TuningDB
-from tunedb.transfer.apps.report import build_report, entry_curves, load_runs
+from tunedb.transfer.apps.report import (
+    build_report,
+    entry_curves,
+    fit_saturation,
+    gain_model,
+    load_runs,
+    saturation_fit_reason,
+)
 from tunedb.transfer.interop import collect
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
@@ -85,8 +94,9 @@ def test_report_without_runs_omits_run_figures_with_a_note(filled, tmp_path):
     assert "warm_vs_cold.png" not in files and "hit_rate.png" not in files
     assert {"convergence.png", "similarity.png", "records_per_target.png"} <= set(files)
     page = (tmp_path / "o" / "index.html").read_text()
-    assert "lookups are not stored in the database" in page
+    assert "no tuning run with evaluations is stored in the database" in page and "pass --runs" in page
     assert not (tmp_path / "o" / "hit_rate.png").exists()
+    assert "gain_saturation.png" not in files and "no run has both a gain and records_before" in page
 
 
 def test_report_of_a_memory_store_equals_the_parquet_db(filled, tmp_path):
@@ -103,6 +113,8 @@ def test_report_of_a_memory_store_equals_the_parquet_db(filled, tmp_path):
     b = build_report(mem, tmp_path / "mem", data)
     assert a["files"] == b["files"] and set(a["files"][1:]) == ALL_FIGURES
     assert (a["summary"], a["notes"]) == (b["summary"], b["notes"])
+    assert a["summary"]["stored_runs"] == 0 and a["summary"]["runs_given"] == 3
+    assert a["summary"]["saturation_fit"] is None and "needs at least 3" in a["summary"]["saturation_fit_reason"]
 
     def page(d, location):
         text = (d / "index.html").read_text(encoding="utf-8")
@@ -159,3 +171,143 @@ def test_report_bad_input_is_one_line_exit_2(tmp_path, filled):
     p = run_cli("report", "--db", str(filled[0]), "--out", str(tmp_path / "o2"), "--runs", str(bad))
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not JSON" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+# ------------------------------------------------------------------ stored runs and G(n)
+G_MAX, BETA = 0.72, 3e-4    # the saturation the made-up runs below follow (beta per record)
+
+
+def test_fit_saturation_recovers_known_parameters():
+    rng = np.random.default_rng(7)
+    n = np.array([0, 150, 400, 900, 1800, 3500, 7000, 12000, 20000])
+    g = gain_model(n, G_MAX, BETA) + rng.normal(0.0, 0.01, n.size)
+    fit = fit_saturation(n.tolist(), g.tolist())
+    assert fit is not None and saturation_fit_reason(n, g) is None
+    assert fit["points"] == n.size
+    assert fit["g_max"] == pytest.approx(G_MAX, abs=0.03)
+    assert fit["beta"] == pytest.approx(BETA, rel=0.15)
+    assert 0 < fit["g_max_se"] < 0.05 and 0 < fit["beta_se"] < 0.3 * BETA
+    assert abs(fit["g_max"] - G_MAX) < 4 * fit["g_max_se"] and abs(fit["beta"] - BETA) < 4 * fit["beta_se"]
+    assert fit["rmse"] < 0.03
+    # points that cannot take part are left out, not fatal
+    assert fit_saturation([*n, -5, 100], [*g, 0.1, float("nan")]) == pytest.approx(fit)
+
+
+def test_fit_saturation_needs_three_distinct_n():
+    for n, g, why in (([], [], "0 run(s)"), ([100, 200], [0.1, 0.2], "2 run(s)"),
+                      ([500, 500, 500, 500], [0.1, 0.2, 0.3, 0.25], "only 1 distinct"),
+                      ([10, 10, 90, 90], [0.1, 0.1, 0.3, 0.3], "only 2 distinct")):
+        assert fit_saturation(n, g) is None
+        reason = saturation_fit_reason(n, g)
+        assert reason is not None and why in reason and "at least 3" in reason
+
+
+def _history(costs: list[float | None]) -> list[list]:
+    """Best so far after each evaluation of made-up per-evaluation costs (seconds)."""
+    out, best = [], None
+    for i, c in enumerate(costs, 1):
+        if c is not None and (best is None or c < best):
+            best = c
+        out.append([i, best])
+    return out
+
+
+def _task(workload: dict, source: str, costs: list[float | None], hits: int) -> dict:
+    return {"workload": workload, "workload_key": "", "weight": 1.0, "source": source, "evaluations": len(costs),
+            "measurements": len(costs) - hits, "cache_hits": hits, "best": min(c for c in costs if c),
+            "default_cost": 9e-4, "history": _history(costs), "seeded_from": ["gpu-a"] if source != "cold" else []}
+
+
+def _run(kind: str, label: str, tasks: list[dict], *, n: int | None = None, model: str | None = None,
+         target: str = "gpu-b") -> dict:
+    evals = sum(t["evaluations"] for t in tasks)
+    hits = sum(t["cache_hits"] for t in tasks)
+    run = {"kind": kind, "label": label, "target": target, "model": model, "tasks": tasks, "evaluations": evals,
+           "measurements": evals - hits, "cache_hits": hits, "eta": hits / evals if evals else None,
+           "measure_s": 2.0 * (evals - hits), "query_s": 0.3, "wall_s": 2.0 * (evals - hits) + 0.3}
+    if n is not None:
+        run.update(records_before=n, gain=float(gain_model(n, G_MAX, BETA)),
+                   t_full_s=(2.0 * (evals - hits) + 0.3) / (1 - float(gain_model(n, G_MAX, BETA))))
+    return run
+
+
+MATMUL = {"family": "matmul", "m": 256, "n": 256, "k": 128}
+CONV = {"family": "conv2d", "c": 64, "k": 64, "h": 28, "w": 28}
+
+
+def _stored_runs() -> list[dict]:
+    """A cold and a warm tune of one workload, three tune-model runs as the DB grew, and a demo whose
+    parts are model A cold, model B warm and model B cold (as `tunedb demo` stores them)."""
+    cold = _run("tune", "cold", [_task(MATMUL, "cold", [8e-4, 6e-4, 7e-4, 5e-4, 4.5e-4, 4e-4], 0)])
+    warm = _run("tune", "warm", [_task(MATMUL, "warm", [4.2e-4, 3.9e-4, 5e-4, 3.8e-4, 3.9e-4, 4e-4], 2)])
+    model = [_run("tune-model", "warm", [_task(CONV, "warm", [3e-3, 2.5e-3, 2.2e-3, 2.4e-3], h),
+                                         _task(MATMUL, "hit", [3.8e-4], 1)], n=n, model="resnet-18")
+             for n, h in ((600, 1), (2500, 2), (9000, 3))]
+    parts = [_run("tune-model", "cold", [_task(CONV, "cold", [4e-3, 3e-3, 2.6e-3], 0)], n=0, model="A"),
+             _run("tune-model", "warm", [_task(MATMUL, "warm", [4.1e-4, 3.9e-4], 1)], n=20, model="B"),
+             _run("tune-model", "cold", [_task(MATMUL, "cold", [9e-4, 6e-4], 0)], n=20, model="B")]
+    demo = {"kind": "demo", "label": "", "target": "gpu-b", "parts": parts}
+    return [cold, warm, *model, demo]
+
+
+def test_report_draws_the_runs_the_db_stores(tmp_path):
+    db = tunedb.open(tmp_path / "db")
+    ids = [db.add_run(r) for r in _stored_runs()]
+    assert len(db.runs()) == 6
+    res = build_report(db, tmp_path / "site")
+    files, summary = res["files"], res["summary"]
+    assert {"warm_vs_cold.png", "hit_rate.png", "gain_saturation.png"} <= set(files)
+    for name in ("warm_vs_cold.png", "hit_rate.png", "gain_saturation.png"):
+        assert (tmp_path / "site" / name).read_bytes()[:8] == PNG_MAGIC
+    page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "pass --runs" not in page and "no tuning-run histories" not in page
+    assert 'src="warm_vs_cold.png"' in page and 'src="hit_rate.png"' in page and 'src="gain_saturation.png"' in page
+    # one search per task: 2 tunes + 3 model runs x 2 tasks + 3 demo parts
+    assert summary["stored_runs"] == 6 and summary["runs"] == 11 and summary["runs_given"] == 0
+    # hit rate per run in stored order: the warm tune answered 2 of 6 from the DB
+    assert re.search(r"tune warm gpu-b</td><td class=\"num\">6</td><td class=\"num\">2</td>"
+                     r"<td class=\"num\">33%</td>", page)
+    assert "demo: tune-model warm B" in page
+    # the stored-runs table: one row per run, a demo's parts below it
+    assert page.count("<td>tune-model</td>") == 3 and page.count("demo › tune-model") == 3
+    assert re.search(r"<td>demo</td><td></td><td>gpu-b</td><td></td><td class=\"num\">7</td>", page), \
+        "a demo's totals are its parts' when it stores none"
+    # G(n): 3 model runs + 3 demo parts, 5 distinct n, made with G_MAX and BETA exactly
+    fit = summary["saturation_fit"]
+    assert summary["saturation_fit_reason"] is None and fit["points"] == 6
+    assert fit["g_max"] == pytest.approx(G_MAX, rel=1e-3) and fit["beta"] == pytest.approx(BETA, rel=1e-3)
+    assert f"{fit['g_max']:.4g}" in page and "G<sub>max</sub> =" in page
+
+    # the same runs given with --runs too (as db.runs() gives them, and a tune output with a stored
+    # run_id) are shown once; a run that is not stored is added after the stored ones
+    extra = {**_stored_runs()[0], "label": "cold again"}
+    runs_file = tmp_path / "runs.jsonl"
+    tune_out = {"target": "gpu-b", "workload": MATMUL, "history": _history([5e-4]), "evaluations": 1,
+                "cache_hits": 1, "measurements": 0, "seeds": [], "run_id": ids[1]}
+    runs_file.write_text("".join(json.dumps(d) + "\n" for d in [*db.runs(), tune_out, extra]))
+    again = build_report(db, tmp_path / "site2", load_runs([runs_file]))
+    assert again["summary"]["stored_runs"] == 6 and again["summary"]["runs"] == 12
+    assert again["summary"]["runs_given"] == 1
+    assert any("6 run(s) given with --runs are stored in the database too" in n for n in again["notes"])
+    page2 = (tmp_path / "site2" / "index.html").read_text(encoding="utf-8")
+    assert page2.count("tune warm gpu-b</td>") == 1 and "tune cold again gpu-b</td>" in page2
+
+
+def test_report_of_runs_without_enough_gains_says_why_there_is_no_fit(tmp_path):
+    db = tunedb.open(tmp_path / "db")
+    for r in _stored_runs()[:3]:  # two tunes without a gain, one model run with one
+        db.add_run(r)
+    # a run with hardly any fields, and one whose task data is malformed, are shown as far as they go
+    db.add_run({"kind": "migrate", "target": "gpu-c"})
+    db.add_run({"kind": "tune", "tasks": [{"workload": "matmul", "history": [[1], "x", [2, "fast"], [3, 2e-4]]}]})
+    res = build_report(db, tmp_path / "site")
+    assert "gain_saturation.png" in res["files"] and res["summary"]["saturation_fit"] is None
+    assert "1 run(s) with a gain" in res["summary"]["saturation_fit_reason"]
+    page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "No fit: 1 run(s) with a gain" in page and "pass --runs" not in page
+    assert res["summary"]["stored_runs"] == 5 and "<td>migrate</td><td></td><td>gpu-c</td>" in page
+    empty = build_report(tunedb.open(tmp_path / "empty"), tmp_path / "site0")
+    assert not {"warm_vs_cold.png", "hit_rate.png", "gain_saturation.png"} & set(empty["files"])
+    page0 = (tmp_path / "site0" / "index.html").read_text(encoding="utf-8")
+    assert "pass --runs" in page0 and "no tuning run with evaluations is stored in the database" in page0
+    assert empty["summary"]["stored_runs"] == 0 and empty["summary"]["saturation_fit"] is None

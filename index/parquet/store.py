@@ -7,6 +7,8 @@ Layout of a DB directory::
     records/target_slug=<slug>/cpart-<ns>-<id>.parquet   compacted files (list what they supersede)
     journal/<host>-<pid>-<id>.jsonl     write-ahead journals of small commits (see tunedb.index.parquet.journal)
     invalidations/part-*.parquet        (target_key, invalidated_at): stale-marking, append-only
+    verdicts/part-*.parquet             (record_id, verdict, marked_at): see tunedb.index.parquet.verdicts
+    runs/<run_id>.json                  tuning-run summaries, one file per run (tunedb.index.parquet.runs)
     derived/                            rebuildable caches (vector index, ...)
     _lock                               advisory lock held by compaction and other rewrites
 
@@ -77,7 +79,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +89,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats, check_forget_options
+from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_runs_query, prepare_run, select_runs
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
 from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts, verdicts
+from tunedb.index.parquet import runs as runfiles
 from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, replace_derived, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter
@@ -145,6 +148,7 @@ class TuningDB(RecordStore):
         self.records_dir = self.path / "records"
         self.inval_dir = self.path / "invalidations"
         self.verdict_dir = self.path / verdicts.DIRNAME
+        self.runs_dir = self.path / runfiles.DIRNAME
         self.derived_dir = self.path / "derived"
         self.journal_dir = self.path / "journal"
         # built partition indexes are cached in derived/ (not for an older schema: read-only)
@@ -747,6 +751,23 @@ class TuningDB(RecordStore):
         """record_id -> latest verdict (as of the last refresh or own ``mark``)."""
         with self._lock:
             return dict(self._verdicts)
+
+    def add_run(self, summary: Mapping[str, Any]) -> str:
+        """Store a tuning-run summary as ``runs/<run_id>.json`` (see ``RecordStore.add_run`` and
+        ``tunedb.index.parquet.runs``): ValueError (nothing written) for a bad summary or a DB
+        of an older schema (the same line ``commit`` gives); OSError when it cannot be written
+        (then the run's earlier summary, if any, stays).  Durable when it returns."""
+        self._check_writable()
+        run_id, _, _, text = prepare_run(summary)
+        runfiles.write(self.runs_dir, run_id, text)
+        return run_id
+
+    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
+        """The run summaries of ``runs/`` (read from disk on every call, so other processes'
+        runs are seen at once), as ``RecordStore.runs`` orders and limits them; an unreadable
+        file is skipped with a ``RunWarning``."""
+        check_runs_query(kind, limit)
+        return select_runs(runfiles.load(self.runs_dir), kind, limit)
 
     # --------------------------------------------------------------- queries
     def _target_key(self, target: Any) -> str:

@@ -22,6 +22,11 @@ Version 1
 Version 2
     ``records.host`` and ``records.origin`` (text, ``''`` for rows written at version 1) and
     ``verdicts`` (record_id PRIMARY KEY, verdict, marked_at): the latest verdict per record.
+Version 3
+    ``tunedb_runs`` (run_id PRIMARY KEY, stored timestamptz, kind, summary text): the tuning-run
+    summaries of ``RecordStore.add_run``, one row per run (re-saving a run replaces its row);
+    ``summary`` is the JSON text ``tunedb.index.base.prepare_run`` made, stored as it is (not
+    ``jsonb``, which would reorder keys and rewrite numbers).
 """
 
 from __future__ import annotations
@@ -90,6 +95,17 @@ _V2 = [
 ]
 
 
+_V3 = [
+    """CREATE TABLE IF NOT EXISTS tunedb_runs (
+        run_id text PRIMARY KEY,
+        stored timestamptz NOT NULL,
+        kind text NOT NULL,
+        summary text NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS tunedb_runs_order ON tunedb_runs (stored, run_id)",
+]
+
+
 def _migration_1(conn: Any) -> None:
     """Records, invalidations, the identity and the change counter."""
     for stmt in _V1:
@@ -103,8 +119,14 @@ def _migration_2(conn: Any) -> None:
         conn.execute(stmt)
 
 
+def _migration_3(conn: Any) -> None:
+    """Tuning-run summaries."""
+    for stmt in _V3:
+        conn.execute(stmt)
+
+
 #: migration ``i + 1`` is ``MIGRATIONS[i]``; append only, never edit one that shipped
-MIGRATIONS: list[Callable[[Any], None]] = [_migration_1, _migration_2]
+MIGRATIONS: list[Callable[[Any], None]] = [_migration_1, _migration_2, _migration_3]
 
 #: the schema version this code writes and reads
 CURRENT_VERSION = len(MIGRATIONS)

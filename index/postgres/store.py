@@ -27,7 +27,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_verdicts, validated_commit
+from tunedb.index.base import (
+    RecordStore,
+    StoreStats,
+    check_forget_options,
+    check_runs_query,
+    check_verdicts,
+    decode_run,
+    prepare_run,
+    select_runs,
+    validated_commit,
+)
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import migrate
@@ -284,6 +294,36 @@ class PostgresStore(RecordStore):
                                 "ORDER BY v.marked_at").fetchall()
         return dict(rows)
 
+    # ------------------------------------------------------------------ tuning runs
+    def add_run(self, summary: Mapping[str, Any]) -> str:
+        """Upsert the summary's row of ``tunedb_runs`` (see ``RecordStore.add_run``) in one
+        transaction: durable when it returns; the change counter is not bumped (runs are not
+        records)."""
+        import datetime as _dt
+
+        run_id, kind, stored, text = prepare_run(summary)
+        with self._db() as conn, conn.transaction():
+            conn.execute("INSERT INTO tunedb_runs (run_id, stored, kind, summary) VALUES (%s, %s, %s, %s) "
+                         "ON CONFLICT (run_id) DO UPDATE SET stored = excluded.stored, kind = excluded.kind, "
+                         "summary = excluded.summary", (run_id, _dt.datetime.fromisoformat(stored), kind, text))
+        return run_id
+
+    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
+        """The rows of ``tunedb_runs`` (of ``kind``), the newest ``limit`` chosen by the server."""
+        check_runs_query(kind, limit)
+        if limit == 0:
+            return []
+        where = "WHERE kind = %s" if kind is not None else ""
+        params: tuple = (kind,) if kind is not None else ()
+        query = f"SELECT run_id, summary FROM tunedb_runs {where} ORDER BY stored DESC, run_id COLLATE \"C\" DESC"
+        if limit is not None:
+            query += " LIMIT %s"
+            params += (int(limit),)
+        with self._db() as conn:
+            rows = conn.execute(query, params).fetchall()
+        decoded = (decode_run(text, f"{self.location} run {rid}") for rid, text in rows)
+        return select_runs([d for d in decoded if d is not None], None, None)
+
     # ------------------------------------------------------------------ maintenance
     def _rewrite(self, keep_of: Any, where: str = "", params: tuple = ()) -> dict:
         """Delete the rows (of ``where``) that ``keep_of(table)`` (a boolean mask over the
@@ -305,7 +345,7 @@ class PostgresStore(RecordStore):
         """``VACUUM ANALYZE`` of the tables (reclaims deleted rows, refreshes the planner's
         statistics); reads return the same."""
         with self._db() as conn:
-            for table in _TABLES:
+            for table in (*_TABLES, "tunedb_runs"):
                 conn.execute("VACUUM ANALYZE " + table)  # constant identifiers
             n = conn.execute("SELECT count(*) FROM records").fetchone()[0]
         return {"rows_before": int(n), "rows_after": int(n), "files_before": 0, "files_after": 0}

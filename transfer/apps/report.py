@@ -1,7 +1,10 @@
 """``tunedb report``: a self-contained HTML page (plus PNG figures) of what a DB knows.
 
-Everything plotted comes from the DB's records or from tuning-run JSON the user passes in
-(``--runs``); nothing is simulated, and a figure without data is omitted with a note saying why.
+Everything plotted comes from the DB: its records and the tuning-run summaries it stores
+(``RecordStore.runs()``: what ``tunedb tune``, ``tune-model``, ``warm-start``, ``migrate`` and
+``demo`` save, see ``tunedb.transfer.search.runlog``), plus tuning-run JSON the user passes in
+(``--runs``; a run given there and stored too, by ``run_id``, is shown once: the stored copy).
+Nothing is simulated, and a figure without data is omitted with a note saying why.
 
 Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display needed):
 
@@ -9,14 +12,15 @@ Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display n
     per workload (the ones with the most records), one line per target: the best cost so far
     (seconds, log scale) against the number of that entry's records, in timestamp order (for
     imported records: the order of the source file).
-``warm_vs_cold.png`` (needs ``--runs``)
-    per workload, the best cost so far against evaluations of each tuning run in the runs
-    JSON, labelled warm (the run had seeds from the DB) or cold (it had none), or with the
-    run's own ``label``.
-``hit_rate.png`` (needs ``--runs``)
-    per run in the order given, the share of its evaluations answered from the DB
-    (``cache_hits / evaluations``) and the cumulative share.  Lookups are not persisted in
-    the DB, so this is only drawn from run JSON.
+``warm_vs_cold.png`` (stored runs or ``--runs``)
+    per workload, the best cost so far against evaluations of each tuning run (each task of a
+    stored run, of each part of a stored demo, or each run of the runs JSON), labelled with the
+    run's ``label`` (warm / cold / a user tag) or, without one, warm (the run had seeds from the
+    DB) or cold (it had none).
+``hit_rate.png`` (stored runs or ``--runs``)
+    per run (stored runs oldest first, then the ``--runs`` ones in the order given), the share
+    of its evaluations answered from the DB (``cache_hits / evaluations``) and the cumulative
+    share.
 ``records_over_time.png``
     cumulative number of records against their timestamp, one line per record source.
 ``records_per_target.png``
@@ -25,11 +29,15 @@ Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display n
     per entry with at least 3 ok records: the entry's final best cost divided by its best cost
     so far (1.0 = the best the DB has) against the number of its records, with the median over
     entries.
+``gain_saturation.png`` (runs with ``gain`` and ``records_before``)
+    the gain ``G = 1 - (measure_s + query_s) / t_full_s`` of each run (the fraction of tuning
+    time the DB saved) against ``n``, the records in the DB when the run started, with the fit
+    ``G(n) = G_max * (1 - exp(-beta * n))`` (:func:`fit_saturation`; ``beta`` per record).
 ``similarity.png``
     cosine similarity of the targets' hardware vectors (``tunedb.index.retrieval.features.hardware_vector``).
 
-The page also has a table of the best config of each entry (most records first).
-Costs are seconds.
+The page also has a table of the stored runs and of the best config of each entry (most
+records first).  Costs and times are seconds.
 """
 
 from __future__ import annotations
@@ -58,6 +66,9 @@ MAX_BAR_TARGETS = 40
 MAX_HEATMAP_TARGETS = 30
 MAX_TABLE_ROWS = 60
 MIN_SATURATION_RECORDS = 3
+MAX_HIT_BARS = 60
+MIN_FIT_POINTS = 3
+G_MAX_BOUNDS = (0.0, 1.5)
 
 
 # ----------------------------------------------------------------------------- data
@@ -83,7 +94,8 @@ class EntryCurve:
 
 @dataclass
 class TuneRun:
-    """One tuning run read from run JSON: its history is ``[[evaluation, best_so_far], ...]``."""
+    """One search of one workload (a run of run JSON, or one task of a stored run summary):
+    its history is ``[[evaluation (1-based), best_so_far (seconds) or None], ...]``."""
 
     target: str
     workload: dict
@@ -92,16 +104,23 @@ class TuneRun:
     evaluations: int
     cache_hits: int | None      # None when the run JSON does not say (demo histories)
     measurements: int | None
-    source: str = ""
+    source: str = ""            # where it came from: a runs file's name, or "database"
+    run_id: str = ""            # the run summary's run_id ("" when the run JSON has none)
 
 
 @dataclass
 class RunsData:
-    """Tuning runs plus the passes of a ``tunedb demo`` output (hit rates of whole passes)."""
+    """Tuning runs plus the passes of a ``tunedb demo`` output (hit rates of whole passes).
+
+    ``hit_points`` are ``{"label", "evaluations", "cache_hits", "run_id"}`` in the order given;
+    ``summaries`` the run summaries (the ``RecordStore.add_run`` schema) the runs came from, in
+    the order given (stored ones oldest first)."""
 
     runs: list[TuneRun] = field(default_factory=list)
-    hit_points: list[dict] = field(default_factory=list)   # {"label", "evaluations", "cache_hits"}, in given order
+    hit_points: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    summaries: list[dict] = field(default_factory=list)
+    stored: int = 0             # how many of the summaries were read from the database (the first ones)
 
 
 def short_workload(w: Mapping[str, Any], limit: int = 60) -> str:
@@ -160,6 +179,10 @@ def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
     if not isinstance(doc, Mapping):
         out.notes.append(f"{where}: skipped a JSON value that is not an object")
         return
+    if is_run_summary(doc):  # a stored run summary (RecordStore.runs() / add_run schema)
+        add_summaries(out, [doc], where)
+        return
+    run_id = str(doc.get("run_id") or "")
     if isinstance(doc.get("new"), list) and ("first_run" in doc or "source" in doc):  # tunedb demo
         preset = str(doc.get("new_preset", ""))
         had_history = False
@@ -171,7 +194,7 @@ def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
                 had_history = True
                 out.runs.append(TuneRun(target=preset, workload=dict(row.get("workload") or {}), label=label,
                                         history=hist, evaluations=len(hist), cache_hits=None,
-                                        measurements=None, source=where))
+                                        measurements=None, source=where, run_id=run_id))
         if not had_history:
             out.notes.append(f"{where}: this demo output holds no warm/cold histories (the demo's --json "
                              "output leaves them out), so its warm-vs-cold curves cannot be drawn")
@@ -179,12 +202,12 @@ def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
             p = doc.get(key)
             if isinstance(p, Mapping) and p.get("evaluations"):
                 out.hit_points.append({"label": label, "evaluations": int(p["evaluations"]),
-                                   "cache_hits": int(p.get("cache_hits") or 0)})
+                                       "cache_hits": int(p.get("cache_hits") or 0), "run_id": run_id})
         return
     if isinstance(doc.get("workloads"), list) and "totals" in doc:  # tunedb warm-start
         for row in doc["workloads"]:
-            _runs_from_doc({**row, "target": doc.get("target", ""), "label": row.get("label") or doc.get("label")},
-                           where, out)
+            _runs_from_doc({**row, "target": doc.get("target", ""), "label": row.get("label") or doc.get("label"),
+                            "run_id": row.get("run_id") or run_id}, where, out)
         return
     hist = doc.get("history")
     if isinstance(hist, list):  # tunedb tune / TuneResult.to_json()
@@ -194,18 +217,20 @@ def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
         meas = int(doc.get("measurements") or 0)
         run = TuneRun(target=str(doc.get("target") or ""), workload=dict(doc.get("workload") or {}),
                       label=label, history=hist, evaluations=int(doc.get("evaluations") or hits + meas),
-                      cache_hits=hits, measurements=meas, source=where)
+                      cache_hits=hits, measurements=meas, source=where, run_id=run_id)
         out.runs.append(run)
         if run.evaluations > 0:
             out.hit_points.append({"label": f"{len(out.hit_points) + 1}: {label} {run.workload.get('family', '')}",
-                                   "evaluations": run.evaluations, "cache_hits": hits})
+                                   "evaluations": run.evaluations, "cache_hits": hits, "run_id": run_id})
         return
-    out.notes.append(f"{where}: skipped an object that is neither a tune, warm-start nor demo result")
+    out.notes.append(f"{where}: skipped an object that is neither a tune, warm-start nor demo result "
+                     "nor a run summary")
 
 
 def load_runs(paths: Iterable[str | Path]) -> RunsData:
     """Read run JSON files: ``tunedb tune --json`` / ``warm-start --json`` / ``demo --json``
-    outputs (or ``TuneResult.to_json()``), one object per file, a JSON list, or JSON lines.
+    outputs (or ``TuneResult.to_json()``, or run summaries as ``RecordStore.runs()`` gives
+    them), one object per file, a JSON list, or JSON lines.
     Raises ValueError (one line) for a file that cannot be read or parsed."""
     out = RunsData()
     for p in paths:
@@ -227,6 +252,261 @@ def load_runs(paths: Iterable[str | Path]) -> RunsData:
         for d in docs:
             _runs_from_doc(d, path.name, out)
     return out
+
+
+# ---------------------------------------------------------------- stored run summaries
+def _num(x: Any) -> float | None:
+    """``x`` as a finite float (not a bool), else None."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _count(x: Any) -> int | None:
+    """``x`` as an int >= 0 (from an int or an integral float), else None."""
+    v = _num(x)
+    return int(v) if v is not None and v >= 0 and v == int(v) else None
+
+
+def is_run_summary(doc: Any) -> bool:
+    """Whether ``doc`` looks like a run summary (``RecordStore.add_run`` schema): a mapping with
+    a str ``kind`` and a ``tasks`` or ``parts`` list."""
+    return (isinstance(doc, Mapping) and isinstance(doc.get("kind"), str)
+            and (isinstance(doc.get("tasks"), list) or isinstance(doc.get("parts"), list)))
+
+
+def run_parts(summary: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The runs a summary stands for: a demo's ``parts`` (the mappings among them) when it has
+    any, else the summary itself (a demo's own totals and tasks would count its parts twice)."""
+    parts = summary.get("parts")
+    if isinstance(parts, list):
+        found = [q for q in parts if isinstance(q, Mapping)]
+        if found:
+            return found
+    return [summary]
+
+
+def _history(raw: Any) -> list[list]:
+    """The ``[[evaluation, best or None], ...]`` pairs of a task's history that are well formed."""
+    out: list[list] = []
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, (list, tuple)) and len(item) == 2 and _count(item[0]) is not None:
+            b = _num(item[1])
+            out.append([_count(item[0]), b if b is not None and b > 0 else None])
+    return out
+
+
+def _part_name(part: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str:
+    """``[demo: ]kind label model-or-target`` of a run (or a demo's part), for labels."""
+    words = [str(part.get(k) or "") for k in ("kind", "label")]
+    words.append(str(part.get("model") or part.get("target") or ""))
+    text = " ".join(w for w in words if w)
+    return f"{parent.get('kind') or 'run'}: {text}" if parent is not None else text
+
+
+def _part_totals(part: Mapping[str, Any]) -> tuple[int, int]:
+    """(evaluations, cache_hits) of a run: its own totals, else the sums over its parts (a demo:
+    :func:`run_parts`) or its tasks."""
+    parts = run_parts(part)
+    if len(parts) != 1 or parts[0] is not part:
+        subs = [_part_totals(q) for q in parts]
+    else:
+        subs = [(_count(t.get("evaluations")) or 0, _count(t.get("cache_hits")) or 0)
+                for t in part.get("tasks") or [] if isinstance(t, Mapping)]
+    evals = _count(part.get("evaluations"))
+    hits = _count(part.get("cache_hits"))
+    return (sum(e for e, _ in subs) if evals is None else evals, sum(h for _, h in subs) if hits is None else hits)
+
+
+def add_summaries(out: RunsData, summaries: Iterable[Any], where: str) -> None:
+    """Add run summaries (``RecordStore.runs()`` schema; every field optional) to ``out``: each
+    summary to ``out.summaries``, one :class:`TuneRun` per task with a ``history`` list (of the
+    summary, or of each demo part: :func:`run_parts`) and one hit point per run or part with
+    evaluations.  A summary (or part) whose ``run_id`` is in ``out`` already is skipped, so a
+    run given twice counts once.  A run's ``label`` (warm / cold / a tag) labels its tasks,
+    with the model's name after it; without a label, a task's ``source`` (hit / warm: warm)."""
+    seen = _run_ids(out.summaries)
+    for summary in summaries:
+        if not isinstance(summary, Mapping):
+            out.notes.append(f"{where}: skipped a run summary that is not an object")
+            continue
+        rid = str(summary.get("run_id") or "")
+        if rid and rid in seen:
+            continue
+        parts = run_parts(summary)
+        kept = [q for q in parts if q is summary or not q.get("run_id") or str(q["run_id"]) not in seen]
+        if not kept:
+            continue
+        copy = dict(summary)
+        if len(kept) != len(parts):  # a demo part stored on its own too: counted there
+            copy["parts"] = [dict(q) for q in kept]
+        out.summaries.append(copy)
+        seen |= _run_ids([copy])
+        for part in run_parts(copy):
+            parent = copy if part is not copy else None
+            _add_part(out, part, parent, where, str(part.get("run_id") or "") or rid)
+
+
+def _add_part(out: RunsData, part: Mapping[str, Any], parent: Mapping[str, Any] | None, where: str,
+              run_id: str) -> None:
+    """The tasks (as TuneRuns) and the hit point of one run or demo part (see add_summaries)."""
+    label = str(part.get("label") or "")
+    model = str(part.get("model") or "")
+    target = str(part.get("target") or (parent or {}).get("target") or "")
+    for t in part.get("tasks") or []:
+        if not isinstance(t, Mapping) or not isinstance(t.get("history"), list):
+            continue
+        hist = _history(t["history"])
+        lab = label or {"hit": "warm", "warm": "warm", "cold": "cold"}.get(str(t.get("source")), "")
+        lab = " ".join(w for w in (lab or str(part.get("kind") or "run"), model) if w)
+        evals = _count(t.get("evaluations"))
+        wl = t.get("workload")
+        out.runs.append(TuneRun(target=target, workload=dict(wl) if isinstance(wl, Mapping) else {}, label=lab,
+                                history=hist,
+                                evaluations=len(hist) if evals is None else evals,
+                                cache_hits=_count(t.get("cache_hits")), measurements=_count(t.get("measurements")),
+                                source=where, run_id=run_id))
+    evals, hits = _part_totals(part)
+    if evals > 0:
+        out.hit_points.append({"label": _part_name(part, parent) or "run", "evaluations": evals,
+                               "cache_hits": hits, "run_id": run_id})
+
+
+def stored_runs(db: Any) -> list[dict]:
+    """The run summaries ``db`` stores (``db.runs()``, oldest first); [] for a store without
+    ``runs`` (or one whose ``runs`` raises NotImplementedError)."""
+    fn = getattr(db, "runs", None)
+    if not callable(fn):
+        return []
+    try:
+        found = fn()
+    except NotImplementedError:
+        return []
+    return [dict(r) for r in found if isinstance(r, Mapping)]
+
+
+def _run_ids(summaries: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The run_ids of the summaries and of their parts."""
+    return {str(q["run_id"]) for s in summaries for q in [s, *run_parts(s)] if q.get("run_id")}
+
+
+def merge_runs(given: RunsData, stored: Iterable[Any]) -> RunsData:
+    """The runs of the report: the ``stored`` summaries (oldest first; :func:`add_summaries`)
+    then what ``given`` (:func:`load_runs`) holds that is not stored too: a given run, hit point
+    or summary whose ``run_id`` names a stored run (or part) is dropped, with a note counting
+    them.  ``given`` is not changed."""
+    out = RunsData()
+    add_summaries(out, stored, "database")
+    out.stored = len(out.summaries)
+    ids = _run_ids(out.summaries)
+
+    def dup(rid: Any) -> bool:
+        return bool(rid) and str(rid) in ids
+
+    dropped = {r.run_id for r in given.runs if dup(r.run_id)} | {p.get("run_id") for p in given.hit_points
+                                                               if dup(p.get("run_id"))}
+    dropped |= {s.get("run_id") for s in given.summaries if dup(s.get("run_id"))}
+    out.runs += [r for r in given.runs if not dup(r.run_id)]
+    out.hit_points += [p for p in given.hit_points if not dup(p.get("run_id"))]
+    out.summaries += [s for s in given.summaries if not dup(s.get("run_id"))]
+    out.notes = list(given.notes)
+    if dropped:
+        out.notes.append(f"{len(dropped)} run(s) given with --runs are stored in the database too "
+                         "(same run_id): shown once, from the database")
+    return out
+
+
+@dataclass
+class GainPoint:
+    """One run's gain ``G`` (fraction of tuning time the DB saved) at ``n`` records before it."""
+
+    n: int
+    gain: float
+    kind: str
+    name: str
+
+
+def gain_points(summaries: Iterable[Mapping[str, Any]]) -> list[GainPoint]:
+    """A :class:`GainPoint` per run (or demo part: :func:`run_parts`) with a finite ``gain``
+    and an int ``records_before`` >= 0, in the order given."""
+    out = []
+    for s in summaries:
+        for part in run_parts(s):
+            g, n = _num(part.get("gain")), _count(part.get("records_before"))
+            if g is not None and n is not None:
+                out.append(GainPoint(n=n, gain=g, kind=str(part.get("kind") or "run"),
+                                     name=_part_name(part, s if part is not s else None)))
+    return out
+
+
+def gain_model(n: Any, g_max: float, beta: float) -> np.ndarray:
+    """``G(n) = g_max * (1 - exp(-beta * n))`` (``n`` records, ``beta`` per record)."""
+    return g_max * -np.expm1(-beta * np.asarray(n, dtype=np.float64))
+
+
+def _fit_pairs(n: Iterable[Any], g: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The (n, G) pairs with a finite n >= 0 and a finite G, as float arrays."""
+    pairs = [(a, b) for a, b in ((_num(x), _num(y)) for x, y in zip(n, g)) if a is not None and a >= 0
+             and b is not None]
+    return (np.array([a for a, _ in pairs], np.float64), np.array([b for _, b in pairs], np.float64))
+
+
+def saturation_fit_reason(n: Iterable[Any], g: Iterable[Any]) -> str | None:
+    """Why :func:`fit_saturation` cannot fit these points (one line), or None when it can try:
+    it needs at least MIN_FIT_POINTS points (finite n >= 0, finite G) with distinct n."""
+    x, _ = _fit_pairs(n, g)
+    distinct = len(set(x.tolist()))
+    if len(x) < MIN_FIT_POINTS:
+        return (f"{len(x)} run(s) with a gain and records_before; the fit of G(n) needs at least "
+                f"{MIN_FIT_POINTS} with distinct n")
+    if distinct < MIN_FIT_POINTS:
+        return (f"the {len(x)} runs with a gain started with only {distinct} distinct number(s) of records "
+                f"in the database (n); the fit of G(n) needs at least {MIN_FIT_POINTS}")
+    return None
+
+
+def fit_saturation(n: Iterable[Any], g: Iterable[Any]) -> dict | None:
+    """Least-squares fit of ``G(n) = G_max * (1 - exp(-beta * n))`` (:func:`gain_model`) to the
+    points (``n``: records in the DB before each run; ``g``: each run's gain, a fraction) with
+    ``scipy.optimize.curve_fit``, bounded ``G_max`` in G_MAX_BOUNDS and ``beta > 0``; initial
+    guesses: ``G_max`` = the largest G, ``beta`` = 1 / the smallest n whose G reaches 63% of it.
+
+    Returns ``{"g_max", "beta" (per record), "g_max_se", "beta_se" (standard errors from the
+    covariance; None when it is not finite), "points", "rmse" (of G)}``, or None when
+    :func:`saturation_fit_reason` gives a reason or the fit fails (does not converge, or gives
+    no finite estimate).  Points with a non-finite value or n < 0 are left out."""
+    if saturation_fit_reason(n, g) is not None:
+        return None
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    x, y = _fit_pairs(n, g)
+    scale = float(x.max())      # fit beta * scale on n / scale (well conditioned), then scale back
+    xs = x / scale
+    g0 = float(np.clip(y.max(), 1e-3, G_MAX_BOUNDS[1]))
+    order = np.argsort(xs)
+    reached = [float(v) for v in xs[order][y[order] >= 0.632 * g0] if v > 0]
+    b0 = float(np.clip(1.0 / (reached[0] if reached else float(np.median(xs[xs > 0]))), 1e-3, 1e3))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)
+            popt, pcov = curve_fit(gain_model, xs, y, p0=[g0, b0],
+                                   bounds=([G_MAX_BOUNDS[0], 1e-9], [G_MAX_BOUNDS[1], np.inf]), maxfev=20_000)
+    except (RuntimeError, ValueError):
+        return None
+    if not np.all(np.isfinite(popt)):
+        return None
+    se = np.sqrt(np.abs(np.diag(pcov))) if np.shape(pcov) == (2, 2) else np.full(2, np.inf)
+
+    def finite(v: float) -> float | None:
+        return float(v) if math.isfinite(v) else None
+
+    resid = y - gain_model(xs, *popt)
+    return {"g_max": float(popt[0]), "beta": float(popt[1]) / scale, "g_max_se": finite(se[0]),
+            "beta_se": finite(se[1] / scale), "points": int(len(x)), "rmse": float(np.sqrt(np.mean(resid ** 2)))}
 
 
 # -------------------------------------------------------------------------- figures
@@ -315,13 +595,15 @@ def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
 
 
 def plot_hit_rate(data: RunsData, path: Path) -> int:
-    """Share of evaluations answered from the DB per run (in the order given) and cumulatively."""
+    """Share of evaluations answered from the DB per run (in the order given) and cumulatively
+    (over all runs); only the last MAX_HIT_BARS runs are drawn.  Returns the runs drawn."""
     points = [(p["label"], p["evaluations"], p["cache_hits"]) for p in data.hit_points if p["evaluations"] > 0]
     if not points:
         return 0
+    cum_e = np.cumsum([e for _, e, _ in points])[-MAX_HIT_BARS:]
+    cum_h = np.cumsum([h for _, _, h in points])[-MAX_HIT_BARS:]
+    points = points[-MAX_HIT_BARS:]
     rates = [h / e for _, e, h in points]
-    cum_e = np.cumsum([e for _, e, _ in points])
-    cum_h = np.cumsum([h for _, _, h in points])
     fig = _figure(max(5.0, 0.45 * len(points) + 3), 3.4)
     ax = fig.add_subplot()
     x = np.arange(len(points))
@@ -431,6 +713,34 @@ def plot_saturation(curves: list[EntryCurve], path: Path) -> int:
     return len(series)
 
 
+def plot_gain_saturation(points: list[GainPoint], fit: dict | None, path: Path) -> int:
+    """Each run's gain G against n (records in the DB before it), one colour per run kind, and the
+    fit ``G_max * (1 - exp(-beta * n))`` (``fit``: :func:`fit_saturation`'s dict, or None: the
+    points alone).  Returns the points drawn (0: nothing written)."""
+    if not points:
+        return 0
+    fig = _figure(6.5, 3.8)
+    ax = fig.add_subplot()
+    by_kind: dict[str, list[GainPoint]] = defaultdict(list)
+    for q in points:
+        by_kind[q.kind].append(q)
+    for kind, qs in sorted(by_kind.items()):
+        ax.scatter([q.n for q in qs], [q.gain for q in qs], s=22, alpha=0.8, label=f"{kind} ({len(qs)})")
+    if fit is not None:
+        xs = np.linspace(0.0, max(q.n for q in points) * 1.05 or 1.0, 200)
+        ax.plot(xs, gain_model(xs, fit["g_max"], fit["beta"]), color="black", linewidth=1.6,
+                label=f"fit: G_max={fit['g_max']:.3g}, β={fit['beta']:.3g}/record")
+        ax.axhline(fit["g_max"], color="black", linewidth=0.8, linestyle=":")
+    ax.axhline(0.0, color="tab:gray", linewidth=0.8)
+    ax.set_xlabel("records in the database before the run (n)", fontsize=8)
+    ax.set_ylabel("gain G = 1 - (measure + query) / T_full", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+    return len(points)
+
+
 def hardware_similarity(targets: list[dict]) -> tuple[list[str], np.ndarray] | None:
     """(names, cosine matrix) of the targets' hardware vectors; None when features are unavailable."""
     try:
@@ -502,18 +812,26 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None =
 def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = None) -> dict:
     """Write ``index.html`` and its PNG figures into ``out_dir`` (created); returns
     ``{"out": str(out_dir), "files": [names relative to out_dir], "notes": [...], "summary": {...}}``.
-    ``db`` is any record store (only its live records and targets are read)."""
+    ``db`` is any record store (its live records, targets and stored run summaries are read;
+    a store without ``runs()`` has none); ``runs``: runs given besides (:func:`load_runs`),
+    merged with the stored ones by :func:`merge_runs`.
+
+    ``summary`` holds counts (records, targets, entries, families, sources), ``runs`` (searches
+    drawn: tasks of stored runs plus given runs), ``runs_given`` (those from ``runs``),
+    ``stored_runs`` (run summaries in the DB), ``saturation_fit`` (:func:`fit_saturation`'s dict
+    over the runs' gains, or None) and ``saturation_fit_reason`` (why there is none, else None)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = runs or RunsData()
+    data = merge_runs(runs or RunsData(), stored_runs(db))
     table = db.records(include_stale=False)
     targets = db.targets()
     curves = entry_curves(table)
-    page = _Page(out, notes=list(runs.notes))
-    _tuning_sections(page, curves, runs)
-    _store_sections(page, table, targets, curves)
+    page = _Page(out, notes=list(data.notes))
+    _tuning_sections(page, curves, data)
+    fit, reason = _store_sections(page, table, targets, curves, data)
     page.sections.append(_best_configs_section(curves))
-    summary = _summary(table, targets, curves, runs)
+    summary = _summary(table, targets, curves, data)
+    summary.update(saturation_fit=fit, saturation_fit_reason=reason)
     head = _head_table(db.location, summary)
     (out / "index.html").write_text(_page_html(head, page.sections, page.notes), encoding="utf-8")
     return {"out": str(out), "files": ["index.html", *page.files], "notes": page.notes, "summary": summary}
@@ -545,11 +863,14 @@ def _tuning_sections(page: _Page, curves: list[EntryCurve], runs: RunsData) -> N
     out = page.out
     drawn = plot_warm_vs_cold(runs.runs, out / "warm_vs_cold.png") if runs.runs else 0
     page.figure("warm_vs_cold.png", "Warm start vs cold search",
-                "Best cost so far (seconds, log scale) against evaluations of each tuning run given with "
-                "<code>--runs</code>; <b>warm</b> runs were seeded from the database's nearest entries, <b>cold</b> "
-                "runs had no seeds (or the label stored with the run).", drawn,
-                "no tuning-run histories given: pass --runs with the JSON output of 'tunedb tune', "
-                "'tunedb warm-start' (with and without --cold) or a demo output that includes its histories")
+                "Best cost so far (seconds, log scale) against evaluations of each search: each task of the tuning "
+                "runs stored in the database (of each part of a demo) and each run given with <code>--runs</code>; "
+                "<b>warm</b> runs were seeded from the database's nearest entries, <b>cold</b> runs had no seeds "
+                "(or the label stored with the run, then the model's name for model runs).", drawn,
+                "no tuning-run histories: the database stores no run with task histories ('tunedb tune', "
+                "'tune-model', 'warm-start' and 'demo' store theirs) and none were given: run one of them, or "
+                "pass --runs with the JSON output of 'tunedb tune', 'tunedb warm-start' (with and without --cold) "
+                "or a demo output that includes its histories")
     conv = plot_convergence(curves, out / "convergence.png")
     page.figure("convergence.png", "Convergence per workload (from the database)",
                 "For the workloads with the most records: best cost so far (seconds, log scale) of each target's "
@@ -560,18 +881,27 @@ def _tuning_sections(page: _Page, curves: list[EntryCurve], runs: RunsData) -> N
     drawn = plot_hit_rate(runs, out / "hit_rate.png")
     page.figure("hit_rate.png", "Hit rate over time",
                 "Share of each run's evaluations answered from the database instead of measured (bars; labels are "
-                "hits/evaluations) and the cumulative share (line), in the order the runs were given.", drawn,
-                "lookups are not stored in the database, so the hit rate can only come from run outputs: pass "
-                "--runs with 'tunedb tune/warm-start/demo --json' outputs")
+                "hits/evaluations) and the cumulative share (line): the runs stored in the database oldest first "
+                "(each part of a demo), then those given with <code>--runs</code> in the order given "
+                f"(the last {MAX_HIT_BARS} are drawn; the cumulative share counts all).", drawn,
+                "no tuning run with evaluations is stored in the database ('tunedb tune', 'tune-model', "
+                "'warm-start' and 'demo' store theirs) and none were given: run one of them, or pass --runs with "
+                "'tunedb tune/warm-start/demo --json' outputs")
     if runs.hit_points:
+        shown = runs.hit_points[-MAX_TABLE_ROWS:]
         page.sections.append(_table(["run", "evaluations", "answered from the DB", "hit rate"], [
             [html.escape(p["label"]), str(p["evaluations"]), str(p["cache_hits"]),
-             f"{p['cache_hits'] / p['evaluations']:.0%}" if p["evaluations"] else "–"] for p in runs.hit_points],
-            {1, 2, 3}))
+             f"{p['cache_hits'] / p['evaluations']:.0%}" if p["evaluations"] else "–"] for p in shown],
+            {1, 2, 3}) + (f"<p class=\"note\">The last {len(shown)} of {len(runs.hit_points)} runs.</p>"
+                          if len(shown) < len(runs.hit_points) else ""))
+    page.sections.append(_runs_section(runs))
 
 
-def _store_sections(page: _Page, table: Any, targets: list[dict], curves: list[EntryCurve]) -> None:
-    """The figures of what the store holds: records over time, per target, saturation, similarity."""
+def _store_sections(page: _Page, table: Any, targets: list[dict], curves: list[EntryCurve],
+                    runs: RunsData) -> tuple[dict | None, str | None]:
+    """The figures of what the store holds: records over time, per target, saturation, the gain's
+    saturation (of ``runs``), similarity; returns the gain fit and why there is none
+    (:func:`_gain_section`)."""
     out = page.out
     drawn = plot_records_over_time(table, out / "records_over_time.png")
     page.figure("records_over_time.png", "Records over time",
@@ -588,11 +918,84 @@ def _store_sections(page: _Page, table: Any, targets: list[dict], curves: list[E
                 "cost divided by its best so far after each of its records (1.0 = the best the database knows); "
                 "red: the median over entries (drawn while at least 3 entries have that many records).", drawn,
                 f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
+    fit = _gain_section(page, runs)
     drawn = plot_similarity(targets, out / "similarity.png")
     page.figure("similarity.png", "Similarity of targets",
                 "Cosine similarity of the targets' hardware feature vectors "
                 "(<code>tunedb.index.retrieval.features.hardware_vector</code>), the hardware half of what <code>tunedb nearest</code> "
                 "ranks by.", drawn, "fewer than two targets (or tunedb.index.retrieval.features is not available)")
+    return fit
+
+
+def _gain_section(page: _Page, runs: RunsData) -> tuple[dict | None, str | None]:
+    """The ``gain_saturation.png`` section: the runs' gain against n with the fit of G(n), the fit's
+    parameters (or why there is none) below it; returns (fit, reason) for the summary."""
+    points = gain_points(runs.summaries)
+    ns, gs = [q.n for q in points], [q.gain for q in points]
+    reason = saturation_fit_reason(ns, gs)
+    fit = None if reason else fit_saturation(ns, gs)
+    if fit is None and reason is None:
+        reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+    drawn = plot_gain_saturation(points, fit, page.out / "gain_saturation.png")
+    page.figure("gain_saturation.png", "Saturation: gain of the database against its size",
+                "Each point is one stored tuning run (or part of a demo): its gain <i>G</i> = 1 − (measuring time + "
+                "query time) / <i>T</i><sub>full</sub>, the fraction of tuning time the database saved "
+                "(<i>T</i><sub>full</sub>: the measuring time without it), against <i>n</i>, the records in the "
+                "database when the run started; the line is the least-squares fit "
+                "<i>G</i>(<i>n</i>) = <i>G</i><sub>max</sub> (1 − e<sup>−β<i>n</i></sup>).", drawn,
+                "no run has both a gain and records_before ('tunedb tune-model' and 'demo' store them)")
+    if fit is not None:
+        def pm(v: float, se: float | None) -> str:
+            return f"{v:.4g} ± {se:.2g}" if se is not None else f"{v:.4g} (standard error not finite)"
+
+        half = f"; half of G<sub>max</sub> is reached at n = ln 2 / β ≈ {math.log(2) / fit['beta']:.3g} records" \
+            if fit["beta"] > 0 else ""
+        page.sections.append(
+            f"<p>Fit over {fit['points']} runs: <b>G<sub>max</sub> = {pm(fit['g_max'], fit['g_max_se'])}</b>, "
+            f"<b>β = {pm(fit['beta'], fit['beta_se'])}</b> per record{half} (root-mean-square residual of G: "
+            f"{fit['rmse']:.3g}; standard errors from the fit's covariance).</p>")
+    elif drawn:
+        page.notes.append(f"Gain saturation fit: {reason}")
+        page.sections.append(f"<p class=\"note\">No fit: {html.escape(str(reason))}.</p>")
+    return fit, reason
+
+
+def _pct(v: Any, digits: int = 0) -> str:
+    """A fraction as a percentage with ``digits`` decimals (``–`` when missing)."""
+    x = _num(v)
+    return "–" if x is None else f"{x:.{digits}%}"
+
+
+def _runs_section(runs: RunsData) -> str:
+    """The "Tuning runs" section: one row per run summary (the last MAX_TABLE_ROWS; a demo's parts
+    below it): when stored, kind, label, target, model, counts, eta, times and gain."""
+    if not runs.summaries:
+        return ("<h2>Tuning runs</h2><p class=\"note\">no tuning-run summaries: the database stores none "
+                "('tunedb tune', 'tune-model', 'warm-start', 'migrate' and 'demo' store one each)</p>")
+    rows = []
+    shown = runs.summaries[-MAX_TABLE_ROWS:]
+    for s in shown:
+        for part in [s, *(q for q in run_parts(s) if q is not s)]:
+            kind = str(part.get("kind") or "")
+            if part is not s:
+                kind = f"{s.get('kind') or 'run'} › {kind}"
+            evals, hits = _part_totals(part)
+            stored = str(part.get("stored") or (s.get("stored") if part is not s else "") or "")
+            rows.append([html.escape(stored[:19].replace("T", " ")), html.escape(kind),
+                         html.escape(str(part.get("label") or "")), html.escape(str(part.get("target") or "")),
+                         html.escape(str(part.get("model") or "")), str(evals),
+                         str(_count(part.get("measurements")) if part.get("measurements") is not None else "–"),
+                         str(hits), _pct(part.get("eta")), _fmt_s(_num(part.get("measure_s"))),
+                         _fmt_s(_num(part.get("query_s"))), _pct(part.get("gain"), 1),
+                         str(_count(part.get("records_before")) if part.get("records_before") is not None else "–")])
+    more = (f"<p class=\"note\">The last {len(shown)} of {len(runs.summaries)} runs.</p>"
+            if len(shown) < len(runs.summaries) else "")
+    return ("<h2>Tuning runs</h2><p>The tuning runs the database stores (oldest first; stored times UTC) and "
+            "those given with <code>--runs</code> as run summaries. <i>eta</i>: the share of evaluations "
+            "answered from the database (model runs: the share of tasks answered wholly from it); <i>gain</i>: "
+            "the fraction of tuning time it saved; <i>n</i>: records in the database when the run started.</p>"
+            + _table(["stored", "kind", "label", "target", "model", "evaluations", "measurements", "hits", "eta",
+                      "measuring", "query", "gain", "n"], rows, {5, 6, 7, 8, 9, 10, 11, 12}) + more)
 
 
 def _best_configs_section(curves: list[EntryCurve]) -> str:
@@ -614,14 +1017,17 @@ def _best_configs_section(curves: list[EntryCurve]) -> str:
 
 
 def _summary(table: Any, targets: list[dict], curves: list[EntryCurve], runs: RunsData) -> dict:
-    """The report's ``summary``: counts of records, targets, entries, families, sources and runs."""
+    """The report's ``summary``: counts of records, targets, entries, families, sources and runs
+    (``runs``: searches drawn, ``runs_given``: those not from the database, ``stored_runs``:
+    run summaries read from the database)."""
     sources: dict[str, int] = defaultdict(int)
     for s in table.column("source").to_pylist():
         sources[s] += 1
     return {"records": table.num_rows, "targets": len(targets), "entries": len(curves),
             "entries_with_ok": sum(1 for c in curves if c.best_cost is not None),
             "families": sorted({c.family for c in curves}), "sources": dict(sorted(sources.items())),
-            "runs": len(runs.runs)}
+            "runs": len(runs.runs), "runs_given": sum(1 for r in runs.runs if r.source != "database"),
+            "stored_runs": runs.stored}
 
 
 def _head_table(location: str, summary: dict) -> str:
@@ -632,7 +1038,8 @@ def _head_table(location: str, summary: dict) -> str:
         ["entries (target × workload)", f"{summary['entries']} ({summary['entries_with_ok']} with an ok record)"],
         ["workload families", html.escape(", ".join(summary["families"]) or "–")],
         ["sources", html.escape(", ".join(f"{k}: {v}" for k, v in summary["sources"].items()) or "–")],
-        ["tuning runs given (--runs)", str(summary["runs"])]])
+        ["tuning runs stored in the database", str(summary["stored_runs"])],
+        ["tuning runs given (--runs)", str(summary["runs_given"])]])
 
 
 def _page_html(head: str, sections: list[str], notes: list[str]) -> str:
@@ -641,6 +1048,6 @@ def _page_html(head: str, sections: list[str], notes: list[str]) -> str:
     note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tunedb report</title>"
             f"<style>{_CSS}</style></head><body><h1>tunedb report</h1><p class=\"note\">Generated {stamp} by "
-            "<code>tunedb report</code>. Every number comes from the database's records or the tuning-run outputs "
-            "passed with <code>--runs</code>; costs are seconds.</p>" + head + "".join(sections)
+            "<code>tunedb report</code>. Every number comes from the database's records and stored tuning runs or "
+            "the tuning-run outputs passed with <code>--runs</code>; costs and times are seconds.</p>" + head + "".join(sections)
             + (f"<h2>Notes</h2><ul>{note_html}</ul>" if notes else "") + "</body></html>\n")

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "retrieval",  # nearest targets
     "kernels",    # measure space
     "tune",       # tune warm-start predict
+    "model",      # tune-model
     "copy",       # copy (between stores, any backends)
     "upgrade",    # upgrade (schema of a DB)
     "verify",     # verify (re-measure imported bests)

@@ -87,6 +87,20 @@ class KernelFamily:
         """
         raise NotImplementedError
 
+    def retarget(self, config: Mapping[str, Any], source_target: Mapping[str, Any],
+                 dest_target: Mapping[str, Any]) -> list[dict]:
+        """Candidates for running ``config`` (tuned on ``source_target``) on ``dest_target``, best first.
+
+        Adaptation (``tunedb.transfer.search.adapt.adapt_many``) calls it for a family that
+        overrides it, then maps each candidate into the destination's space without scaling the
+        ``hardware_knobs`` (the family has set them for ``dest_target``) and adds the scaled
+        source config as one more candidate when that differs.  An override returns
+        ``[dict(config)]`` when nothing about the targets asks for another config, re-derived
+        configs otherwise (hardware-tied knobs for the destination, the rest kept).  This
+        default keeps the config: adaptation then only scales ``hardware_knobs`` as before.
+        """
+        return [dict(config)]
+
     # ------------------------------------------------------------------ cost model inputs
     def flops(self, workload: Any) -> float:
         """Floating-point operations of one run (multiply and add count as 2)."""

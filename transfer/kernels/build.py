@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tunedb.index.hardware.localcpu import UARCH_MARCH
 from tunedb.transfer.kernels import family_of
 
-#: gcc -march values a build accepts (the local preset levels); anything else is refused
-ALLOWED_MARCH = ("native", "x86-64-v4", "x86-64-v3", "x86-64-v2", "x86-64")
+#: gcc -march values a build accepts (the local preset levels and microarchitectures); anything else is refused
+ALLOWED_MARCH = ("native", "x86-64-v4", "x86-64-v3", "x86-64-v2", "x86-64", *UARCH_MARCH)
 
 DEFAULT_BUILD_TIMEOUT_S = 120.0
 

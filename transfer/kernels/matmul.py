@@ -294,6 +294,32 @@ class MatmulFamily(MatmulMath, KernelFamily):
         cfg = {"mc": mc, "nc": nc, "kc": kc, "order": 0, "mr": mr, "nr": nr, "vec": vec, "pack": 1, "unroll": 4}
         return self.space(w).validate(cfg)
 
+    def retarget(self, config: Mapping[str, Any], source_target: Mapping[str, Any],
+                 dest_target: Mapping[str, Any]) -> list[dict]:
+        """``[config]`` when both targets have the same vector width and vector registers
+        (``targets.vector_floats`` / ``vector_registers``, with their fallbacks) or ``config``
+        has no micro-kernel knobs; else one candidate, ``config`` with the register blocking
+        re-derived for ``dest_target`` as ``default_config`` does: ``vec`` = its float lanes snapped to
+        ``VEC_VALUES``, ``(mr, nr)`` = ``register_tile(vec, its registers)``.  The cache blocking
+        (``mc``, ``nc``, ``kc``, ``order``, ``pack``, ``unroll``) is the source's, except that ``mc`` /
+        ``nc`` grow to the smallest allowed value covering the new ``mr`` / ``nr`` (a block holds
+        at least one tile)."""
+        out = dict(config)
+        if not all(isinstance(out.get(k), int) for k in ("mr", "nr", "vec")):
+            return [out]
+        src = (vector_floats(source_target), vector_registers(source_target))
+        dst = (vector_floats(dest_target), vector_registers(dest_target))
+        if src == dst:
+            return [out]
+        vec = snap_down(VEC_VALUES, dst[0])
+        mr, nr = register_tile(vec, dst[1])
+        out.update(mr=mr, nr=nr, vec=vec)
+        if isinstance(out.get("mc"), int) and out["mc"] < mr:
+            out["mc"] = snap_up(MC_VALUES, mr)
+        if isinstance(out.get("nc"), int) and out["nc"] < nr:
+            out["nc"] = snap_up(NC_VALUES, nr)
+        return [out]
+
 
     def source(self, workload: Any, config: Mapping[str, Any]) -> str:
         order = ORDERS[config["order"]]

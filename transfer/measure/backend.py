@@ -85,7 +85,10 @@ class ReplayBackend(MeasureBackend):
     name = "replay"
 
 
-LOCAL_TARGET_KEYS = ("kind", "isa", "march", "threads", "model", "vector_bits", "compiler", "cpu_flags_key")
+#: keys a local target must share with this machine's preset of its name (``uarch`` and
+#: ``vector_registers`` only the microarchitecture presets carry: absent on both sides elsewhere)
+LOCAL_TARGET_KEYS = ("kind", "isa", "march", "threads", "model", "vector_bits", "compiler", "cpu_flags_key",
+                     "uarch", "vector_registers")
 
 
 def check_local_target(target: Any) -> dict:
@@ -98,7 +101,8 @@ def check_local_target(target: Any) -> dict:
     p = preset(name) if isinstance(name, str) else None
     if p is None:
         raise ValueError(f"target {name!r} is not a local preset of this machine; the local backend only "
-                         "measures cpu-native / cpu-x86-64-v3 / -v2 / cpu-x86-64 (-t<threads>)")
+                         "measures cpu-native / cpu-x86-64-v3 / -v2 / cpu-x86-64 and the microarchitectures "
+                         "this host runs, e.g. cpu-haswell (-t<threads>; `tunedb targets` lists them)")
     diff = [k for k in LOCAL_TARGET_KEYS if target.get(k) != p.get(k)]
     if diff:
         raise ValueError(f"target {name!r} differs from this machine's preset in {diff}; it was made on "

@@ -42,7 +42,7 @@ from tunedb.index.keys import key_of
 from tunedb.index.record import Record, target_display_name
 from tunedb.transfer.measure.backend import MeasureOptions, lookup_or_measure
 from tunedb.transfer.migration.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
-from tunedb.transfer.search.adapt import AdaptReport, adapt_config, adapt_many, hardware_scale
+from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
 from tunedb.transfer.search.jobs import Job
 
 if TYPE_CHECKING:
@@ -143,13 +143,15 @@ def _plan_one(db: RecordStore, src: dict, dst: dict, src_w: dict, replay: Any, t
             default = None
     rep = AdaptReport()
     scale = hardware_scale(src_best[0].target, job.target, job.hardware_knobs) or None
-    adapted = adapt_many([r.config for r in src_best], job.space, job.defaults, rep, scale)
-    best_adapted = adapt_config(src_best[0].config, job.space, job.defaults, AdaptReport(), scale)
+    # across vector widths the family re-derives the register blocking for DST (retarget)
+    hw = {"source_target": src_best[0].target, "dest_target": job.target, "family": job.workload.get("family")}
+    adapted = adapt_many([r.config for r in src_best], job.space, job.defaults, rep, scale, **hw)
+    first = adapt_many([src_best[0].config], job.space, job.defaults, AdaptReport(), scale, **hw)
+    best_adapted = first[0] if first else None
     # which SRC rank each adapted config came from (the first one that maps onto it)
     rank_of: dict[str, tuple[int, float | None]] = {}
     for i, r in enumerate(src_best):
-        a = adapt_config(r.config, job.space, job.defaults, AdaptReport(), scale)
-        if a is not None:
+        for a in adapt_many([r.config], job.space, job.defaults, AdaptReport(), scale, **hw):
             rank_of.setdefault(_cfg_key(a), (i, r.cost))
     cands, metas = [], []
     for c in adapted:

@@ -10,13 +10,20 @@ Rules (in order):
    snapped config; the nearest valid config found wins;
 5. what still fails validation is dropped and counted (``AdaptReport.dropped``).
 
+Across hardware (``adapt_many`` given both targets and the kernel family): a family that
+overrides ``KernelFamily.retarget`` re-derives its hardware-tied knobs for the destination first
+(the matmul family: the register blocking for the destination's vector width and registers);
+those candidates replace the source configs, and the source configs with their hardware knobs
+scaled (``hardware_scale``) follow as extra candidates.  Other families: the hardware knobs are
+scaled, as before.
+
 Every config returned has passed ``Space.validate``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +41,13 @@ class AdaptReport:
     repaired: int = 0        # a constraint repaired by a local walk
     dropped: int = 0         # could not be made valid
     duplicates: int = 0      # adapted onto a config already produced
+    retargeted: int = 0      # configs whose hardware-tied knobs the family re-derived for the destination
+    variants: int = 0        # extra candidates kept besides each config's own (its scaled variant, ...)
     reasons: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("given", "direct", "snapped", "filled", "repaired", "dropped",
-                                              "duplicates")}
+                                              "duplicates", "retargeted", "variants")}
 
 
 def _is_num(v: Any) -> bool:
@@ -146,13 +155,59 @@ def adapt_config(config: Mapping[str, Any], space: Space, defaults: Mapping[str,
     return space.validate(fixed)
 
 
+def _retargeter(family: Any) -> Callable[..., list] | None:
+    """``family``'s own ``retarget`` method; None for no family, an unknown family name, or a family
+    without one or with ``KernelFamily``'s default (which keeps every config)."""
+    if isinstance(family, str):
+        from tunedb.transfer.kernels import get_family
+
+        try:
+            family = get_family(family)
+        except ValueError:
+            return None
+    fn = getattr(family, "retarget", None) if family is not None else None
+    if not callable(fn):
+        return None
+    from tunedb.transfer.kernels.base import KernelFamily
+
+    if getattr(type(family), "retarget", None) is KernelFamily.retarget:
+        return None
+    return fn
+
+
 def adapt_many(configs: Iterable[Mapping[str, Any]], space: Space, defaults: Mapping[str, Any] | None = None,
-               report: AdaptReport | None = None, scale: Mapping[str, float] | None = None) -> list[dict]:
-    """Adapt each config; duplicates after adaptation are dropped (counted), order kept."""
+               report: AdaptReport | None = None, scale: Mapping[str, float] | None = None, *,
+               source_target: Mapping[str, Any] | None = None, dest_target: Mapping[str, Any] | None = None,
+               family: Any = None) -> list[dict]:
+    """Adapt each config; duplicates after adaptation are dropped (counted), order kept.
+
+    ``source_target`` (where the configs were tuned), ``dest_target`` (the space's target) and
+    ``family`` (a kernel family object or a registered family name; an unknown name counts as
+    none): when all three are given and the family overrides ``KernelFamily.retarget``, each
+    config is replaced by ``family.retarget(config, source_target, dest_target)``: its first
+    candidate takes the config's place, adapted without ``scale`` (the family set its hardware
+    knobs for the destination); its other candidates and then the config adapted with ``scale``
+    (the scaled variant) follow after every config's first candidate, each kept when it adapts and
+    is not already in the output (``AdaptReport.variants``; neither dropped nor duplicates count
+    them).  ``AdaptReport.retargeted`` counts the configs ``retarget`` changed.  Otherwise each
+    config is adapted with ``scale``, as ``adapt_config``."""
     rep = report if report is not None else AdaptReport()
-    out, seen = [], set()
+    retarget = _retargeter(family) if source_target is not None and dest_target is not None else None
+    out: list[dict] = []
+    seen: set = set()
+    extras: list[tuple[Mapping[str, Any], Mapping[str, float] | None]] = []
     for c in configs:
-        a = adapt_config(c, space, defaults, rep, scale)
+        first, first_scale = c, scale
+        if retarget is not None:
+            original = dict(c)
+            cands = [dict(x) for x in retarget(dict(original), source_target, dest_target)] or [original]
+            changed = cands != [original]
+            rep.retargeted += int(changed)
+            first, first_scale = cands[0], None
+            extras.extend((x, None) for x in cands[1:])
+            if changed or scale:
+                extras.append((original, scale))
+        a = adapt_config(first, space, defaults, rep, first_scale)
         if a is None:
             continue
         sig = tuple(sorted(a.items()))
@@ -161,4 +216,13 @@ def adapt_many(configs: Iterable[Mapping[str, Any]], space: Space, defaults: Map
             continue
         seen.add(sig)
         out.append(a)
+    for cfg, sc in extras:
+        a = adapt_config(cfg, space, defaults, AdaptReport(), sc)
+        if a is None:
+            continue
+        sig = tuple(sorted(a.items()))
+        if sig not in seen:
+            seen.add(sig)
+            out.append(a)
+            rep.variants += 1
     return out

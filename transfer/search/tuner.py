@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 class TuneOptions:
     budget: int = 20              # evaluations (new measurements + cache hits) in this run
     wall_s: float | None = None   # stop after this many seconds
-    patience: int = 8             # stop after this many rounds without improvement
+    patience: int | None = 8      # stop after this many rounds without improvement (None: never)
     batch: int = 4                # candidates per local-search round
     epsilon: float = 0.15         # share of each batch drawn at random
     k_neighbors: int = 8          # nearest entries consulted for seeds
@@ -64,6 +64,8 @@ class TuneOptions:
     refit_fraction: float = 0.2   # refit the base model when this fraction of the records it saw changed
     own_weight: float = 1.0       # (kept for callers; the correction model fits this entry's evaluations alone)
     model_cache: bool = True      # reuse the family's base model from the store's cache_dir() (False: fit each run)
+    confirm_top: int = 0          # re-measure this many leaders at the end (0/1: off), see Tuner.confirm
+    confirm_rounds: int = 2       # interleaved re-measurement rounds of the leaders
 
 
 @dataclass
@@ -83,6 +85,12 @@ class TuneResult:
     model: dict = field(default_factory=dict)
     #: seconds of tunedb's own work per step (see ``Tuner.OVERHEAD_STEPS``); ``total`` is the run's wall time
     overhead: dict = field(default_factory=dict)
+    #: re-measurements of the leaders (Tuner.confirm): not evaluations, not in the budget
+    remeasurements: int = 0
+    #: config key -> {"config", "costs" (seconds, first measurement then the repeats), "median"}
+    confirmed: dict = field(default_factory=dict)
+    #: seconds the records answering this run's cache hits took when they were measured
+    saved_s: float = 0.0
 
     def to_json(self) -> dict:
         return {
@@ -91,7 +99,8 @@ class TuneResult:
             "measurements": self.measurements, "cache_hits": self.cache_hits, "evaluations": self.evaluations,
             "seeds": self.seeds, "history": self.history, "interrupted": self.interrupted,
             "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
-            "overhead": self.overhead,
+            "overhead": self.overhead, "remeasurements": self.remeasurements, "confirmed": self.confirmed,
+            "saved_s": self.saved_s,
         }
 
     def evaluations_to_reach(self, cost: float) -> int | None:
@@ -111,6 +120,13 @@ def own_sample_weight(n_db: int, n_own: int, own_weight: float) -> float:
 
 def _sig(cfg: Mapping[str, Any]) -> str:
     return canonical_json(dict(cfg))
+
+
+def _sig_short(cfg: Mapping[str, Any]) -> str:
+    """The config's ``config_key`` (32 hex digits), as records name it."""
+    from tunedb.index.keys import key_of
+
+    return key_of(dict(cfg))
 
 
 class Tuner:
@@ -159,6 +175,12 @@ class Tuner:
         self._base: Any = None          # modelcache.BaseModel of the family (None: not resolved or none)
         self._base_resolved = False
         self.timers: dict[str, float] = {}
+        self.remeasurements = 0
+        self.saved_s = 0.0      # seconds the cache hits' records took to measure (what the DB saved)
+        self.confirmed: dict[str, dict] = {}
+        self.stopped_by = "budget"
+        self._pending: list[dict] = []
+        self._stale_rounds = 0
 
     def _add_time(self, step: str, t0: float) -> None:
         """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
@@ -200,6 +222,8 @@ class Tuner:
         """Count one result of ``evaluate``: a hit under the config as asked, a new record under its own."""
         if cached:
             self.cache_hits += 1
+            # the measuring time the DB saved: what this record cost when it was measured
+            self.saved_s += float(rec.wall_s or 0.0) if rec.wall_s == rec.wall_s else 0.0
             self._record(cfg, rec, cached=True)
         else:
             self.measurements += 1
@@ -281,7 +305,9 @@ class Tuner:
             best = [r.config for r in m.best[: self.opt.top_per_neighbor]]
             scale = hardware_scale(m.target, self.target, self.hardware_knobs) if self.hardware_knobs else None
             t0 = time.perf_counter()
-            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report, scale)
+            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report, scale,
+                                 source_target=m.target, dest_target=self.target,
+                                 family=self.workload.get("family"))
             self._add_time("adapt", t0)
             n = max(len(adapted), 1)
             for rank, c in enumerate(adapted):
@@ -405,55 +431,102 @@ class Tuner:
 
     # ------------------------------------------------------------------- run
     def run(self) -> TuneResult:
-        """Tune until the budget, the wall time or the patience runs out (or Ctrl-C)."""
-        stopped_by = "budget"
-        interrupted = False
+        """Tune until the budget, the wall time or the patience runs out (or Ctrl-C), then
+        re-measure the leaders when ``confirm_top`` asks for it."""
         t_run = time.perf_counter()
         try:
-            if self.opt.use_exact:
-                self.evaluate(self.exact_configs())
-            if not self.opt.cold:
-                # resume: what this entry already holds is answered first, from the DB
-                t0 = time.perf_counter()
-                prev = [c for c in self.previous_configs() if self.space.is_valid(c)]
-                self._add_time("resume", t0)
-                self.evaluate(prev)
-            seeds = [] if self.opt.cold else self.seed_configs()
-            if not self.opt.cold:
-                self._fit_model(force=True)
-            first = seeds[: self.opt.n_seeds]
-            if not first:
-                # no history to seed from: a warm run starts from the family's default config,
-                # a cold run (the comparison baseline) from random configs only
-                default = None
-                use_default = (not self.opt.cold) if self.opt.start_default is None else self.opt.start_default
-                if use_default and self.defaults and self.space.is_valid(self.defaults):
-                    default = dict(self.defaults)
-                first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
-            self.evaluate(first)
-            pending = seeds[self.opt.n_seeds:]
-            stale_rounds = 0
-            while self._remaining() > 0:
-                if self._out_of_time():
-                    stopped_by = "wall_time"
-                    break
-                if stale_rounds >= self.opt.patience:
-                    stopped_by = "patience"
-                    break
-                before = self.best[0] if self.best else math.inf
-                self._fit_model()
-                batch = self._next_batch(pending)
-                if not batch:
-                    stopped_by = "exhausted"
-                    break
-                pending = [c for c in pending if _sig(c) not in self.tried]
-                self.evaluate(batch)
-                after = self.best[0] if self.best else math.inf
-                stale_rounds = stale_rounds + 1 if after >= before else 0
+            self.start()
+            while self.step():
+                pass
+            self.confirm()
         except KeyboardInterrupt:
-            interrupted = True
-            stopped_by = "interrupted"
-        return self._result(stopped_by, interrupted, time.perf_counter() - t_run)
+            self.stopped_by = "interrupted"
+        return self._result(self.stopped_by, self.stopped_by == "interrupted", time.perf_counter() - t_run)
+
+    def start(self) -> None:
+        """The run's first evaluations: the exact entry's bests (``use_exact``), what this entry
+        already holds (resume), then the first seeds (or the default and random configs).
+        A task scheduler calls ``start`` and then ``step`` round by round."""
+        self._t_start = time.perf_counter()
+        self.stopped_by = "budget"
+        if self.opt.use_exact:
+            self.evaluate(self.exact_configs())
+        if not self.opt.cold:
+            # resume: what this entry already holds is answered first, from the DB
+            t0 = time.perf_counter()
+            prev = [c for c in self.previous_configs() if self.space.is_valid(c)]
+            self._add_time("resume", t0)
+            self.evaluate(prev)
+        seeds = [] if self.opt.cold else self.seed_configs()
+        if not self.opt.cold:
+            self._fit_model(force=True)
+        first = seeds[: self.opt.n_seeds]
+        if not first:
+            # no history to seed from: a warm run starts from the family's default config,
+            # a cold run (the comparison baseline) from random configs only
+            default = None
+            use_default = (not self.opt.cold) if self.opt.start_default is None else self.opt.start_default
+            if use_default and self.defaults and self.space.is_valid(self.defaults):
+                default = dict(self.defaults)
+            first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
+        self.evaluate(first)
+        self._pending = seeds[self.opt.n_seeds:]
+        self._stale_rounds = 0
+
+    def step(self, max_evaluations: int | None = None) -> bool:
+        """One local-search round (at most ``max_evaluations`` evaluations, default the batch);
+        False when the run is over (``stopped_by`` says why: budget, wall_time, patience, exhausted)."""
+        if self._remaining() <= 0:
+            self.stopped_by = "budget"
+            return False
+        if self._out_of_time():
+            self.stopped_by = "wall_time"
+            return False
+        if self.opt.patience is not None and self._stale_rounds >= self.opt.patience:
+            self.stopped_by = "patience"
+            return False
+        before = self.best[0] if self.best else math.inf
+        self._fit_model()
+        batch = self._next_batch(self._pending, max_evaluations)
+        if not batch:
+            self.stopped_by = "exhausted"
+            return False
+        self._pending = [c for c in self._pending if _sig(c) not in self.tried]
+        self.evaluate(batch)
+        after = self.best[0] if self.best else math.inf
+        self._stale_rounds = self._stale_rounds + 1 if after >= before else 0
+        return self._remaining() > 0
+
+    # ---------------------------------------------------------------- confirm
+    def confirm(self) -> None:
+        """Noise guard: re-measure the ``confirm_top`` best configs (the incumbent and its
+        closest rivals) ``confirm_rounds`` times, interleaved (A, B, C, A, B, C, ...), so a slow
+        minute of a shared machine hits every candidate alike.  Every repeat is a new record
+        committed to the DB; the winner is the config with the lowest *median* cost over all
+        its measurements, and ``best`` becomes that config with that median.  Repeats are not
+        evaluations (they do not count against the budget); ``remeasurements`` counts them.
+        Nothing to do without a backend that measures (a replay answers the same cost again)
+        or when ``confirm_top`` < 2."""
+        top, rounds = self.opt.confirm_top, self.opt.confirm_rounds
+        if top < 2 or rounds < 1 or self.best is None or getattr(self.backend, "name", "") == "replay":
+            return
+        ranked = sorted(((c, s) for s, c in self.evaluated.items() if c < math.inf), key=lambda x: x[0])[:top]
+        if len(ranked) < 2:
+            return
+        samples: dict[str, list[float]] = {s: [c] for c, s in ranked}
+        for _ in range(rounds):
+            for _, s in ranked:
+                cfg = self.configs[s]
+                for rec, _cached in lookup_or_measure(self.db, self.backend, self.target, self.workload, [cfg],
+                                                      force=True, timers=self.timers):
+                    self.remeasurements += 1
+                    if rec.status == "ok" and rec.cost is not None:
+                        samples[s].append(rec.cost)
+        medians = {s: float(np.median(v)) for s, v in samples.items()}
+        win = min(medians, key=lambda s: (medians[s], s))
+        self.confirmed = {_sig_short(self.configs[s]): {"config": self.configs[s], "costs": v,
+                                                         "median": medians[s]} for s, v in samples.items()}
+        self.best = (medians[win], dict(self.configs[win]))
 
     def _result(self, stopped_by: str, interrupted: bool, total_s: float) -> TuneResult:
         """The TuneResult of this run (``total_s``: its wall time in seconds)."""
@@ -466,22 +539,29 @@ class Tuner:
             best_cost=None if self.best is None else self.best[0],
             measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
-            adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over)
+            adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over,
+            remeasurements=self.remeasurements, confirmed=self.confirmed, saved_s=round(self.saved_s, 6))
 
-    def _next_batch(self, pending: list[dict]) -> list[dict]:
+    def result(self) -> TuneResult:
+        """The result so far (a scheduler's view of a run it steps itself; ``total`` is the time
+        since ``start``)."""
+        return self._result(self.stopped_by, self.stopped_by == "interrupted",
+                            time.perf_counter() - getattr(self, "_t_start", time.perf_counter()))
+
+    def _next_batch(self, pending: list[dict], cap: int | None = None) -> list[dict]:
         """The next round's candidates: neighbours of the three best configs and the pending
         seeds, ranked by the model (random order without one), plus an epsilon share of random
         draws.  Its time, less the model's, counts as ``candidates``."""
         t0 = time.perf_counter()
         pred_before = self.timers.get("predict", 0.0)
         try:
-            return self._next_batch_untimed(pending)
+            return self._next_batch_untimed(pending, cap)
         finally:
             self.timers["candidates"] = (self.timers.get("candidates", 0.0) + time.perf_counter() - t0
                                          - (self.timers.get("predict", 0.0) - pred_before))
 
-    def _next_batch_untimed(self, pending: list[dict]) -> list[dict]:
-        b = min(self.opt.batch, self._remaining())
+    def _next_batch_untimed(self, pending: list[dict], cap: int | None = None) -> list[dict]:
+        b = min(self.opt.batch if cap is None else max(cap, 1), self._remaining())
         ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
         pool: dict[str, dict] = {}
         for _, s in ranked[:3]:

@@ -1,4 +1,5 @@
-"""``tunedb report --out DIR``: an HTML page with PNG figures of what the DB knows (see transfer/report.py)."""
+"""``tunedb report --out DIR``: an HTML page with PNG figures of what the DB knows: its records and
+the tuning runs it stores (see transfer/apps/report.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from tunedb.transfer.cli.util import UserError, emit, open_db
 
 def register(sub, common) -> None:
     p = sub.add_parser("report", parents=[common],
-                       help="write a self-contained HTML report (index.html + PNG figures) of the DB")
+                       help="write a self-contained HTML report (index.html + PNG figures) of the DB's records "
+                        "and stored tuning runs")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created; files are overwritten)")
     p.add_argument("--runs", action="append", default=[], metavar="FILE",
-                   help="JSON output of 'tunedb tune/warm-start/demo --json' (a file, a JSON list or JSON lines; "
-                        "repeatable): adds the warm-vs-cold and hit-rate figures")
+                   help="JSON output of 'tunedb tune/warm-start/demo --json' or run summaries (a file, a JSON "
+                        "list or JSON lines; repeatable): runs to show besides those the DB stores (a run "
+                        "stored too, by run_id, is shown once)")
     p.set_defaults(func=run_report)
 
 

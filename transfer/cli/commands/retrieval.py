@@ -90,7 +90,7 @@ def _wl_text(w: dict) -> str:
 
 def run_targets(args) -> None:
     from tunedb.index.hardware import catalog
-    from tunedb.index.hardware.localcpu import preset, preset_names
+    from tunedb.index.hardware.localcpu import host_uarch, preset, preset_names
 
     if args.resolve is not None:
         r = catalog.resolve(args.resolve, args.file_hint, warn=False)
@@ -110,11 +110,12 @@ def run_targets(args) -> None:
                        "kind": t["target"].get("kind")} for t in db.targets()]
     devs = [{"name": r["name"], "kind": r["kind"], "vendor": r["vendor"], "architecture": r["architecture"],
              "family": r["family"]} for r in catalog.devices()]
-    lines = ["presets (this machine):"] + [f"  {p['name']}  vector_bits={p['target']['vector_bits']} "
-                                           f"threads={p['target']['threads']}" for p in presets]
+    lines = [f"presets (this machine, {host_uarch()}):"] + [
+        f"  {p['name']}  vector_bits={p['target']['vector_bits']} threads={p['target']['threads']} "
+        f"-march={p['target']['march']}" for p in presets]
     if db_targets:
         lines += [f"database targets ({args.db}):"] + [f"  {t['target_name']}  {t['target_key'][:12]}  "
                                                         f"{t['records']} records" for t in db_targets]
     lines += [f"catalog devices ({len(devs)}):"] + [f"  {d['name']}  [{d['kind']}, {d['vendor']}, "
                                                     f"{d['architecture']}]" for d in devs]
-    emit(args, {"presets": presets, "db": db_targets, "catalog": devs}, "\n".join(lines))
+    emit(args, {"host_uarch": host_uarch(), "presets": presets, "db": db_targets, "catalog": devs}, "\n".join(lines))

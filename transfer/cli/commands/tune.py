@@ -104,14 +104,30 @@ def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = 
     return res
 
 
+def _store_summary(db, kind: str, target: dict, results: list, watch, records_before, args, **extra) -> str | None:
+    """Store the run summary of ``results`` (Tuner results) in ``db``; its run_id."""
+    from tunedb.transfer.search import runlog
+
+    opts = {k: getattr(args, k) for k in ("budget", "cold", "seed", "patience", "exact", "replay")
+            if getattr(args, k, None) is not None}
+    summary = runlog.run_summary(kind, target=target, tasks=[runlog.task_summary(r) for r in results],
+                                 started=watch.started, wall_s=watch.elapsed(), label="cold" if args.cold else "warm",
+                                 options=opts, records_before=records_before, extra=extra)
+    return runlog.save_run(db, summary)
+
+
 def run_tune(args) -> int:
+    from tunedb.transfer.search import runlog
+
     _check_budget(args.budget)
     db = trusted(args, lambda: open_db(args))
     job = make_job(args, db, args.target, args.workload, args.replay)
+    watch, before = runlog.Stopwatch(), runlog.records_in(db)
     res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
                    patience=args.patience, use_exact=args.exact)
     out = res.to_json()
     out["target"] = job.target.get("name", "")
+    out["run_id"] = _store_summary(db, "tune", job.target, [res], watch, before, args, interrupted=res.interrupted)
     lines = [f"target {out['target']}  workload {json.dumps(job.workload)}",
              f"best {fmt_seconds(res.best_cost)}  config {json.dumps(res.best_config)}",
              f"measurements {res.measurements} new, {res.cache_hits} cache hits, stopped by {res.stopped_by}"]
@@ -135,6 +151,8 @@ def _workloads_from_file(path: str) -> list[dict]:
 
 
 def run_warm_start(args) -> int:
+    from tunedb.transfer.search import runlog
+
     _check_budget(args.budget)
     db = trusted(args, lambda: open_db(args))
     if args.workloads:
@@ -155,6 +173,7 @@ def run_warm_start(args) -> int:
 
     rows, results = [], []
     interrupted = False
+    watch, before = runlog.Stopwatch(), runlog.records_in(db)
     for i, w in enumerate(workloads):
         try:
             job = local_job(target, w)
@@ -174,7 +193,8 @@ def run_warm_start(args) -> int:
                        [[json.dumps(r["workload"]), fmt_seconds(r["best"]["cost"] if r["best"] else None),
                          r["measurements"], r["cache_hits"], (r["seeds"][0]["from_target"] if r["seeds"] else "-")]
                         for r in rows])
-    emit(args, {"target": target.get("name", ""), "workloads": rows,
+    run_id = _store_summary(db, "warm-start", target, results, watch, before, args, interrupted=interrupted)
+    emit(args, {"target": target.get("name", ""), "workloads": rows, "run_id": run_id,
                 "totals": {"workloads": len(rows), "measurements": sum(r["measurements"] for r in rows),
                            "cache_hits": sum(r["cache_hits"] for r in rows)}, "interrupted": interrupted}, human)
     return 130 if interrupted else 0

@@ -1,0 +1,215 @@
+"""tune-model: a model's operator tasks through the DB (real builds and runs on this CPU, real DB dirs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tunedb
+from tunedb.datasets.models import load_model
+from tunedb.transfer.apps.tune_model import ModelInterrupted, ModelOptions, evaluations_to_reach, tune_model
+from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
+
+TARGET = "cpu-x86-64-t1"
+SMALL = "bert_block_256@16"    # 7 tasks: 5 GEMMs, a batched GEMM pair, a softmax
+WIDER = "bert_block_512@16"    # shares the per-head GEMMs (head dim 64, same sequence) with SMALL
+
+
+# ------------------------------------------------------------------ the scheduler alone
+def test_scheduler_gives_the_round_to_the_task_that_cuts_latency_most():
+    heavy = TaskState(weight=4.0, best=2e-3, evaluations=4)
+    light = TaskState(weight=1.0, best=2e-3, evaluations=4)
+    assert pick([light, heavy]) == 1
+    # a task whose last round saved a lot outranks one that saved nothing, at equal weight
+    a, b = TaskState(weight=1.0), TaskState(weight=1.0)
+    a.update(4e-3, 2)
+    a.update(2e-3, 4)   # saved 1 ms per evaluation
+    b.update(3e-3, 2)
+    b.update(3e-3, 4)   # saved nothing
+    assert a.last_gain == pytest.approx(1e-3) and b.last_gain == 0.0
+    assert pick([b, a]) == 1
+    # a task without an ok measurement comes first; dead tasks never
+    c = TaskState(weight=0.1)
+    assert pick([a, b, c]) == 2
+    c.alive = a.alive = b.alive = False
+    assert pick([a, b, c]) is None
+
+
+def test_model_latency_is_weighted_sum_of_best_else_default():
+    s = [TaskState(weight=2.0, best=1e-3), TaskState(weight=3.0)]
+    assert model_latency(s, [2e-3, 4e-3]) == pytest.approx(2 * 1e-3 + 3 * 4e-3)
+    assert model_latency(s, [2e-3, None]) is None
+
+
+# ------------------------------------------------------------------ real tuning
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """SMALL tuned warm into a fresh DB (one real run shared by the tests below)."""
+    path = tmp_path_factory.mktemp("tm") / "db"
+    db = tunedb.open(path)
+    model = load_model(SMALL)
+    out = tune_model(db, model, tunedb.local_target(TARGET), options=ModelOptions(budget=2 * len(model.tasks)))
+    return path, db, model, out
+
+
+def test_every_task_is_tuned_and_the_budget_is_kept(tuned):
+    _, db, model, out = tuned
+    assert out["tasks_total"] == len(model.tasks) == len(out["tasks"])
+    assert out["search_evaluations"] <= out["budget"] == 2 * len(model.tasks)
+    assert sum(t["evaluations"] for t in out["tasks"]) == out["search_evaluations"]
+    target = tunedb.local_target(TARGET)
+    for t, task in zip(out["tasks"], model.tasks):
+        assert t["source"] in ("warm", "cold") and t["evaluations"] >= 1
+        # the best is a real committed measurement of this task's workload
+        recs = db.records(target, t["workload"])
+        assert recs.num_rows >= t["evaluations"]
+        assert t["best"] is not None and t["best"] >= min(c for c in recs.column("cost").to_pylist() if c) * 0.999
+        assert t["weight"] == task.weight
+    lat = sum(t["weight"] * min(t["best"], t["default_cost"]) for t in out["tasks"])
+    assert out["latency"] == pytest.approx(lat)
+    assert out["default_latency"] == pytest.approx(sum(t["weight"] * t["default_cost"] for t in out["tasks"]))
+    # warm means seeded from nearest entries (here: the model's other GEMMs, measured first)
+    assert all((t["source"] == "warm") == bool(t["seeded_from"]) for t in out["tasks"])
+    assert "warm" in {t["source"] for t in out["tasks"]}
+    # the model latency over evaluations starts at the default configs and never rises before the re-measurement
+    lats = [lat for _, lat in out["history"] if lat is not None]
+    assert lats[0] == pytest.approx(out["default_latency"])
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(lats[:-2], lats[1:-1]))
+
+
+def test_leaders_are_remeasured_interleaved_and_every_repeat_is_stored(tuned):
+    _, db, _, out = tuned
+    target = tunedb.local_target(TARGET)
+    assert out["remeasurements"] > 0
+    for t in out["tasks"]:
+        if t["evaluations"] < 2:
+            continue
+        recs = db.records(target, t["workload"]).to_pylist()
+        same = [r for r in recs if json.loads(r["config"]) == t["best_config"]]
+        assert len(same) >= 2, t["name"]   # the winner was measured again
+        costs = sorted(r["cost"] for r in same if r["status"] == "ok")
+        assert t["best"] == pytest.approx(costs[len(costs) // 2] if len(costs) % 2 else
+                                          (costs[len(costs) // 2 - 1] + costs[len(costs) // 2]) / 2)
+
+
+def test_run_summary_is_stored_with_the_seeds_accounting(tuned):
+    path, _, model, out = tuned
+    runs = tunedb.open(path).runs("tune-model")
+    assert out["run_id"] in [r["run_id"] for r in runs]
+    s = next(r for r in runs if r["run_id"] == out["run_id"])
+    assert s["model"] == model.name and s["target"] == TARGET and s["label"] == "warm"
+    assert s["eta"] == 0.0 and s["records_before"] == 0
+    assert s["measure_s"] > 0 and s["query_s"] >= 0
+    assert s["t_total_s"] == pytest.approx(s["measure_s"] + s["query_s"])
+    assert len(s["tasks"]) == len(model.tasks) and all(t["history"] for t in s["tasks"])
+
+
+def test_second_model_reuses_hits_and_warm_starts_the_rest(tuned):
+    path, _, _, first = tuned
+    db = tunedb.open(path)
+    wider = load_model(WIDER)
+    small_keys = {t["workload_key"] for t in first["tasks"]}
+    out = tune_model(db, wider, tunedb.local_target(TARGET), options=ModelOptions(budget=2 * len(wider.tasks)))
+    for t in out["tasks"]:
+        if t["workload_key"] in small_keys:
+            assert t["source"] == "hit" and t["measurements"] == 0 and t["evaluations"] == 0
+        else:
+            assert t["source"] == "warm" and t["seeded_from"] == [TARGET] * len(t["seeded_from"])
+    assert out["tasks_hit"] >= 2
+    assert out["eta"] == pytest.approx(out["tasks_hit"] / out["tasks_total"])
+    assert out["gain"] is not None and out["t_full_s"] > out["measure_s"]
+    # the whole model again: every task searched now (ok measurements of >= 2 configs) is a hit
+    target = tunedb.local_target(TARGET)
+    searched = {t["workload_key"] for t in out["tasks"] if len(db.best(target, t["workload"], k=2)) == 2}
+    again = tune_model(db, wider, target, options=ModelOptions(budget=2 * len(wider.tasks)))
+    assert {t["workload_key"] for t in again["tasks"] if t["source"] == "hit"} == searched
+    assert again["tasks_hit"] > out["tasks_hit"]
+    assert all(t["measurements"] == 0 for t in again["tasks"] if t["source"] == "hit")
+
+
+def test_budget_below_the_tasks_to_tune_is_one_clear_error(tmp_path):
+    db = tunedb.open(tmp_path / "db")
+    with pytest.raises(ValueError, match="less than the 7 tasks"):
+        tune_model(db, load_model(SMALL), tunedb.local_target(TARGET), options=ModelOptions(budget=3))
+    assert len(db) == 0 and db.runs() == []
+
+
+def test_interrupt_keeps_what_was_measured_and_a_rerun_goes_on(tmp_path):
+    db = tunedb.open(tmp_path / "db")
+    model = load_model(SMALL)
+    seen = []
+
+    def progress(ev):
+        seen.append(ev)
+        if ev["event"] == "start" and len([e for e in seen if e["event"] == "start"]) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(ModelInterrupted) as ei:
+        tune_model(db, model, tunedb.local_target(TARGET), options=ModelOptions(budget=14), progress=progress)
+    part = ei.value.summary
+    assert part["interrupted"] and len(db) > 0
+    assert tunedb.open(tmp_path / "db").runs("tune-model")[0]["interrupted"] is True
+    n = len(db)
+    done = tune_model(db, model, tunedb.local_target(TARGET), options=ModelOptions(budget=14))
+    assert not done["interrupted"]
+    started = [t for t in part["tasks"] if t["source"] in ("warm", "cold")]
+    assert len(started) == 2
+    # tasks searched before (two configs or more) are hits now; the rest resume: every default
+    # config was measured before the interrupt, so each comes back from the DB
+    searched = sum(1 for t in part["tasks"] if t["source"] in ("warm", "cold") and t["evaluations"] >= 2)
+    assert done["tasks_hit"] >= 1 and done["tasks_hit"] >= searched - 1
+    assert done["default_cache_hits"] == done["tasks_total"] - done["tasks_hit"] and done["default_measurements"] == 0
+    assert len(db) > n
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "tunedb", *args], capture_output=True, text=True, **kw)
+
+
+def test_cli_json_and_bad_input(tmp_path):
+    bad = _cli("tune-model", "no_such_model", "--db", str(tmp_path / "db"), "--target", TARGET)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no_such_model" in bad.stderr
+    bad = _cli("tune-model", SMALL, "--db", str(tmp_path / "db"), "--target", TARGET, "--budget", "2")
+    assert bad.returncode == 2 and "less than" in bad.stderr and "Traceback" not in bad.stderr
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"format": "tunedb-model", "version": 1, "name": "tiny", "tasks": [
+        {"name": "mm", "workload": {"family": "matmul", "M": 16, "N": 16, "K": 16}, "weight": 3}]}))
+    r = _cli("tune-model", str(f), "--db", str(tmp_path / "db"), "--target", TARGET, "--budget", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["model"] == "tiny" and out["tasks"][0]["weight"] == 3.0 and out["search_evaluations"] == 3
+    assert math.isclose(out["latency"], 3 * min(out["tasks"][0]["best"], out["tasks"][0]["default_cost"]))
+
+
+def test_sigint_to_the_cli_keeps_records_and_rerun_resumes(tmp_path):
+    """A real Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-run."""
+    dbp = tmp_path / "db"
+    proc = subprocess.Popen([sys.executable, "-m", "tunedb", "tune-model", SMALL, "--db", str(dbp),
+                             "--target", TARGET, "--budget", "28", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if dbp.exists() and len(tunedb.open(dbp, create=False)) >= 4:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    part = json.loads(out)
+    assert part["interrupted"] is True
+    kept = len(tunedb.open(dbp))
+    assert kept >= 4
+    again = _cli("tune-model", SMALL, "--db", str(dbp), "--target", TARGET, "--budget", "28", "--json")
+    assert again.returncode == 0, again.stderr
+    done = json.loads(again.stdout)
+    # what the interrupted run measured answers the rerun from the DB; nothing is measured twice
+    # except the leaders' deliberate re-measurements
+    assert done["cache_hits"] + done["tasks_hit"] >= 1
+    assert len(tunedb.open(dbp)) == kept + done["measurements"] + done["remeasurements"]

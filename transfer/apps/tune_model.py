@@ -1,0 +1,247 @@
+"""``tunedb tune-model``: tune every operator task of a model through the DB.
+
+1. Look up: a task whose workload this target already has ok measurements of (at least
+   ``hit_configs`` configs) is a *hit* — its best is reused, nothing is searched or measured for
+   it (a new model on known hardware tunes only its new operators).
+2. Every other task gets the default config of its kernel family measured (DB first) as its
+   first evaluation, then a Tuner started from the nearest entries' adapted bests (*warm*) or,
+   with no similar entry, from the default and random configs (*cold*).
+3. The budget (evaluations over the tuned tasks, defaults included) is handed out round by
+   round by ``tunedb.transfer.search.scheduler``: the task expected to cut the model latency most
+   gets the next round, re-decided after every round as results come in.
+4. The leaders of every tuned task are re-measured interleaved (``Tuner.confirm``) so a noisy
+   minute does not crown a winner; each repeat is committed.
+5. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.
+
+Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
+tasks searched before as hits and resumes the rest (their earlier evaluations come back from the
+DB as cache hits).  Model latency = sum of weight x best cost
+(seconds) over the model's tasks; operators the kernel families cannot express are listed by
+the model (``Model.omitted``) and are not part of it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from tunedb.transfer.search import runlog
+from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
+
+if TYPE_CHECKING:
+    from tunedb.datasets.models import Model
+    from tunedb.index.base import RecordStore
+
+
+@dataclass
+class ModelOptions:
+    """Options of a model tuning run.  ``budget``: evaluations over the tuned tasks (each one's
+    default config included); ``cold``: no look-up of whole tasks, no seeds, no prior model (the
+    comparison baseline; it still starts each task from its default config); ``round``:
+    evaluations per scheduler round; ``first``: evaluations of a task's first round (seeds, or
+    default and random configs); ``confirm_top`` / ``confirm_rounds``: re-measurement of each
+    task's leaders (``Tuner.confirm``; 0 = off); ``hit_configs``: a task is a hit (reused, not
+    searched) when the target has ok measurements of at least this many of its configs (the
+    default config alone, as an interrupted run leaves it, is not a tuning)."""
+
+    budget: int = 40
+    cold: bool = False
+    seed: int = 0
+    round: int = 2
+    first: int = 3
+    confirm_top: int = 2
+    confirm_rounds: int = 2
+    reuse_hits: bool = True
+    hit_configs: int = 2
+    label: str = ""
+
+
+def _default_cost(db: RecordStore | None, job: Any) -> tuple[float | None, Any, bool]:
+    """The default config's record (DB first, else measured and committed): (cost or None, record, cached)."""
+    from tunedb.transfer.measure.backend import measure
+
+    rec, cached = measure(job.target, job.workload, job.defaults, db=db, backend=job.backend)
+    return (rec.cost if rec.status == "ok" else None), rec, cached
+
+
+def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int) -> tuple[Any, float] | None:
+    """(best record, measuring seconds of the entry's records) when the target has ok
+    measurements of at least ``min_configs`` configs of ``workload``, else None."""
+    best = db.best(target, workload, k=max(min_configs, 1))
+    if len(best) < max(min_configs, 1):
+        return None
+    saved = 0.0
+    try:
+        t = db.records(target, workload, include_stale=False)
+        saved = float(sum(v for v in t.column("wall_s").to_pylist() if v is not None and v == v))
+    except (ValueError, KeyError):
+        pass
+    return best[0], saved
+
+
+def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, options: ModelOptions | None = None,
+               progress: Callable[[dict], None] | None = None, backend: Any = None) -> dict:
+    """Tune ``model`` (``tunedb.datasets.models.Model``) on ``target`` (a local preset) with
+    ``db``; returns the run's JSON-able result (also stored as its run summary; module docstring).
+
+    Raises ValueError (one line) for a target that is not a local preset, a task workload no
+    kernel family accepts, or a budget smaller than the number of tasks to tune."""
+    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+    opt = options or ModelOptions()
+    watch = runlog.Stopwatch()
+    records_before = runlog.records_in(db)
+    jobs = [local_job(target, t.workload, backend) for t in model.tasks]  # validates every task first
+    tgt = jobs[0].target if jobs else dict(target)
+    n = len(jobs)
+    states = [TaskState(weight=float(t.weight)) for t in model.tasks]
+    defaults: list[float | None] = [None] * n
+    rows: list[dict | None] = [None] * n
+    tuners: dict[int, Tuner] = {}
+    history: list[list] = []
+    spent = 0
+    default_meas = default_hits = 0
+    default_measure_s = 0.0
+    interrupted = False
+
+    def note(event: str, i: int | None = None) -> None:
+        lat = model_latency(states, defaults)
+        history.append([spent, lat])
+        if progress:
+            progress({"event": event, "task": None if i is None else model.tasks[i].name,
+                      "evaluations": spent, "budget": opt.budget, "latency": lat,
+                      "source": None if i is None or rows[i] is None else rows[i]["source"]})
+
+    try:
+        # 1. look up whole tasks
+        todo: list[int] = []
+        for i, (task, job) in enumerate(zip(model.tasks, jobs)):
+            hit = None if (opt.cold or not opt.reuse_hits) else _hit(db, job.target, job.workload, opt.hit_configs)
+            if hit is None:
+                todo.append(i)
+                continue
+            rec, saved = hit
+            d = db.lookup(job.target, job.workload, job.defaults)
+            defaults[i] = d.cost if d is not None and d.status == "ok" else None
+            states[i].update(rec.cost, 0)
+            states[i].alive = False
+            rows[i] = runlog.hit_task(job.workload, rec.cost, weight=task.weight, name=task.name,
+                                      default_cost=defaults[i], saved_s=saved, best_config=rec.config)
+            note("hit", i)
+        if todo and opt.budget < len(todo):
+            raise ValueError(f"--budget {opt.budget} is less than the {len(todo)} tasks to tune "
+                             "(each needs at least its default config measured)")
+        # 2. every tuned task's default config (DB first), then each task's first round
+        per_first = max(1, min(opt.first, opt.budget // max(len(todo), 1) - 1))
+        default_recs = {}
+        for i in todo:
+            t0 = time.perf_counter()
+            cost, rec, cached = _default_cost(db, jobs[i])
+            default_measure_s += time.perf_counter() - t0
+            defaults[i], default_recs[i] = cost, rec
+            default_meas += 0 if cached else 1
+            default_hits += 1 if cached else 0
+            spent += 1
+            states[i].update(cost, 1)
+            rows[i] = {"source": "pending"}
+            note("default", i)
+        for i in todo:
+            job = jobs[i]
+            topt = TuneOptions(budget=1 + per_first, seed=opt.seed + i, cold=opt.cold, patience=None,
+                               batch=opt.round, n_seeds=per_first, start_default=True,
+                               confirm_top=opt.confirm_top, confirm_rounds=opt.confirm_rounds)
+            tu = Tuner(db, job.target, job.workload, job.space, job.backend, topt, **job.tuner_kwargs())
+            tu.preload([default_recs[i]])  # the default is the task's first evaluation
+            tuners[i] = tu
+            tu.start()
+            spent += len(tu.evaluated) - 1
+            states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
+            rows[i] = {"source": "warm" if tu.seeds_info else "cold"}
+            note("start", i)
+        # 3. the rest of the budget, round by round
+        while spent < opt.budget:
+            i = pick(states)
+            if i is None:
+                break
+            tu = tuners[i]
+            grant = min(opt.round, opt.budget - spent)
+            before = len(tu.evaluated)
+            tu.opt.budget = before + grant
+            alive = tu.step(grant)
+            spent += len(tu.evaluated) - before
+            states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
+            if not alive and tu.stopped_by not in ("budget",) or len(tu.evaluated) == before:
+                states[i].alive = False
+            note("round", i)
+        # 4. noise guard on every tuned task
+        for i in todo:
+            tuners[i].confirm()
+            states[i].best = tuners[i].best[0] if tuners[i].best else math.inf
+        note("confirm")
+    except KeyboardInterrupt:
+        interrupted = True
+
+    from tunedb.index.keys import key_of
+
+    tasks_out = []
+    for i, task in enumerate(model.tasks):
+        if i in tuners:
+            res = tuners[i].result()
+            row = runlog.task_summary(res, weight=task.weight, source=rows[i]["source"], default_cost=defaults[i],
+                                      name=task.name)
+        elif rows[i] is not None and rows[i]["source"] == "hit":
+            row = rows[i]
+        else:  # not started (interrupted before it)
+            row = {"name": task.name, "workload": jobs[i].workload, "workload_key": key_of(jobs[i].workload),
+                   "weight": float(task.weight), "source": "pending", "evaluations": 0, "measurements": 0,
+                   "cache_hits": 0, "remeasurements": 0, "best": None, "best_config": None,
+                   "default_cost": defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted"}
+        row["layers"] = list(getattr(task, "layers", []) or [])
+        tasks_out.append(row)
+    latency = model_latency(states, defaults)
+    dl = [d for d in defaults]
+    default_latency = (sum(t.weight * d for t, d in zip(states, dl))
+                       if dl and all(d is not None and math.isfinite(d) for d in dl) else None)
+    n_hit = sum(1 for r in tasks_out if r["source"] == "hit")
+    summary = runlog.run_summary(
+        "tune-model", target=tgt, tasks=tasks_out, started=watch.started, wall_s=watch.elapsed(),
+        label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt), records_before=records_before,
+        model=model.name, eta=n_hit / n if n else None,
+        measure_s=sum(float(t.get("measure_s") or 0.0) for t in tasks_out) + default_measure_s,
+        extra={"latency": latency, "default_latency": default_latency, "history": history,
+               "default_measurements": default_meas, "default_cache_hits": default_hits,
+               "interrupted": interrupted, "budget": opt.budget, "search_evaluations": spent,
+               "tasks_total": n, "tasks_hit": n_hit,
+               "tasks_warm": sum(1 for r in tasks_out if r["source"] == "warm"),
+               "tasks_cold": sum(1 for r in tasks_out if r["source"] == "cold"),
+               "omitted": list(getattr(model, "omitted", []) or [])})
+    summary["measurements"] += default_meas
+    summary["cache_hits"] += default_hits
+    summary["run_id"] = runlog.save_run(db, summary)
+    if interrupted:
+        raise ModelInterrupted(summary)
+    return summary
+
+
+class ModelInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``tune_model``: everything measured is committed and the partial summary
+    (stored too) is ``.summary``."""
+
+    def __init__(self, summary: dict) -> None:
+        super().__init__("interrupted")
+        self.summary = summary
+
+
+def evaluations_to_reach(history: list[list], latency: float) -> int | None:
+    """First evaluation count of a model run's ``history`` whose latency is <= ``latency``."""
+    for n, lat in history:
+        if lat is not None and lat <= latency:
+            return int(n)
+    return None
+
+
+__all__ = ["ModelOptions", "tune_model", "ModelInterrupted", "evaluations_to_reach"]

@@ -1,0 +1,104 @@
+"""Model command: tune-model (every operator task of a model through the DB)."""
+
+from __future__ import annotations
+
+from tunedb.transfer.cli.commands.store import TRUST_HELP, trusted
+from tunedb.transfer.cli.util import (
+    UserError,
+    emit,
+    fmt_seconds,
+    open_db,
+    progress_bar,
+    progress_to,
+    resolve_target,
+    table_text,
+)
+
+MODEL_HELP = ("a shipped model (resnet18, resnet34, mobilenet_v2, bert_block_256, bert_block_512; NAME@SIZE for "
+              "another input resolution or sequence length, e.g. resnet18@64) or a JSON task file")
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("tune-model", parents=[common],
+                       help="tune a model's operator tasks: hits reused, similar ones warm-started, budget shared")
+    p.add_argument("model", help=MODEL_HELP)
+    p.add_argument("--target", required=True, help="a local preset of this machine (see 'tunedb targets')")
+    p.add_argument("--budget", type=int, default=40,
+                   help="evaluations over the tasks to tune, each task's default config included (default 40)")
+    p.add_argument("--cold", action="store_true",
+                   help="no reuse, no seeds, no prior model: the comparison baseline (each task starts from its default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--round", type=int, default=2, help="evaluations per scheduler round (default 2)")
+    p.add_argument("--confirm", type=int, default=2, metavar="K",
+                   help="re-measure each task's K best configs interleaved before declaring a winner (0: off)")
+    p.add_argument("--label", default="", help="a tag stored with the run summary (default warm/cold)")
+    p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
+    p.set_defaults(func=run_tune_model)
+
+
+def load_model_arg(spec: str):
+    from tunedb.datasets.models import load_model
+
+    try:
+        return load_model(spec)
+    except (ValueError, OSError) as e:
+        raise UserError(str(e).splitlines()[0]) from None
+
+
+def run_tune_model(args) -> int:
+    from tunedb.transfer.apps.tune_model import ModelInterrupted, ModelOptions, tune_model
+
+    if args.budget < 1:
+        raise UserError("--budget must be >= 1")
+    if args.round < 1:
+        raise UserError("--round must be >= 1")
+    if args.confirm < 0:
+        raise UserError("--confirm must be >= 0")
+    model = load_model_arg(args.model)
+    db = trusted(args, lambda: open_db(args))
+    target = resolve_target(args.target, db)
+    opts = ModelOptions(budget=args.budget, cold=args.cold, seed=args.seed, round=args.round,
+                        confirm_top=args.confirm, label=args.label)
+    bar = progress_bar(args, args.budget, f"{model.name} on {target.get('name', '')}", unit="eval")
+
+    def cb(ev: dict) -> None:
+        lat = fmt_seconds(ev["latency"]) if ev["latency"] is not None else "-"
+        progress_to(bar, min(ev["evaluations"], args.budget), f"latency {lat}  {ev['task'] or ''} {ev['source'] or ''}")
+
+    interrupted = False
+    try:
+        out = tune_model(db, model, target, options=opts, progress=cb)
+    except ModelInterrupted as e:
+        out, interrupted = e.summary, True
+    except ValueError as e:
+        raise UserError(str(e).splitlines()[0]) from None
+    finally:
+        bar.close()
+    emit(args, out, human_summary(out))
+    return 130 if interrupted else 0
+
+
+def human_summary(out: dict) -> str:
+    """The text the CLI prints for a tune-model result."""
+    rows = [[t.get("name", ""), t["source"], t["evaluations"], t["measurements"], t["cache_hits"],
+             fmt_seconds(t.get("best")), fmt_seconds(t.get("default_cost")), t["weight"]] for t in out["tasks"]]
+    table = table_text(["task", "source", "evals", "new", "hits", "best", "default", "weight"], rows)
+    pred = out.get("t_total_predicted_s")
+    lines = [table,
+             f"model {out['model']} on {out['target']}: latency {fmt_seconds(out.get('latency'))} "
+             f"(default configs {fmt_seconds(out.get('default_latency'))})",
+             f"tasks {out['tasks_total']}: {out['tasks_hit']} hit, {out['tasks_warm']} warm, {out['tasks_cold']} cold; "
+             f"eta {out['eta']:.2f}" if out.get("eta") is not None else f"tasks {out['tasks_total']}",
+             f"measurements {out['measurements']} new, {out['cache_hits']} cache hits, "
+             f"{out['remeasurements']} re-measurements; budget {out['search_evaluations']}/{out['budget']}",
+             f"time: measuring {fmt_seconds(out.get('measure_s'))}, T_query {fmt_seconds(out.get('query_s'))}; "
+             f"T_total {fmt_seconds(out.get('t_total_s'))} measured vs "
+             f"{fmt_seconds(pred) if pred is not None else '-'} predicted (T_full (1 - eta) + T_query)"]
+    if out.get("interrupted"):
+        lines.append("interrupted: everything measured is in the DB; rerun to tune the rest")
+    if out.get("omitted"):
+        lines.append("not in the model (no kernel family): " + ", ".join(
+            f"{o.get('name', '?')} x{o.get('count', '?')}" for o in out["omitted"]))
+    if out.get("run_id"):
+        lines.append(f"run summary stored: {out['run_id']}")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""Run summaries: what a tuning run did, stored beside the records (``RecordStore.add_run``).
+
+Every ``tune``, ``tune-model``, ``warm-start``, ``migrate`` and ``demo`` run stores one summary,
+so ``tunedb report`` (and later the dashboard) shows warm vs cold, hit rate over time and the
+DB's gain without extra files.  A summary is a JSON object (schema in ``docs/runs.md``):
+
+* ``kind``, ``label`` (``warm`` / ``cold`` / a user tag), ``target``, ``target_key``, ``model``,
+  ``options``, ``started`` (ISO UTC), ``wall_s``;
+* ``tasks``: per workload tuned its ``source`` (``hit`` / ``warm`` / ``cold``), evaluations,
+  measurements, cache hits, best and default cost (seconds), best-so-far ``history``
+  (``[[evaluation, best or null], ...]``) and the targets its seeds came from;
+* totals and the seeds' accounting: ``eta`` = N_hit / N_total, ``measure_s`` (time measuring),
+  ``query_s`` = T_query (time in the DB and tunedb's own logic), ``t_full_s`` (the measuring time
+  without the DB: ``measure_s`` plus the measuring time of the records that answered instead),
+  ``t_total_predicted_s`` = T_full (1 - eta) + T_query, ``gain`` G = 1 - (measure_s + query_s) /
+  T_full (the fraction of tuning time the DB saved) and ``records_before`` (the n of G(n)).
+
+Costs and times are seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
+    from tunedb.transfer.search.tuner import TuneResult
+
+RUN_KINDS = ("tune", "tune-model", "warm-start", "migrate", "demo")
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC with microseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _num(x: Any) -> float | None:
+    """``x`` as a finite float, else None (summaries are strict JSON)."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def task_summary(res: TuneResult, *, weight: float = 1.0, source: str | None = None,
+                 default_cost: float | None = None, name: str = "") -> dict:
+    """One ``tasks`` entry from a Tuner result (``source`` default: warm when seeded, else cold)."""
+    from tunedb.index.keys import key_of
+
+    if source is None:
+        source = "warm" if res.seeds else "cold"
+    over = res.overhead or {}
+    return {
+        "name": name, "workload": dict(res.workload), "workload_key": key_of(res.workload), "weight": float(weight),
+        "source": source, "evaluations": int(res.evaluations), "measurements": int(res.measurements),
+        "cache_hits": int(res.cache_hits), "remeasurements": int(getattr(res, "remeasurements", 0)),
+        "best": _num(res.best_cost), "best_config": res.best_config, "default_cost": _num(default_cost),
+        "history": [[int(i), _num(b)] for i, b in res.history],
+        "seeded_from": [s.get("from_target", "") for s in res.seeds[:8]],
+        "stopped_by": res.stopped_by, "measure_s": _num(over.get("measure")) or 0.0,
+        "wall_s": _num(over.get("total")) or 0.0, "saved_s": _num(getattr(res, "saved_s", 0.0)) or 0.0,
+    }
+
+
+def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float = 1.0, name: str = "",
+             default_cost: float | None = None, saved_s: float = 0.0, best_config: Any = None) -> dict:
+    """A ``tasks`` entry answered wholly from the DB (no search): ``saved_s`` is the measuring time
+    of the records that answered."""
+    from tunedb.index.keys import key_of
+
+    return {"name": name, "workload": dict(workload), "workload_key": key_of(dict(workload)),
+            "weight": float(weight), "source": "hit", "evaluations": 0, "measurements": 0, "cache_hits": 0,
+            "remeasurements": 0, "best": _num(best), "best_config": best_config, "default_cost": _num(default_cost),
+            "history": [], "seeded_from": [], "stopped_by": "hit", "measure_s": 0.0, "wall_s": 0.0,
+            "saved_s": _num(saved_s) or 0.0}
+
+
+def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], started: str,
+                wall_s: float, label: str = "", options: Mapping[str, Any] | None = None,
+                records_before: int | None = None, model: str | None = None, eta: float | None = None,
+                measure_s: float | None = None, extra: Mapping[str, Any] | None = None) -> dict:
+    """A run summary (module docstring) from its tasks.  ``eta`` default: cache hits over
+    evaluations (a ``tune-model`` run passes hit tasks over tasks); ``measure_s`` default: the
+    tasks' measuring time; ``query_s`` is the rest of ``wall_s``."""
+    from tunedb.index.keys import key_of
+    from tunedb.index.version import TUNEDB_VERSION
+
+    tasks = [dict(t) for t in tasks]
+    evals = sum(int(t.get("evaluations") or 0) for t in tasks)
+    meas = sum(int(t.get("measurements") or 0) for t in tasks)
+    hits = sum(int(t.get("cache_hits") or 0) for t in tasks)
+    if eta is None:
+        eta = hits / evals if evals else None
+    if measure_s is None:
+        measure_s = sum(float(t.get("measure_s") or 0.0) for t in tasks)
+    query_s = max(float(wall_s) - measure_s, 0.0)
+    saved = sum(float(t.get("saved_s") or 0.0) for t in tasks)
+    t_full = measure_s + saved
+    out: dict[str, Any] = {
+        "kind": kind, "label": label, "started": started, "wall_s": _num(wall_s),
+        "target": str(target.get("name", "")), "target_key": key_of(dict(target)), "model": model,
+        "options": dict(options or {}), "tasks": tasks,
+        "evaluations": evals, "measurements": meas, "cache_hits": hits,
+        "remeasurements": sum(int(t.get("remeasurements") or 0) for t in tasks),
+        "eta": _num(eta), "measure_s": _num(measure_s), "query_s": _num(query_s),
+        "t_full_s": _num(t_full) if t_full > 0 else None,
+        "t_total_s": _num(measure_s + query_s),
+        "t_total_predicted_s": _num(t_full * (1 - eta) + query_s) if t_full > 0 and eta is not None else None,
+        "gain": _num(1.0 - (measure_s + query_s) / t_full) if t_full > 0 else None,
+        "records_before": records_before,
+        "host": socket.gethostname(), "tunedb_version": TUNEDB_VERSION,
+    }
+    out.update(extra or {})
+    return out
+
+
+def records_in(db: RecordStore | None) -> int | None:
+    """The live records of ``db`` (from its entries summary, which the store remembers), or None."""
+    if db is None:
+        return None
+    try:
+        t = db.entries()
+        return int(sum(t.column("records").to_pylist())) if t.num_rows else 0
+    except Exception:  # a count for a figure must never stop tuning
+        return None
+
+
+def save_run(db: RecordStore | None, summary: Mapping[str, Any]) -> str | None:
+    """Store ``summary`` in ``db`` (``add_run``); its run_id, or None without a DB.  A failure
+    to store it (disk full, a read-only DB) is a warning, never an exception: the run's records
+    are committed already and matter more than its summary."""
+    if db is None or not hasattr(db, "add_run"):
+        return None
+    try:
+        return db.add_run(summary)
+    except (OSError, ValueError) as e:
+        warnings.warn(f"the run summary was not stored: {e}", RuntimeWarning, stacklevel=2)
+        return None
+
+
+class Stopwatch:
+    """``started`` (ISO UTC) and seconds since construction (``elapsed()``)."""
+
+    def __init__(self) -> None:
+        self.started = utc_now()
+        self._t0 = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+__all__ = ["RUN_KINDS", "task_summary", "hit_task", "run_summary", "records_in", "save_run", "Stopwatch", "utc_now"]
