@@ -1,4 +1,4 @@
-"""``tunedb demo``: the README's main job (see transfer/demo.py)."""
+"""``tunedb demo``: the README's main job (see transfer/apps/demo.py)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,27 @@ from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, prog
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("demo", parents=[common], help="tune on this CPU cold, warm-start a new preset, compare")
-    p.add_argument("--budget", type=int, default=12, help="evaluations per tuning run (default 12)")
+    p = sub.add_parser("demo", parents=[common],
+                       help="tune model A, then model B warm (through the DB) and cold (4x budget), and compare")
+    p.add_argument("--budget-per-task", type=int, default=3,
+                   help="evaluations per operator task of each warm run (default 3; cold gets 4x)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verify-rounds", type=int, default=3,
+                   help="interleaved re-measurements of warm's and cold's final configs (default 3)")
     p.set_defaults(func=run_demo_cmd)
 
 
-def _short(w: dict) -> str:
-    return w["family"] + ":" + ",".join(f"{k}={v}" for k, v in w.items() if k != "family")
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def run_demo_cmd(args) -> int:
     from tunedb.transfer.apps.demo import run_demo
 
-    if args.budget < 2:
-        raise UserError("--budget must be >= 2")
+    if args.budget_per_task < 2:
+        raise UserError("--budget-per-task must be >= 2")
+    if args.verify_rounds < 1:
+        raise UserError("--verify-rounds must be >= 1")
     db = open_db(args)
     state: dict = {"bar": None, "label": None}
 
@@ -34,34 +40,53 @@ def run_demo_cmd(args) -> int:
                 state["bar"].close()
             state["bar"] = progress_bar(args, ev["budget"], label, unit="eval")
             state["label"] = label
-        best = fmt_seconds(ev["best"]) if ev["best"] is not None else "-"
-        progress_to(state["bar"], ev["evaluations"], f"best {best} new {ev['measurements']} hits {ev['cache_hits']}")
+        lat = fmt_seconds(ev["latency"]) if ev["latency"] is not None else "-"
+        progress_to(state["bar"], min(ev["evaluations"], ev["budget"]), f"latency {lat}")
 
     try:
-        res = run_demo(db, budget=args.budget, seed=args.seed, progress=progress)
+        res = run_demo(db, budget_per_task=args.budget_per_task, seed=args.seed, verify_rounds=args.verify_rounds,
+                       progress=progress)
     finally:
         if state["bar"] is not None:
             state["bar"].close()
-    rows = [[_short(r["workload"]), fmt_seconds(r["default_cost"]), fmt_seconds(r["cold_best"]), fmt_seconds(r["warm_best"]),
-             r["cold_evaluations_to_95"] or f">{res['budget']}", r["warm_evaluations_to_95"] or f">{res['budget']}",
-             r["fewer_measurements"], ", ".join(r["seeded_from"][:2]) or "-"] for r in res["new"]]
-    src = [[_short(r["workload"]), fmt_seconds(r["best"]), r["measurements"], r["cache_hits"]] for r in res["source"]]
-    s2 = res["second_run"]
-    human = "\n".join([
-        f"database: {res['db']}",
-        "",
-        f"1) cold tuning on {res['source_preset']} (no history; starts from the family's default config; "
-        f"budget {res['source_budget']} each):",
-        table_text(["workload", "best", "measured", "cache hits"], src),
-        "",
-        f"2) new workloads on {res['new_preset']}: warm start vs cold search, same budget "
-        f"({res['budget']}); cold = random start, no history; 'default' = the family's default config measured "
-        "once;\n   'to 95%' = measurements until within 5% of the best either found",
-        table_text(["workload", "default", "cold best", "warm best", "cold to 95%", "warm to 95%", "fewer", "seeded from"], rows),
-        "",
-        f"3) second run of everything: {s2['cache_hits']}/{s2['evaluations']} answered from the database "
-        f"(hit rate {s2['hit_rate']:.0%}), {s2['measurements']} new measurements",
-        f"done in {res['seconds']:.0f} s; see 'tunedb stats --db {args.db}'",
-    ])
-    emit(args, json.loads(json.dumps(res, default=str)), human)
+    emit(args, json.loads(json.dumps(res, default=str)), human(res, args.db))
     return 0
+
+
+def human(res: dict, db: str) -> str:
+    """The demo's story as text."""
+    a, w, c, again, v = res["a"], res["warm"], res["cold"], res["again"], res["verify"]
+    rows = [[r["label"], r["model"], f"{r['tasks_hit']}/{r['tasks_warm']}/{r['tasks_cold']}", _pct(r["eta"]),
+             r["search_evaluations"], r["measurements"], r["cache_hits"], fmt_seconds(r["default_latency"]),
+             fmt_seconds(r["latency"]), fmt_seconds(r["t_total_s"])]
+            for r in (a, w, c, again)]
+    ratios = ", ".join(f"{x:.2f}" for x in v["ratios"])
+    med = v["median_ratio"]
+    cold_to = res["cold_evaluations_to_warm_latency"]
+    if res["verdict"] == "holds":
+        claim = (f"warm start holds: with {w['search_evaluations']} evaluations model B is within "
+                 f"{res['within']:.0%} of (or faster than) cold's {c['search_evaluations']} in every round")
+    elif res["verdict"] == "fails":
+        claim = (f"warm start did not pay here: cold's {c['search_evaluations']} evaluations beat warm's "
+                 f"{w['search_evaluations']} by more than {res['within']:.0%} in every round")
+    else:
+        claim = ("inconclusive: the rounds disagree, so this machine's noise is larger than the difference "
+                 "between warm and cold; no win is claimed")
+    lines = [
+        f"database: {res['db']}   target: {res['target']}",
+        "",
+        f"A = {res['model_a']} (empty history), then B = {res['model_b']}: warm through the DB, cold with "
+        f"{res['cold_factor']}x the budget and no DB; 'again' = B once more",
+        table_text(["run", "model", "hit/warm/cold tasks", "eta", "evals", "new", "hits", "default latency",
+                    "latency", "time"], rows),
+        "",
+        f"measurements saved: warm measured {w['measurements']}, cold {c['measurements']}; cold needed "
+        + (f"{cold_to} evaluations to reach warm's latency" if cold_to is not None
+           else f"more than its {c['search_evaluations']} evaluations to reach warm's latency"),
+        f"re-measured interleaved ({v['rounds']} rounds): warm/cold model latency ratio {ratios} "
+        f"(median {med:.2f})" if med is not None else "re-measurement failed",
+        claim,
+        f"B again: eta {_pct(again['eta'])}, {again['measurements']} new measurements",
+        f"done in {res['seconds']:.0f} s; 'tunedb report --db {db} --out report/' draws these runs",
+    ]
+    return "\n".join(lines)

@@ -51,5 +51,5 @@ def run_report(args) -> int:
         raise UserError(f"cannot write the report to {args.out}: {e.strerror or e}") from None
     human = "\n".join([f"wrote {out / 'index.html'} ({len(res['files']) - 1} figures)"]
                       + [f"  note: {n}" for n in res["notes"]])
-    emit(args, {"out": str(out), "files": res["files"]}, human)
+    emit(args, {"out": str(out), "files": res["files"], "notes": res["notes"], "summary": res["summary"]}, human)
     return 0
