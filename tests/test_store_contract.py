@@ -89,6 +89,20 @@ def test_latest_measurement_answers_and_best_is_fastest_per_config(store):
     assert [r.cost for r in store.best(T1, W, k=5)] == [1.0]  # one per config, its fastest
 
 
+def test_repeated_measurements_of_one_config_are_all_counted(store):
+    """A re-measurement is a new record: len, records() and change_token see it at once (the
+    Parquet handle once counted its own commits by triple and missed repeats until a refresh)."""
+    first = tunedb.Record(T1, W, {"tile": 1}, [2.0])
+    store.commit(first)
+    token = store.change_token()
+    for cost in (1.0, 3.0):
+        store.commit(tunedb.Record(T1, W, {"tile": 1}, [cost]))
+    assert len(store) == 3 == store.records().num_rows
+    assert store.change_token() != token
+    store.commit(first)  # the same record_id again: a no-op
+    assert len(store) == 3 == store.records().num_rows
+
+
 def test_invalid_records_raise_and_store_nothing(store):
     good = recs(2)
     bad = tunedb.Record(T1, W, {"tile": 5}, [1.0])

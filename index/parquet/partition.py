@@ -162,9 +162,11 @@ class Partition:
             self.target_key = recs[0].target_key
 
     def live_count(self) -> int:
-        """Live (not stale) records, own commits included (the partition must be loaded and synced)."""
-        return int(self.arrays.a["live"].sum()) + len(self.overlay)
+        """Live (not stale) records, own commits included (the partition must be loaded and synced).
+        Own commits count by record id: the overlay answers look-ups by triple, and a triple
+        measured again (a re-measurement) is a new record, not a replacement."""
+        return int(self.arrays.a["live"].sum()) + len(self.overlay_rids)
 
     def count(self) -> int:
-        """Records, stale ones included (loaded and synced)."""
-        return int(len(self.arrays.a["lookup_key"])) + len(self.overlay)
+        """Records, stale ones included (loaded and synced; own commits by record id)."""
+        return int(len(self.arrays.a["lookup_key"])) + len(self.overlay_rids)

@@ -543,7 +543,7 @@ class TuningDB(RecordStore):
                 self._maybe_auto_compact(d)
             except OSError:
                 pass  # (a full disk: tried again after later commits, or by compact())
-        if any(len(self._part(tk).overlay) > self.OVERLAY_LIMIT for tk in tkeys):
+        if any(len(self._part(tk).overlay_rids) > self.OVERLAY_LIMIT for tk in tkeys):
             self.refresh()
 
     def _fresh_mask(self, rh: np.ndarray, tkeys: list[str], codes: np.ndarray) -> np.ndarray:
@@ -1076,7 +1076,7 @@ class TuningDB(RecordStore):
                 rel = os.path.relpath(root, self.path)
                 names.extend(os.path.join(rel, f) for f in files if not f.startswith("_"))
         with self._lock:
-            own = sum(len(p.overlay) for p in self._parts.values())
+            own = sum(len(p.overlay_rids) for p in self._parts.values())
         try:  # journaled commits: the journals' sizes on disk
             jsig = sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
         except FileNotFoundError:

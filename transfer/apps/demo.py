@@ -73,8 +73,9 @@ def verdict(ratios: list[float], within: float = WITHIN) -> str:
 
 
 def run_demo(db: RecordStore, *, budget_per_task: int = 3, seed: int = 0, verify_rounds: int = 3,
-             progress: Callable[[str, dict], None] | None = None) -> dict:
-    """Run the demo on ``db``; returns the numbers the CLI prints (seconds for costs)."""
+             target: str = PRESET, progress: Callable[[str, dict], None] | None = None) -> dict:
+    """Run the demo on ``db`` with the local preset ``target``; returns the numbers the CLI
+    prints (seconds for costs).  ValueError when ``target`` is not a local preset."""
     from tunedb.datasets.models import load_model
     from tunedb.index.hardware.localcpu import local_target
     from tunedb.transfer.apps.tune_model import ModelOptions, evaluations_to_reach, tune_model
@@ -82,7 +83,8 @@ def run_demo(db: RecordStore, *, budget_per_task: int = 3, seed: int = 0, verify
 
     watch = runlog.Stopwatch()
     t_start = time.perf_counter()
-    target = local_target(PRESET)
+    preset_name = target
+    target = local_target(preset_name)
     model_a, model_b = load_model(MODEL_A), load_model(MODEL_B)
 
     def run(model: Any, label: str, budget: int, cold: bool) -> dict:
@@ -104,7 +106,7 @@ def run_demo(db: RecordStore, *, budget_per_task: int = 3, seed: int = 0, verify
         if n <= warm["search_evaluations"] and lat is not None:
             cold_at_warm_budget = lat
     out = {
-        "db": db.location, "target": PRESET, "model_a": model_a.name, "model_b": model_b.name,
+        "db": db.location, "target": target["name"], "model_a": model_a.name, "model_b": model_b.name,
         "budget_per_task": budget_per_task, "cold_factor": COLD_FACTOR,
         "a": _brief(a), "warm": _brief(warm), "cold": _brief(cold), "again": _brief(again),
         "cold_evaluations_to_warm_latency": cold_to_warm,

@@ -3,15 +3,17 @@
 1. Look up: a task whose workload this target already has ok measurements of (at least
    ``hit_configs`` configs) is a *hit* — its best is reused, nothing is searched or measured for
    it (a new model on known hardware tunes only its new operators).
-2. Every other task gets the default config of its kernel family measured (DB first) as its
-   first evaluation, then a Tuner started from the nearest entries' adapted bests (*warm*) or,
-   with no similar entry, from the default and random configs (*cold*).
-3. The budget (evaluations over the tuned tasks, defaults included) is handed out round by
-   round by ``tunedb.transfer.search.scheduler``: the task expected to cut the model latency most
-   gets the next round, re-decided after every round as results come in.
+2. Every other task starts with one round (``first`` evaluations): a Tuner seeded from the
+   nearest entries' adapted bests (*warm*) or, with no similar entry, from its kernel family's
+   default config (*cold*).
+3. The rest of the budget (evaluations over the tuned tasks) is handed out round by round by
+   ``tunedb.transfer.search.scheduler``: the task expected to cut the model latency most gets
+   the next round, re-decided after every round as results come in.
 4. The leaders of every tuned task are re-measured interleaved (``Tuner.confirm``) so a noisy
    minute does not crown a winner; each repeat is committed.
-5. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.
+5. Every task's default config is looked up (or measured once, as a reference outside the
+   budget) for the default-config latency.
+6. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.
 
 Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
 tasks searched before as hits and resumes the rest (their earlier evaluations come back from the
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class ModelOptions:
-    """Options of a model tuning run.  ``budget``: evaluations over the tuned tasks (each one's
-    default config included); ``cold``: no look-up of whole tasks, no seeds, no prior model (the
+    """Options of a model tuning run.  ``budget``: search evaluations over the tuned tasks (new
+    measurements and cache hits; the default-config reference is not one); ``cold``: no look-up of whole tasks, no seeds, no prior model (the
     comparison baseline; it still starts each task from its default config); ``round``:
     evaluations per scheduler round; ``first``: evaluations of a task's first round (seeds, or
     default and random configs); ``confirm_top`` / ``confirm_rounds``: re-measurement of each
@@ -51,7 +53,7 @@ class ModelOptions:
     cold: bool = False
     seed: int = 0
     round: int = 2
-    first: int = 3
+    first: int = 1
     confirm_top: int = 2
     confirm_rounds: int = 2
     reuse_hits: bool = True
@@ -125,40 +127,26 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
                 todo.append(i)
                 continue
             rec, saved = hit
-            d = db.lookup(job.target, job.workload, job.defaults)
-            defaults[i] = d.cost if d is not None and d.status == "ok" else None
             states[i].update(rec.cost, 0)
             states[i].alive = False
             rows[i] = runlog.hit_task(job.workload, rec.cost, weight=task.weight, name=task.name,
-                                      default_cost=defaults[i], saved_s=saved, best_config=rec.config)
+                                      saved_s=saved, best_config=rec.config)
             note("hit", i)
         if todo and opt.budget < len(todo):
             raise ValueError(f"--budget {opt.budget} is less than the {len(todo)} tasks to tune "
-                             "(each needs at least its default config measured)")
-        # 2. every tuned task's default config (DB first), then each task's first round
-        per_first = max(1, min(opt.first, opt.budget // max(len(todo), 1) - 1))
-        default_recs = {}
-        for i in todo:
-            t0 = time.perf_counter()
-            cost, rec, cached = _default_cost(db, jobs[i])
-            default_measure_s += time.perf_counter() - t0
-            defaults[i], default_recs[i] = cost, rec
-            default_meas += 0 if cached else 1
-            default_hits += 1 if cached else 0
-            spent += 1
-            states[i].update(cost, 1)
-            rows[i] = {"source": "pending"}
-            note("default", i)
+                             "(each needs at least one evaluation)")
+        # 2. each task's first round: its best seeds (warm), else its default config (cold)
+        per_first = max(1, min(opt.first, opt.budget // max(len(todo), 1)))
         for i in todo:
             job = jobs[i]
-            topt = TuneOptions(budget=1 + per_first, seed=opt.seed + i, cold=opt.cold, patience=None,
+            topt = TuneOptions(budget=per_first, seed=opt.seed + i, cold=opt.cold, patience=None,
                                batch=opt.round, n_seeds=per_first, start_default=True,
                                confirm_top=opt.confirm_top, confirm_rounds=opt.confirm_rounds)
             tu = Tuner(db, job.target, job.workload, job.space, job.backend, topt, **job.tuner_kwargs())
-            tu.preload([default_recs[i]])  # the default is the task's first evaluation
             tuners[i] = tu
+            rows[i] = {"source": "pending"}
             tu.start()
-            spent += len(tu.evaluated) - 1
+            spent += len(tu.evaluated)
             states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
             rows[i] = {"source": "warm" if tu.seeds_info else "cold"}
             note("start", i)
@@ -182,6 +170,15 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
             tuners[i].confirm()
             states[i].best = tuners[i].best[0] if tuners[i].best else math.inf
         note("confirm")
+        # 5. the default-config latency: a reference, looked up or measured once (not a search
+        # evaluation: a warm task starts from its seeds, not from its default)
+        for i in range(n):
+            t0 = time.perf_counter()
+            cost, _rec, cached = _default_cost(db, jobs[i])
+            default_measure_s += time.perf_counter() - t0
+            defaults[i] = cost
+            default_meas += 0 if cached else 1
+            default_hits += 1 if cached else 0
     except KeyboardInterrupt:
         interrupted = True
 
@@ -195,6 +192,7 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
                                       name=task.name)
         elif rows[i] is not None and rows[i]["source"] == "hit":
             row = rows[i]
+            row["default_cost"] = defaults[i]
         else:  # not started (interrupted before it)
             row = {"name": task.name, "workload": jobs[i].workload, "workload_key": key_of(jobs[i].workload),
                    "weight": float(task.weight), "source": "pending", "evaluations": 0, "measurements": 0,
@@ -202,7 +200,7 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
                    "default_cost": defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted"}
         row["layers"] = list(getattr(task, "layers", []) or [])
         tasks_out.append(row)
-    latency = model_latency(states, defaults)
+    latency = model_latency(states, [None] * n)
     dl = [d for d in defaults]
     default_latency = (sum(t.weight * d for t, d in zip(states, dl))
                        if dl and all(d is not None and math.isfinite(d) for d in dl) else None)

@@ -471,6 +471,11 @@ class Tuner:
             first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
         self.evaluate(first)
         self._pending = seeds[self.opt.n_seeds:]
+        if seeds and self.defaults and self.space.is_valid(self.defaults):
+            # seeded from other entries: the family's default for this target stays a candidate
+            # (ranked by the model like the rest), so seeds that do not transfer cannot leave
+            # the run worse than the default when the budget allows one more evaluation
+            self._pending.append(dict(self.defaults))
         self._stale_rounds = 0
 
     def step(self, max_evaluations: int | None = None) -> bool:

@@ -13,6 +13,8 @@ def register(sub, common) -> None:
     p.add_argument("--budget-per-task", type=int, default=3,
                    help="evaluations per operator task of each warm run (default 3; cold gets 4x)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--target", default="cpu-native-t1",
+                   help="the local preset to tune on (default cpu-native-t1; see 'tunedb targets')")
     p.add_argument("--verify-rounds", type=int, default=3,
                    help="interleaved re-measurements of warm's and cold's final configs (default 3)")
     p.set_defaults(func=run_demo_cmd)
@@ -43,9 +45,15 @@ def run_demo_cmd(args) -> int:
         lat = fmt_seconds(ev["latency"]) if ev["latency"] is not None else "-"
         progress_to(state["bar"], min(ev["evaluations"], ev["budget"]), f"latency {lat}")
 
+    from tunedb.index.hardware.localcpu import local_target
+
+    try:
+        local_target(args.target)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     try:
         res = run_demo(db, budget_per_task=args.budget_per_task, seed=args.seed, verify_rounds=args.verify_rounds,
-                       progress=progress)
+                       target=args.target, progress=progress)
     finally:
         if state["bar"] is not None:
             state["bar"].close()

@@ -24,7 +24,7 @@ def register(sub, common) -> None:
     p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--target", required=True, help="a local preset of this machine (see 'tunedb targets')")
     p.add_argument("--budget", type=int, default=40,
-                   help="evaluations over the tasks to tune, each task's default config included (default 40)")
+                   help="search evaluations over the tasks to tune (default 40; the default-config reference is extra)")
     p.add_argument("--cold", action="store_true",
                    help="no reuse, no seeds, no prior model: the comparison baseline (each task starts from its default)")
     p.add_argument("--seed", type=int, default=0)
