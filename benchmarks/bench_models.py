@@ -3,7 +3,9 @@
 Side by side in one run, ``--seeds`` seeds, real builds and runs on this CPU (``tune-model``):
 
 same target (goal 1)
-    DB = ResNet-18 and the narrow encoder block tuned on the native preset; then each of
+    DB = ResNet-18 and the narrow encoder block tuned on the native preset (``--base-factor`` x
+    ``--per-task`` evaluations per task: the history was tuned as thoroughly as the cold
+    baseline is); then each of
     ResNet-34 (after ResNet-18), MobileNet-v2 (after ResNet-18) and the wider encoder (after the
     narrow one) is tuned *warm* through a copy of that DB (``--per-task`` evaluations per task)
     and *cold* in an empty DB with 4x the budget (no reuse, no seeds, no prior model).  The line
@@ -106,7 +108,7 @@ def run(args) -> dict:
     dest = local_target(args.dest or (uarch[-1] if uarch else "cpu-native-t1"))
     source = local_target(args.source)
     out: dict = {"target": native["name"], "source": source["name"], "dest": dest["name"], "seeds": args.seeds,
-                 "per_task": args.per_task, "cold_factor": args.cold_factor, "cnn_size": args.cnn_size,
+                 "per_task": args.per_task, "cold_factor": args.cold_factor, "base_factor": args.base_factor, "cnn_size": args.cnn_size,
                  "seq": args.seq, "same_target": {}, "new_target": {}, "started": time.strftime("%F %T")}
     t0 = time.perf_counter()
 
@@ -118,7 +120,7 @@ def run(args) -> dict:
             base = work / f"s{seed}-base"
             for m in sorted({a for _, a in SAME}):
                 n = len(load_model(_spec(m, args)).tasks)
-                r = _tune(base, m, native, args.per_task * n, False, seed, args)
+                r = _tune(base, m, native, args.base_factor * args.per_task * n, False, seed, args)
                 log(f"seed {seed} base {m}: latency {r['latency']:.3e}")
             for b, _after in SAME:
                 n = len(load_model(_spec(b, args)).tasks)
@@ -133,7 +135,7 @@ def run(args) -> dict:
             base = work / f"s{seed}-src"
             for m in NEW:
                 n = len(load_model(_spec(m, args)).tasks)
-                _tune(base, m, source, args.per_task * n, False, seed, args)
+                _tune(base, m, source, args.base_factor * args.per_task * n, False, seed, args)
             for m in NEW:
                 n = len(load_model(_spec(m, args)).tasks)
                 warm = _tune(_copy(base, work / f"s{seed}-{m}-dest-warm"), m, dest, args.per_task * n, False, seed,
@@ -187,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--per-task", type=int, default=2, help="warm evaluations per task (default 2)")
     p.add_argument("--cold-factor", type=int, default=4)
+    p.add_argument("--base-factor", type=int, default=4,
+                   help="the DB's models were tuned with this times --per-task evaluations per task (default 4: "
+                        "as thoroughly as the cold baseline)")
     p.add_argument("--cnn-size", type=int, default=64, help="input resolution of the CNNs (default 64)")
     p.add_argument("--seq", type=int, default=32, help="sequence length of the encoder blocks (default 32)")
     p.add_argument("--target", default="cpu-native-t1")

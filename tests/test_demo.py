@@ -43,3 +43,12 @@ def test_demo_json_numbers_are_consistent(tmp_path):
     best = json.loads(run_cli("best", "--db", str(db), "--target", out["target"], "--workload",
                               "matmul:M=32,N=768,K=256", "--json").stdout)
     assert best["records"], "A's QKV projection is in the DB"
+
+
+def test_verdict_claims_a_win_only_when_every_round_agrees():
+    from tunedb.transfer.apps.demo import verdict
+
+    assert verdict([0.9, 1.0, 1.04]) == "holds"
+    assert verdict([1.2, 1.1, 1.3]) == "fails"
+    assert verdict([0.95, 1.2, 1.0]) == "inconclusive"
+    assert verdict([]) == "inconclusive"

@@ -243,6 +243,12 @@ def test_unseen_workload_gets_adapted_nearest_traces(tuned):
         tiles = perfect_tiles(trace_json)
         assert [int(np.prod(t)) for t in tiles] == [64, 64, 128]  # i, j, k re-tiled for the new extents
         assert not any(inst[0] == "EnterPostproc" for inst in trace_json[0])
+    # the same traces, with provenance, for a search strategy that measures them as they are
+    adapted = db.adapted_traces(mod, 8)
+    assert [info["key"] for _, info in adapted] == [
+        json.dumps(strip_postproc(r.as_json()[0]), sort_keys=True) for r in seeds]
+    assert [info["record_id"] for _, info in adapted] == [s["record_id"] for s in db.last_warm_start]
+    assert db.timings["get_top_k"][0] >= 1 and db.timings["adapted_traces"][0] == 1 and db.timed_seconds > 0
     # the first adapted trace is a real schedule of the new workload: build, run, compare
     sch = tvm.s_tir.Schedule(mod)
     seeds[0].trace.apply_to_schedule(sch, remove_postproc=False)
@@ -261,3 +267,5 @@ def test_unseen_workload_gets_adapted_nearest_traces(tuned):
     assert len(new) == 8 and any(r.ok for r in new)
     measured = db.get_top_k(db.commit_workload(mod), 8)
     assert measured and all(r.run_secs is not None for r in measured)  # measured records replace the seeds
+    assert db.adapted_traces(mod, 8) == []  # nothing to inject once the workload has measurements
+    assert db.count_records(mod) == 8

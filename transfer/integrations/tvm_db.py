@@ -62,7 +62,10 @@ entries* instead, up to ``k``:
 
 1. ``db.nearest(target, workload, warm_start_neighbours, same_family=True,
    best_n=warm_start_per_neighbour)`` -- the most similar (target, workload) entries of the same
-   family (matmul with matmul), on any target, most similar first;
+   family (matmul with matmul), on any target; entries whose arguments have the workload's ranks
+   and dtypes come first (for ``tir`` workloads, i.e. fused Relax operators, the same operator at
+   other shapes, most likely: shape similarity alone may prefer another operator with
+   look-alike shapes), most similar first within each group;
 2. neighbours of another target *kind* (e.g. cuda traces for llvm) are skipped, and so are records
    without a MetaSchedule trace (native tunedb kernels);
 3. each neighbour record's trace, cut at ``EnterPostproc`` (postprocessor output is shape-specific;
@@ -80,6 +83,22 @@ Once the workload has an ``ok`` record on the current target, only its own recor
 ``query_tuning_record`` never warm-starts (it answers measured results only).  Only MetaSchedule's
 evolutionary search reads ``get_top_k``; the replay strategies ignore the database.
 
+Through ``get_top_k`` alone the adapted traces are only part of the search's initial population,
+which it mutates before measuring, so none is measured as offered.
+:class:`~tunedb.transfer.integrations.tvm_search.WarmStartSearch` measures them as they are:
+it takes them from :meth:`adapted_traces` (the same traces, with provenance; [] once the workload
+has ``ok`` records), and :func:`~tunedb.transfer.integrations.tvm_search.pretrain_cost_model`
+feeds a cost model the nearest workloads' measured history from :meth:`neighbour_records`.
+:func:`tunedb.transfer.integrations.tvm_models.tune_relax` uses both for a whole Relax model.
+
+Cost of the database itself
+---------------------------
+Every MetaSchedule-facing method (and :meth:`adapted_traces`, :meth:`neighbour_records`,
+:meth:`count_records`) adds its wall time to :attr:`timings` (``{method: [calls, seconds]}``,
+outermost calls only); :attr:`timed_seconds` is their sum, :meth:`reset_timings` starts over.
+Committing one record costs a few milliseconds (MetaSchedule's own ``TuningRecord.as_json`` is
+about half of it), ``get_top_k`` about as much; a trial (build + run) costs seconds.
+
 Building on small machines
 --------------------------
 :func:`local_builder` is MetaSchedule's ``LocalBuilder`` minus one import per worker (see
@@ -90,13 +109,15 @@ before it compiles anything.  The tuning process itself still pays that import o
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import threading
+import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -267,6 +288,13 @@ def _metaschedule_meta(rec: Record) -> Mapping[str, Any] | None:
     return None
 
 
+def _signature(wl: Mapping[str, Any]) -> tuple:
+    """(argument ranks, argument dtypes) of a workload dict: what two tasks of the same fused
+    operator at other shapes share."""
+    shapes = wl.get("shapes") or []
+    return (tuple(len(x) if isinstance(x, list) else -1 for x in shapes), tuple(wl.get("dtypes") or []))
+
+
 def _adapted_trace(trace_json: Any, mod: tvm.IRModule) -> tuple[Any, str] | None:
     """A stored trace (cut before its postprocessors) replayed on a fresh schedule of ``mod``:
     ``(trace, dedup key)``, or None when it does not fit ``mod``."""
@@ -279,6 +307,33 @@ def _adapted_trace(trace_json: Any, mod: tvm.IRModule) -> tuple[Any, str] | None
         return trace, json.dumps(_plain(trace.as_json(remove_postproc=True)), sort_keys=True)
     except Exception:  # the trace does not fit this workload: skip it
         return None
+
+
+def _timed(fn: Callable) -> Callable:
+    """Add the wall time of a database method to ``self.timings[name] = [calls, seconds]``.
+
+    Only the outermost timed call counts (a timed method calling another is not counted twice);
+    the depth is per thread."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        local = self._timing_local
+        if getattr(local, "depth", 0):
+            return fn(self, *args, **kwargs)
+        local.depth = 1
+        t0 = time.perf_counter()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            local.depth = 0
+            dt = time.perf_counter() - t0
+            with self._timing_lock:
+                slot = self.timings.setdefault(name, [0, 0.0])
+                slot[0] += 1
+                slot[1] += dt
+
+    return wrapper
 
 
 # ----------------------------------------------------------------------------- the database
@@ -307,16 +362,33 @@ class _TunedbDatabase:
         self.min_similarity = min_similarity
         self.session = session
         self.last_warm_start: list[dict] = []
+        self.timings: dict[str, list] = {}  # method -> [calls, wall seconds] (outermost calls only)
+        self._timing_lock = threading.Lock()
+        self._timing_local = threading.local()
         self._lock = threading.RLock()
         self._tvm_target: tvm.target.Target | None = None
         self._target: dict | None = None
         self._workloads: dict[str, Workload] = {}       # structural hash -> Workload (this handle)
         self._wl_info: dict[str, tuple[dict, str]] = {}  # structural hash -> (workload dict, base64 module)
+        self._recent_wl: list[tuple[Any, str]] = []      # (Workload object, structural hash), newest first
         self._known_wl_keys: set[str] | None = None      # workload keys with a record in the store
         self._rebuilt: OrderedDict[str, Any] = OrderedDict()
         self._warned_mismatch = False
         if target is not None:
             self.set_target(target)
+
+    # ------------------------------------------------------------------ timings
+    @property
+    def timed_seconds(self) -> float:
+        """Wall seconds spent in this handle's MetaSchedule-facing methods so far (the sum of
+        :attr:`timings`; outermost calls only, so nothing is counted twice)."""
+        with self._timing_lock:
+            return float(sum(v[1] for v in self.timings.values()))
+
+    def reset_timings(self) -> None:
+        """Forget :attr:`timings` (start a new measurement)."""
+        with self._timing_lock:
+            self.timings = {}
 
     # ------------------------------------------------------------------ targets
     @property
@@ -360,6 +432,7 @@ class _TunedbDatabase:
             self._known_wl_keys = set(t.column("workload_key").to_pylist()) if t.num_rows else set()
         return self._known_wl_keys
 
+    @_timed
     def has_workload(self, mod: tvm.IRModule) -> bool:
         """True when any target has a record of ``mod`` or it was committed through this handle."""
         with self._lock:
@@ -368,6 +441,7 @@ class _TunedbDatabase:
                 return True
             return key_of(wl) in self._known_workload_keys()
 
+    @_timed
     def commit_workload(self, mod: tvm.IRModule) -> Workload:
         """The ``Workload`` of ``mod`` (one object per structural hash and handle; nothing is
         written: tunedb stores a workload with its records)."""
@@ -382,12 +456,23 @@ class _TunedbDatabase:
             return w
 
     def _workload_of_object(self, workload: Workload) -> tuple[str, dict, str]:
-        """:meth:`_workload_info` of a MetaSchedule ``Workload`` (remembered by structural hash)."""
+        """:meth:`_workload_info` of a MetaSchedule ``Workload`` (remembered by structural hash).
+
+        MetaSchedule passes the same ``Workload`` object (the one :meth:`commit_workload` returned)
+        with every record of a task, so the last few objects are recognised by identity
+        (``same_as``) and their module is not serialised again."""
+        for obj, shash in self._recent_wl:
+            if obj.same_as(workload):
+                info = self._wl_info[shash]
+                return shash, info[0], info[1]
         shash, b64 = (str(x) for x in workload.as_json())
         self._workloads.setdefault(shash, workload)
-        return self._workload_info(workload.mod, shash, b64)
+        out = self._workload_info(workload.mod, shash, b64)
+        self._recent_wl = [(workload, shash), *self._recent_wl[:7]]
+        return out
 
     # ------------------------------------------------------------------ records
+    @_timed
     def commit_tuning_record(self, record: TuningRecord) -> None:
         """Store one MetaSchedule record as a tunedb Record (durable on return)."""
         with self._lock:
@@ -448,6 +533,7 @@ class _TunedbDatabase:
                 out.append(tr)
         return out
 
+    @_timed
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         """Best ``top_k`` measured records of ``workload`` on the current target (ascending mean
         run time); for a workload the current target has none of, adapted nearest-neighbour
@@ -463,15 +549,25 @@ class _TunedbDatabase:
 
     # ---------------------------------------------------------------- warm start
     def _warm_start(self, workload: Workload, wl: dict, top_k: int) -> list[TuningRecord]:
-        """Up to ``top_k`` nearest-neighbour traces adapted to ``workload`` (see module docstring)."""
+        """Up to ``top_k`` nearest-neighbour traces adapted to ``workload`` as unmeasured
+        TuningRecords (see module docstring); sets :attr:`last_warm_start`."""
+        assert self._tvm_target is not None
+        adapted = self._adapted(workload.mod, wl, top_k)
+        self.last_warm_start = [info for _, info in adapted]
+        args_info = _tvm().ArgInfo.from_entry_func(workload.mod, remove_preproc=True)
+        return [_tvm().TuningRecord(trace, workload, None, self._tvm_target, args_info) for trace, _ in adapted]
+
+    def _adapted(self, mod: tvm.IRModule, wl: dict, k: int) -> list[tuple[Any, dict]]:
+        """``(trace, provenance)`` of up to ``k`` nearest-neighbour traces adapted to ``mod``,
+        nearest entry first, each entry's best record first, de-duplicated."""
         target = self._target
-        assert target is not None and self._tvm_target is not None
-        self.last_warm_start = []
-        matches = self._neighbours(target, wl)
-        mod = workload.mod
-        args_info = _tvm().ArgInfo.from_entry_func(mod, remove_preproc=True)
-        out: list[TuningRecord] = []
+        assert target is not None
+        out: list[tuple[Any, dict]] = []
         seen: set[str] = set()
+        sig = _signature(wl)
+        # entries whose arguments have the query's ranks and dtypes (the same fused operator, most
+        # likely) first, then the others; most similar first within each group
+        matches = sorted(self._neighbours(target, wl), key=lambda m: (_signature(m.workload) != sig, -m.similarity))
         for m in matches:
             if m.target.get("kind") != target.get("kind"):
                 continue
@@ -483,25 +579,91 @@ class _TunedbDatabase:
                 if adapted is None or adapted[1] in seen:
                     continue
                 seen.add(adapted[1])
-                out.append(_tvm().TuningRecord(adapted[0], workload, None, self._tvm_target, args_info))
-                self.last_warm_start.append({"record_id": rec.record_id, "from_target": m.target_name,
-                                             "from_workload": m.workload, "similarity": m.similarity,
-                                             "cost": rec.cost})
-                if len(out) >= top_k:
+                out.append((adapted[0], {"record_id": rec.record_id, "from_target": m.target_name,
+                                         "from_workload": m.workload, "similarity": m.similarity,
+                                         "cost": rec.cost, "key": adapted[1]}))
+                if len(out) >= k:
                     return out
         return out
 
-    def _neighbours(self, target: dict, wl: dict) -> list:
-        """``db.nearest`` of (target, wl) for the warm start ([] when the query fails)."""
+    @_timed
+    def adapted_traces(self, mod: tvm.IRModule, k: int) -> list[tuple[Any, dict]]:
+        """The warm-start traces of ``mod`` for the current target, for a search strategy that
+        measures them as they are (:mod:`tunedb.transfer.integrations.tvm_search`).
+
+        Returns up to ``k`` ``(tvm.s_tir.Trace, provenance)`` pairs, the traces ``get_top_k``
+        would offer (nearest entry first; postprocessors not applied), provenance ``{record_id,
+        from_target, from_workload, similarity, cost (seconds, on the neighbour), key (the
+        trace's canonical JSON without postprocessors)}``.  ``[]`` when warm start is off, there
+        is no current target, or the current target already has ``ok`` records of ``mod`` (the
+        database serves those)."""
+        with self._lock:
+            if k <= 0 or self._target is None or not self.warm_start:
+                return []
+            w = self.commit_workload(mod)
+            _, wl, _ = self._workload_of_object(w)
+            if self.db.best(self._target, wl, 1):
+                return []
+            return self._adapted(w.mod, wl, int(k))
+
+    @_timed
+    def neighbour_records(self, mod: tvm.IRModule, per_neighbour: int = 64,
+                          neighbours: int | None = None) -> list[tuple[Workload, list[TuningRecord]]]:
+        """Measured history of the workloads nearest to ``mod`` on exactly the current target,
+        for pre-training a cost model: ``[(neighbour Workload, its best ``per_neighbour``
+        TuningRecords rebuilt on the neighbour's own module, ascending run time)]``, nearest
+        first, ``mod``'s own workload excluded.  Only ``ok`` records that rebuild; [] without a
+        current target.  ``neighbours`` defaults to ``warm_start_neighbours``."""
+        with self._lock:
+            if self._target is None:
+                return []
+            w = self.commit_workload(mod)
+            _, wl, _ = self._workload_of_object(w)
+            own = key_of(wl)
+            out = []
+            for m in self._neighbours(self._target, wl, neighbours=neighbours, best_n=0):
+                if m.target != self._target or m.workload_key == own:
+                    continue
+                recs = self.db.best(self._target, m.workload, int(per_neighbour))
+                nb_w = None
+                trs = []
+                for rec in recs:
+                    ms = _metaschedule_meta(rec)
+                    if ms is None:
+                        continue
+                    nb_w = nb_w or self._stored_workload(ms.get("workload"))
+                    if nb_w is None:
+                        break
+                    tr = self._rebuild(rec, nb_w)
+                    if tr is not None:
+                        trs.append(tr)
+                if nb_w is not None and trs:
+                    out.append((nb_w, trs))
+            return out
+
+    def _neighbours(self, target: dict, wl: dict, *, neighbours: int | None = None,
+                    best_n: int | None = None) -> list:
+        """``db.nearest`` of (target, wl) for the warm start ([] when the query fails);
+        ``neighbours``/``best_n`` default to ``warm_start_neighbours``/``warm_start_per_neighbour``."""
         try:
             with warnings.catch_warnings():  # "target matches no catalog device": expected for TVM targets
                 warnings.simplefilter("ignore", UserWarning)
-                return self.db.nearest(target, wl, self.warm_start_neighbours, same_family=True,
+                return self.db.nearest(target, wl, neighbours or self.warm_start_neighbours, same_family=True,
                                        min_similarity=self.min_similarity,
-                                       best_n=self.warm_start_per_neighbour)
+                                       best_n=self.warm_start_per_neighbour if best_n is None else best_n)
         except (ValueError, TypeError) as e:
             log.warning("tunedb warm start: nearest query failed: %s", e)
             return []
+
+    @_timed
+    def count_records(self, mod: tvm.IRModule) -> int:
+        """Number of stored records (failed ones included: MetaSchedule's trials) of ``mod`` on the
+        current target; 0 without a current target."""
+        with self._lock:
+            if self._target is None:
+                return 0
+            _, wl, _ = self._workload_of_object(self.commit_workload(mod))
+            return int(self.db.records(self._target, wl, include_stale=False).num_rows)
 
     # ------------------------------------------------------------------ listing
     def _scoped_records(self) -> list[Record]:
@@ -529,6 +691,7 @@ class _TunedbDatabase:
             self._workloads[str(wjson[0])] = w
         return w
 
+    @_timed
     def get_all_tuning_records(self) -> list[TuningRecord]:
         """Every stored MetaSchedule record of the current target (of all targets when none is
         set), failed ones included, in commit order."""
@@ -541,11 +704,13 @@ class _TunedbDatabase:
                     out.append(tr)
             return out
 
+    @_timed
     def __len__(self) -> int:
         """Number of stored MetaSchedule records in the scope of ``get_all_tuning_records``."""
         with self._lock:
             return len(self._scoped_records())
 
+    @_timed
     def query_tuning_record(self, mod: tvm.IRModule, target: tvm.target.Target,
                             workload_name: str | None = None) -> TuningRecord | None:
         """Best measured record of ``mod`` on exactly ``target`` (``workload_name`` is ignored,

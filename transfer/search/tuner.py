@@ -317,6 +317,26 @@ class Tuner:
         order = sorted(scores, key=lambda s: (-scores[s], s))
         return [cfg_of[s] for s in order]
 
+    def _rank_with_default(self, seeds: list[dict]) -> list[dict]:
+        """The seeds with the family's default config for this target among them.  When the
+        cost model has seen this target (its training records include the target's name), the
+        first ``max(n_seeds, 4)`` seeds and the default are ordered by it (the DB's view of
+        what transfers: a new model on known hardware); when it has not (a new target, whose
+        rankings the model can only extrapolate) or there is no model, the default goes first
+        (it is derived from the target's vector width, registers and caches, and configs tuned
+        for another ISA often lose to it), the seeds after it.  Seeds that do not transfer then
+        cannot leave a short run worse than the default."""
+        default = dict(self.defaults)
+        seeds = [c for c in seeds if _sig(c) != _sig(default)]
+        head, tail = seeds[: max(self.opt.n_seeds, 4)], seeds[max(self.opt.n_seeds, 4):]
+        pool = head + [default]
+        seen = getattr(self.model, "targets_", None) or []
+        pred = self._predict(pool) if str(self.target.get("name", "")) in seen else None
+        if pred is None:
+            return [default] + head + tail
+        order = np.argsort(pred, kind="stable")
+        return [pool[i] for i in order] + tail
+
     # ------------------------------------------------------------------ model
     def _fit_model(self, force: bool = False) -> None:
         """(Re)fit the cost model.  Warm: the family's base model (``_base_model``) corrected by
@@ -460,6 +480,8 @@ class Tuner:
         seeds = [] if self.opt.cold else self.seed_configs()
         if not self.opt.cold:
             self._fit_model(force=True)
+        if seeds and self.defaults and self.space.is_valid(self.defaults):
+            seeds = self._rank_with_default(seeds)
         first = seeds[: self.opt.n_seeds]
         if not first:
             # no history to seed from: a warm run starts from the family's default config,
@@ -471,11 +493,6 @@ class Tuner:
             first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
         self.evaluate(first)
         self._pending = seeds[self.opt.n_seeds:]
-        if seeds and self.defaults and self.space.is_valid(self.defaults):
-            # seeded from other entries: the family's default for this target stays a candidate
-            # (ranked by the model like the rest), so seeds that do not transfer cannot leave
-            # the run worse than the default when the budget allows one more evaluation
-            self._pending.append(dict(self.defaults))
         self._stale_rounds = 0
 
     def step(self, max_evaluations: int | None = None) -> bool:
