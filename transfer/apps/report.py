@@ -257,13 +257,9 @@ def load_runs(paths: Iterable[str | Path]) -> RunsData:
 # ---------------------------------------------------------------- stored run summaries
 def _num(x: Any) -> float | None:
     """``x`` as a finite float (not a bool), else None."""
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+    from tunedb.transfer.search.runlog import finite
+
+    return finite(x)
 
 
 def _count(x: Any) -> int | None:

@@ -40,8 +40,8 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _num(x: Any) -> float | None:
-    """``x`` as a finite float, else None (summaries are strict JSON)."""
+def finite(x: Any) -> float | None:
+    """``x`` as a finite float (not a bool), else None (summaries are strict JSON)."""
     if x is None or isinstance(x, bool):
         return None
     try:
@@ -63,11 +63,11 @@ def task_summary(res: TuneResult, *, weight: float = 1.0, source: str | None = N
         "name": name, "workload": dict(res.workload), "workload_key": key_of(res.workload), "weight": float(weight),
         "source": source, "evaluations": int(res.evaluations), "measurements": int(res.measurements),
         "cache_hits": int(res.cache_hits), "remeasurements": int(getattr(res, "remeasurements", 0)),
-        "best": _num(res.best_cost), "best_config": res.best_config, "default_cost": _num(default_cost),
-        "history": [[int(i), _num(b)] for i, b in res.history],
+        "best": finite(res.best_cost), "best_config": res.best_config, "default_cost": finite(default_cost),
+        "history": [[int(i), finite(b)] for i, b in res.history],
         "seeded_from": [s.get("from_target", "") for s in res.seeds[:8]],
-        "stopped_by": res.stopped_by, "measure_s": _num(over.get("measure")) or 0.0,
-        "wall_s": _num(over.get("total")) or 0.0, "saved_s": _num(getattr(res, "saved_s", 0.0)) or 0.0,
+        "stopped_by": res.stopped_by, "measure_s": finite(over.get("measure")) or 0.0,
+        "wall_s": finite(over.get("total")) or 0.0, "saved_s": finite(getattr(res, "saved_s", 0.0)) or 0.0,
     }
 
 
@@ -79,9 +79,9 @@ def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float =
 
     return {"name": name, "workload": dict(workload), "workload_key": key_of(dict(workload)),
             "weight": float(weight), "source": "hit", "evaluations": 0, "measurements": 0, "cache_hits": 0,
-            "remeasurements": 0, "best": _num(best), "best_config": best_config, "default_cost": _num(default_cost),
+            "remeasurements": 0, "best": finite(best), "best_config": best_config, "default_cost": finite(default_cost),
             "history": [], "seeded_from": [], "stopped_by": "hit", "measure_s": 0.0, "wall_s": 0.0,
-            "saved_s": _num(saved_s) or 0.0}
+            "saved_s": finite(saved_s) or 0.0}
 
 
 def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], started: str,
@@ -106,16 +106,16 @@ def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping
     saved = sum(float(t.get("saved_s") or 0.0) for t in tasks)
     t_full = measure_s + saved
     out: dict[str, Any] = {
-        "kind": kind, "label": label, "started": started, "wall_s": _num(wall_s),
+        "kind": kind, "label": label, "started": started, "wall_s": finite(wall_s),
         "target": str(target.get("name", "")), "target_key": key_of(dict(target)), "model": model,
         "options": dict(options or {}), "tasks": tasks,
         "evaluations": evals, "measurements": meas, "cache_hits": hits,
         "remeasurements": sum(int(t.get("remeasurements") or 0) for t in tasks),
-        "eta": _num(eta), "measure_s": _num(measure_s), "query_s": _num(query_s),
-        "t_full_s": _num(t_full) if t_full > 0 else None,
-        "t_total_s": _num(measure_s + query_s),
-        "t_total_predicted_s": _num(t_full * (1 - eta) + query_s) if t_full > 0 and eta is not None else None,
-        "gain": _num(1.0 - (measure_s + query_s) / t_full) if t_full > 0 else None,
+        "eta": finite(eta), "measure_s": finite(measure_s), "query_s": finite(query_s),
+        "t_full_s": finite(t_full) if t_full > 0 else None,
+        "t_total_s": finite(measure_s + query_s),
+        "t_total_predicted_s": finite(t_full * (1 - eta) + query_s) if t_full > 0 and eta is not None else None,
+        "gain": finite(1.0 - (measure_s + query_s) / t_full) if t_full > 0 else None,
         "records_before": records_before,
         "host": socket.gethostname(), "tunedb_version": TUNEDB_VERSION,
     }
@@ -158,4 +158,4 @@ class Stopwatch:
         return time.perf_counter() - self._t0
 
 
-__all__ = ["RUN_KINDS", "task_summary", "hit_task", "run_summary", "records_in", "save_run", "Stopwatch", "utc_now"]
+__all__ = ["RUN_KINDS", "finite", "task_summary", "hit_task", "run_summary", "records_in", "save_run", "Stopwatch", "utc_now"]
