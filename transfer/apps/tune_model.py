@@ -3,9 +3,10 @@
 1. Look up: a task whose workload this target already has ok measurements of (at least
    ``hit_configs`` configs) is a *hit* — its best is reused, nothing is searched or measured for
    it (a new model on known hardware tunes only its new operators).
-2. Every other task starts with one round (``first`` evaluations): a Tuner seeded from the
-   nearest entries' adapted bests (*warm*) or, with no similar entry, from its kernel family's
-   default config (*cold*).
+2. Every other task starts with one round (``first`` evaluations, default 1) of a Tuner: its
+   kernel family's default config for the target first, then (*warm*) the nearest entries'
+   adapted bests, ranked by the cost model, or (*cold*: no similar entry) the model's or random
+   moves.
 3. The rest of the budget (evaluations over the tuned tasks) is handed out round by round by
    ``tunedb.transfer.search.scheduler``: the task expected to cut the model latency most gets
    the next round, re-decided after every round as results come in.
@@ -16,9 +17,8 @@
 6. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.
 
 Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
-tasks searched before as hits and resumes the rest (their earlier evaluations come back from the
-DB as cache hits).  Model latency = sum of weight x best cost
-(seconds) over the model's tasks; operators the kernel families cannot express are listed by
+tasks measured before as hits and tunes the rest (their earlier evaluations come back from the
+DB as cache hits).  Model latency = sum of weight x best cost (seconds) over the model's tasks; operators the kernel families cannot express are listed by
 the model (``Model.omitted``) and are not part of it.
 """
 
@@ -41,13 +41,14 @@ if TYPE_CHECKING:
 @dataclass
 class ModelOptions:
     """Options of a model tuning run.  ``budget``: search evaluations over the tuned tasks (new
-    measurements and cache hits; the default-config reference is not one); ``cold``: no look-up of whole tasks, no seeds, no prior model (the
-    comparison baseline; it still starts each task from its default config); ``round``:
-    evaluations per scheduler round; ``first``: evaluations of a task's first round (seeds, or
-    default and random configs); ``confirm_top`` / ``confirm_rounds``: re-measurement of each
+    measurements and cache hits; a hit task takes none); ``cold``: no look-up of whole tasks,
+    no seeds, no prior model (the comparison baseline; it too starts each task from its default
+    config); ``round``: evaluations per scheduler round; ``first``: evaluations of a task's
+    first round; ``confirm_top`` / ``confirm_rounds``: re-measurement of each
     task's leaders (``Tuner.confirm``; 0 = off); ``hit_configs``: a task is a hit (reused, not
-    searched) when the target has ok measurements of at least this many of its configs (the
-    default config alone, as an interrupted run leaves it, is not a tuning)."""
+    searched) when the target has ok measurements of at least this many of its configs (1: the
+    scheduler may have given a task that barely matters one evaluation only, and that was its
+    tuning; a run interrupted before a task's first round leaves none of it)."""
 
     budget: int = 40
     cold: bool = False
@@ -57,7 +58,7 @@ class ModelOptions:
     confirm_top: int = 2
     confirm_rounds: int = 2
     reuse_hits: bool = True
-    hit_configs: int = 2
+    hit_configs: int = 1
     label: str = ""
 
 
