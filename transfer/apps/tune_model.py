@@ -18,8 +18,9 @@
 
 Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
 tasks measured before as hits and tunes the rest (their earlier evaluations come back from the
-DB as cache hits).  Model latency = sum of weight x best cost (seconds) over the model's tasks; operators the kernel families cannot express are listed by
-the model (``Model.omitted``) and are not part of it.
+DB as cache hits).  Model latency = sum of weight x best cost (seconds) over the model's
+tasks; operators the kernel families cannot express are listed by the model
+(``Model.omitted``) and are not part of it.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
         if todo and opt.budget < len(todo):
             raise ValueError(f"--budget {opt.budget} is less than the {len(todo)} tasks to tune "
                              "(each needs at least one evaluation)")
-        # 2. each task's first round: its best seeds (warm), else its default config (cold)
+        # 2. each task's first round: its default config, then its seeds (warm) or the model's/random moves (cold)
         per_first = max(1, min(opt.first, opt.budget // max(len(todo), 1)))
         for i in todo:
             job = jobs[i]

@@ -123,6 +123,16 @@ def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping
     return out
 
 
+def save_tuner_runs(db: RecordStore | None, kind: str, target: Mapping[str, Any], results: Iterable[TuneResult],
+                    watch: Stopwatch, records_before: int | None, *, cold: bool,
+                    options: Mapping[str, Any] | None = None, extra: Mapping[str, Any] | None = None) -> str | None:
+    """Store the summary of a run made of Tuner ``results`` (``tune``: one, ``warm-start``: one
+    per workload; one task each), labelled ``cold`` or ``warm``; its run_id (``save_run``)."""
+    return save_run(db, run_summary(kind, target=target, tasks=[task_summary(r) for r in results],
+                                    started=watch.started, wall_s=watch.elapsed(), label="cold" if cold else "warm",
+                                    options=options, records_before=records_before, extra=extra))
+
+
 def records_in(db: RecordStore | None) -> int | None:
     """The live records of ``db`` (from its entries summary, which the store remembers), or None."""
     if db is None:
@@ -158,4 +168,4 @@ class Stopwatch:
         return time.perf_counter() - self._t0
 
 
-__all__ = ["RUN_KINDS", "finite", "task_summary", "hit_task", "run_summary", "records_in", "save_run", "Stopwatch", "utc_now"]
+__all__ = ["RUN_KINDS", "finite", "task_summary", "hit_task", "run_summary", "records_in", "save_run", "save_tuner_runs", "Stopwatch", "utc_now"]

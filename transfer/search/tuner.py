@@ -647,8 +647,7 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     watch, before = runlog.Stopwatch(), runlog.records_in(db)
     res = Tuner(db, job.target, job.workload, job.space, job.backend, opts, **job.tuner_kwargs(), **kw).run()
     # the run's summary beside the records (``RecordStore.runs()``), as the CLI's tune stores it
-    runlog.save_run(db, runlog.run_summary(
-        "tune", target=job.target, tasks=[runlog.task_summary(res)], started=watch.started,
-        wall_s=watch.elapsed(), label="cold" if opts.cold else "warm", records_before=before,
-        options={"budget": opts.budget, "seed": opts.seed, "cold": opts.cold}, extra={"interrupted": res.interrupted}))
+    runlog.save_tuner_runs(db, "tune", job.target, [res], watch, before, cold=opts.cold,
+                           options={"budget": opts.budget, "seed": opts.seed, "cold": opts.cold},
+                           extra={"interrupted": res.interrupted})
     return res

@@ -110,10 +110,8 @@ def _store_summary(db, kind: str, target: dict, results: list, watch, records_be
 
     opts = {k: getattr(args, k) for k in ("budget", "cold", "seed", "patience", "exact", "replay")
             if getattr(args, k, None) is not None}
-    summary = runlog.run_summary(kind, target=target, tasks=[runlog.task_summary(r) for r in results],
-                                 started=watch.started, wall_s=watch.elapsed(), label="cold" if args.cold else "warm",
-                                 options=opts, records_before=records_before, extra=extra)
-    return runlog.save_run(db, summary)
+    return runlog.save_tuner_runs(db, kind, target, results, watch, records_before, cold=args.cold, options=opts,
+                                  extra=extra)
 
 
 def run_tune(args) -> int:
