@@ -1,0 +1,1 @@
+"""tunedb dashboard: a live, read-only web view of a DB (``tunedb dashboard``)."""
