@@ -9,9 +9,15 @@ T4 results layout (``{"schema_version", "metadata": {"timeunit"}, "results": [..
 
 Mapping (one entry -> one Record on the file's device, source ``imported:kernel-tuner``):
 
-* device: ``--device`` when given, else ``device_name``, else the file name stem
-  (``MI250X.json.gz`` -> ``MI250X``); target = ``{"kind": "gpu", "name": device}`` plus catalog
-  fields (``device_name`` = the catalog's canonical name, ``vendor``, ``arch``);
+* device: ``--device`` when given (it overrides every file's ``device_name``, empty or not),
+  else ``device_name``, else the file name stem (``MI250X.json.gz`` -> ``MI250X``); a GPU
+  kernel's cache whose ``device_name`` is a CPU architecture or host string (``x86_64``,
+  ``aarch64``, ``localhost``, ``node12.cluster.org``, ..., see :func:`host_like_device_name`)
+  names no GPU: the file name stem is used instead and the file is reported
+  (:func:`device_choice`); target = ``{"kind": "gpu", "name": device}`` plus catalog fields
+  (``device_name`` = the catalog's canonical name, ``vendor``, ``arch``); ``label`` (set by the
+  import driver for files whose times contradict others claiming the same device) makes the
+  name ``"<device> [<label>]"``, catalog fields still those of ``device``;
 * workload = ``{family: kernel_name, kernel: kernel_name, problem_size, params: tune_params_keys}``
   (kernel_name missing, as in T4 files -> the name of the file's folder);
 * config = the entry's parameter values (from the entry, else decoded from the cache key; when
@@ -198,8 +204,8 @@ def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str
     return list(map(operator.mul, vals, repeat(scale))), "ok", ""  # [v * scale for v in vals]
 
 
-def _target(device: str) -> Prepared:
-    t: dict[str, Any] = {"kind": "gpu", "name": device}
+def _target(device: str, label: str | None = None) -> Prepared:
+    t: dict[str, Any] = {"kind": "gpu", "name": f"{device} [{label}]" if label else device}
     merge_device_fields(t, resolve_device_fields(device, "gpu"))
     return Prepared.of(t, "target")
 
@@ -217,40 +223,140 @@ def _workload(doc: Mapping[str, Any], path: Path, keys: list[str] | None) -> Pre
     return Prepared.of(w, "workload")
 
 
-def _header(doc: Mapping[str, Any], path: Path, device: str | None, keys: list[str] | None
-            ) -> tuple[Prepared, Prepared]:
+def _header(doc: Mapping[str, Any], path: Path, device: str | None, keys: list[str] | None,
+            notes: list | None = None, label: str | None = None) -> tuple[Prepared, Prepared]:
     try:
-        return _target(device_of(doc, path, device)), _workload(doc, path, keys)
+        name, note = device_choice(doc, path, device)
+        if note is not None and notes is not None:
+            notes.append(note)
+        return _target(name, label), _workload(doc, path, keys)
     except (ValueError, TypeError, RecursionError) as e:
         raise ImportFormatError(f"{path}: unusable cache header: {e}") from None
 
 
-def device_of(doc: Mapping[str, Any], path: Path, device: str | None = None) -> str:
-    """``device`` override, else a non-empty ``device_name``, else the file name stem."""
+#: ``platform.machine()``-style CPU architecture names (lower case) that some post-processing
+#: scripts write as a cache's ``device_name``
+CPU_ARCH_NAMES = frozenset({
+    "x86_64", "x86-64", "x64", "amd64", "x86", "i386", "i486", "i586", "i686", "ia64", "aarch64", "arm64",
+    "arm", "armv6l", "armv7l", "armv8l", "armv8", "ppc", "ppc64", "ppc64le", "powerpc", "powerpc64",
+    "powerpc64le", "s390x", "riscv64", "mips", "mips64", "mips64el", "loongarch64", "sparc64"})
+#: languages of Kernel Tuner's CPU backends: a cache of such a kernel is not a GPU kernel's
+CPU_LANGS = frozenset({"c", "c++", "fortran"})
+_DOTTED_HOST = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\.[a-z][a-z0-9-]*$")
+_NODE_NAME = re.compile(r"^(?:[a-z0-9]+[-_])*(?:node|nid|cn|compute|login|worker|host|srv|server)[-_]?\d+$")
+
+
+def is_gpu_cache(doc: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` holds a GPU kernel's results.  Kernel Tuner tunes GPU kernels (CUDA, HIP,
+    OpenCL, CuPy) unless its ``lang`` is one of the CPU backends (C, C++, Fortran); the caches
+    written by Kernel Tuner carry no ``lang``, so a cache is a GPU kernel's unless it says
+    ``"lang": "C"``/``"Fortran"`` (or ``"device_type": "cpu"``)."""
+    lang = doc.get("lang")
+    if isinstance(lang, str) and lang.strip().lower() in CPU_LANGS:
+        return False
+    kind = doc.get("device_type")
+    return not (isinstance(kind, str) and kind.strip().lower() == "cpu")
+
+
+def host_like_device_name(name: str) -> str | None:
+    """Why ``name`` names a host or a CPU rather than a GPU, or None when it may be a GPU.
+
+    Suspicious (the reason returned): a CPU architecture name (:data:`CPU_ARCH_NAMES`, or an
+    archspec microarchitecture name such as ``icelake``/``zen3``/``x86_64_v3``), ``localhost``,
+    this machine's host name, a dotted host name (``node12.cluster.org``), a cluster node name
+    (``node042``, ``gpu-node-7``, ``nid001234``), or a name the hardware catalog knows as a CPU.
+    A name the catalog resolves to a GPU is never suspicious."""
+    import platform
+    import socket
+
+    text = name.strip()
+    low = text.lower()
+    if not low:
+        return None
+    gpu = resolve_device_fields(text, "gpu")
+    if gpu:
+        return None
+    if low in CPU_ARCH_NAMES:
+        return "CPU architecture name"
+    try:
+        import archspec.cpu
+
+        if low in archspec.cpu.TARGETS:
+            return "CPU microarchitecture name"
+    except Exception:  # noqa: BLE001 - archspec is optional here
+        pass
+    if low in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return "host name"
+    hosts = {h.lower() for h in (platform.node(), socket.gethostname()) if h}
+    if low in hosts or low.split(".")[0] in {h.split(".")[0] for h in hosts}:
+        return "host name (this machine)"
+    if " " not in low and (_DOTTED_HOST.match(low) or _NODE_NAME.match(low)):
+        return "host name"
+    if _catalog_kind(text) == "cpu":
+        return "CPU model name"
+    return None
+
+
+def _catalog_kind(name: str) -> str:
+    """The catalog's kind of an exactly known ``name`` (``cpu``/``gpu``), else ``""``."""
+    try:
+        from tunedb.index.hardware.catalog import find
+
+        row = find(name)
+    except Exception:  # noqa: BLE001 - the catalog is another module's; never fail an import on it
+        return ""
+    return str(row.get("kind") or "") if row else ""
+
+
+def device_choice(doc: Mapping[str, Any], path: Path, device: str | None = None) -> tuple[str, dict | None]:
+    """(device name for the file's target, conflict note or None).
+
+    ``device`` (``--device``) wins over anything the file says, with no note.  Else a
+    non-empty ``device_name`` is used unless it names a host or CPU (:func:`host_like_device_name`)
+    in a GPU kernel's cache (:func:`is_gpu_cache`): then the file name stem is the device
+    (``A100.json.gz`` -> ``A100``, which the catalog resolves) and the note
+    ``{"file", "kind": "host-device-name", "device_claimed", "target_used", "evidence": {"reason"}}``
+    says so.  An empty or missing ``device_name`` is the file name stem, with no note."""
     if device:
-        return device
+        return device, None
     name = doc.get("device_name")
     if isinstance(name, str) and name.strip():
-        return name.strip()
-    return _stem(path)
+        claimed = name.strip()
+        why = host_like_device_name(claimed) if is_gpu_cache(doc) else None
+        if why is None:
+            return claimed, None
+        stem = _stem(path)
+        return stem, {"file": str(path), "kind": "host-device-name", "device_claimed": claimed,
+                      "target_used": stem, "evidence": {"reason": why, "gpu_kernel_cache": True}}
+    return _stem(path), None
+
+
+def device_of(doc: Mapping[str, Any], path: Path, device: str | None = None) -> str:
+    """The device name of the file's target (:func:`device_choice` without its note)."""
+    return device_choice(doc, path, device)[0]
 
 
 # ---------------------------------------------------------------------------------------- parsing
 
-def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
-    """Yield one Record per cache entry (or T4 result) of ``path``; ImportIssue per bad entry."""
+def parse(path: Path, device: str | None = None, *, notes: list | None = None, label: str | None = None
+          ) -> Iterator[Record | ImportIssue]:
+    """Yield one Record per cache entry (or T4 result) of ``path``; ImportIssue per bad entry.
+
+    ``notes``: a list that receives the file's device-name conflict note (see
+    :func:`device_choice`); ``label``: target name ``"<device> [<label>]"`` (see module docstring)."""
     doc = load_cache(path)
-    yield from parse_loaded(doc, path, device)
+    yield from parse_loaded(doc, path, device, notes=notes, label=label)
 
 
-def parse_loaded(doc: Mapping[str, Any], path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
+def parse_loaded(doc: Mapping[str, Any], path: Path, device: str | None = None, *, notes: list | None = None,
+                 label: str | None = None) -> Iterator[Record | ImportIssue]:
     """:func:`parse` of a document already read by :func:`load_cache` from ``path`` (``path``
     names the file in messages and provides the fallback device and kernel names)."""
     if "cache" not in doc:
-        yield from _parse_t4(doc, path, device)
+        yield from _parse_t4(doc, path, device, notes, label)
         return
     keys = _param_keys(doc)
-    tp, wp = _header(doc, path, device, keys)
+    tp, wp = _header(doc, path, device, keys, notes, label)
     yield from _parse_cache(doc, path, keys, tp, wp)
 
 
@@ -497,7 +603,8 @@ def _check_codec() -> bool:
 _FAST_ENTRIES = _check_codec()
 
 
-def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None) -> Iterator[Record | ImportIssue]:
+def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None, notes: list | None = None,
+              label: str | None = None) -> Iterator[Record | ImportIssue]:
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     unit = str(meta.get("timeunit", "milliseconds")).lower()
     if unit not in UNIT_TO_S:
@@ -509,7 +616,7 @@ def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None) -> Iterato
         if isinstance(r, dict) and isinstance(r.get("configuration"), dict):
             keys = list(r["configuration"])
             break
-    tp, wp = _header(doc, path, device, keys)
+    tp, wp = _header(doc, path, device, keys, notes, label)
     seen: Counter = Counter()
     for i, r in enumerate(results, 1):
         try:

@@ -2,14 +2,21 @@
 
 Modelled on Kernel Tuner's simulation runner: the file holds what a real device measured for
 every config of a space; ``measure`` looks the config up instead of running it.  Records
-produced here have source ``replay``.  A config absent from the file (or outside the space) is
-status ``invalid``; failures recorded in the file keep their status.
+produced here have source ``replay`` and ``meta.replay_file`` (the file's name).  A config absent
+from the file (or outside the space) is status ``invalid``; failures recorded in the file keep
+their status.
+
+Isolation: a replay answers only from its file.  :class:`ReplayStore` is the view of the store a
+replay tunes on (``tunedb tune --replay``): its look-ups accept only records that came from the
+replayed file (see :meth:`ReplayStore.from_file`), so records other files left on the same
+target (several GPUs' caches imported as one device) are never a cache hit; everything else,
+writes included, is the wrapped store's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +86,77 @@ class KernelTunerReplayBackend(ReplayBackend):
         return Record(target, workload, dict(config), list(rec.costs), status=rec.status, error=rec.error,
                       compile_s=rec.compile_s, wall_s=time.perf_counter() - t0, source="replay",
                       meta={"backend": self.name, "replay_file": self.data.path.name})
+
+
+class ReplayStore:
+    """A view of ``inner`` (any ``RecordStore``) whose :meth:`lookup`/:meth:`lookup_many` answer
+    only with records of the replayed file ``data``; every other attribute (commits, ``best``,
+    ``records``, ``nearest``, run summaries, ...) is ``inner``'s.  Seeds and the cost model may
+    still use other records (they only choose which configs to evaluate); an evaluation's cost
+    always comes from the file, through a hit of this view or through the replay backend.
+
+    Not a ``RecordStore`` subclass: the store contract (``tunedb.index.base``) is unchanged."""
+
+    def __init__(self, inner: Any, data: ReplayData) -> None:
+        self.inner = inner
+        self.data = data
+        self.name = data.path.name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __repr__(self) -> str:
+        return f"ReplayStore({self.inner!r}, replay={self.name!r})"
+
+    def from_file(self, rec: Record) -> bool:
+        """Whether ``rec`` came from the replayed file: imported from a file of that name
+        (``origin``) or produced by a replay of it (``meta.replay_file``), and holding what the
+        file holds for its config (same status and costs; a config the file lacks: a failure
+        record).  The content check keeps out a different file that shares the name."""
+        meta = rec.meta if isinstance(rec.meta, Mapping) else {}
+        if rec.origin != self.name and meta.get("replay_file") != self.name:
+            return False
+        want = self.data.results.get(rec.config_json)
+        if want is None:
+            return rec.status != "ok"
+        return rec.status == want.status and tuple(rec.costs) == tuple(want.costs)
+
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The latest live record of the triple that came from the replayed file, or None."""
+        return self.lookup_many(target, workload, [config])[0]
+
+    def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
+        """:meth:`lookup` of each config of one (target, workload), in order.  The inner store
+        answers first; where its latest record is from elsewhere, the entry's live records are
+        read (once) for the latest one from the file."""
+        answers = list(self.inner.lookup_many(target, workload, list(configs)))
+        bad = {i: a for i, a in enumerate(answers) if a is not None and not self.from_file(a)}
+        if bad:
+            first = next(iter(bad.values()))
+            table = self.inner.records(first.target_key, first.workload_key, include_stale=False)
+            want = {a.config_key for a in bad.values()}
+            latest: dict[str, tuple[Any, Record]] = {}
+            refuted = {rid for rid, v in self.inner.verdicts().items() if v == "refuted"}
+            committed = table.column("committed").to_pylist() if "committed" in table.column_names else None
+            keys = table.column("config_key").to_pylist()
+            for j, k in enumerate(keys):
+                if k not in want:
+                    continue
+                rec = Record.from_row(table.slice(j, 1).to_pylist()[0])
+                if rec.record_id in refuted or not self.from_file(rec):
+                    continue
+                c = committed[j] if committed is not None else j
+                if k not in latest or latest[k][0] is None or c is None or c >= latest[k][0]:
+                    latest[k] = (c, rec)
+            for i, a in bad.items():
+                got = latest.get(a.config_key)
+                answers[i] = got[1] if got else None
+        return answers
+
+
+def isolated_store(db: Any, data: ReplayData) -> Any:
+    """``db`` seen by a replay of ``data`` (:class:`ReplayStore`); None stays None."""
+    return None if db is None else ReplayStore(db, data)

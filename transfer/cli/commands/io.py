@@ -5,8 +5,15 @@ parses every path first, then commits all records in one ``db.commit`` call (all
 Skipped lines are counted and the first few reported with ``file:line``; with ``--strict`` any
 skipped line fails the import and nothing is written.  Record ids are deterministic per
 source line/entry, so importing the same file twice does not duplicate records.
-``--json`` prints ``{imported, new, skipped, errors, skipped_by_kind, files, format, seconds}``
-(``imported`` = records parsed and committed, ``new`` = those the DB did not hold yet).
+``--json`` prints ``{imported, new, skipped, errors, skipped_by_kind, files, format, seconds,
+conflicts}`` (``imported`` = records parsed and committed, ``new`` = those the DB did not hold
+yet; ``conflicts`` = one object per Kernel Tuner file whose device claim was not taken as it
+stands: ``{file, kind, device_claimed, target_used, evidence}``, kind ``host-device-name`` or
+``disagreeing-times``, see ``tunedb.transfer.interop.collect`` and docs/import_conflicts.md).
+Without ``--json`` each such file gets one ``tunedb: warning:`` line on stderr.
+``--device NAME`` replaces the device name of every imported file (empty or not): the user
+has said which device measured them, so no file is renamed, but disagreeing files are still
+reported.
 
 ``tunedb export --format {autotvm,metaschedule,kernel-tuner,parquet,jsonl} OUT [--target T]``
 writes the DB's records (or one target's) in that format; ``--json`` prints
@@ -15,6 +22,7 @@ writes the DB's records (or one target's) in that format; ``--json`` prints
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -31,7 +39,9 @@ def register(sub, common) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="files (or MetaSchedule/Parquet directories)")
     p.add_argument("--strict", action="store_true", help="fail, writing nothing, if any line is skipped")
     p.add_argument("--device", default=None, metavar="NAME",
-                   help="device name for the records (overrides the file's; not for parquet/jsonl)")
+                   help="device name of every imported file's records: overrides each file's device name, "
+                        "empty or not, and keeps files whose times disagree on that one target (they are "
+                        "still reported); not for parquet/jsonl")
     p.set_defaults(func=run_import)
 
     e = sub.add_parser("export", parents=[common], help="export records to another tuner's format or parquet/jsonl")
@@ -77,8 +87,26 @@ def run_import(args) -> int:
              f"skipped {report.skipped}")
     for err in report.errors:
         human += f"\n  skipped {err['where']}: {err['error']}"
+    if not getattr(args, "json", False):
+        for c in report.conflicts:
+            sys.stderr.write(f"tunedb: warning: {conflict_line(c)}\n")
     emit(args, payload, human)
     return 0
+
+
+def conflict_line(c: dict) -> str:
+    """One line of text for a ``report.conflicts`` entry (see the module docstring)."""
+    name = Path(c["file"]).name
+    if c["kind"] == "host-device-name":
+        return (f"{name}: device name {c['device_claimed']!r} is a {c['evidence'].get('reason', 'host string')}, "
+                f"not a GPU; imported as target {c['target_used']!r} (the file name)")
+    worst = max(c["evidence"].get("against") or [{}], key=lambda e: e.get("median_abs_log_ratio", 0.0))
+    if worst.get("file"):
+        why = (f"its times disagree with {Path(worst['file']).name} (median ratio {worst['median_ratio']:.2f}x, "
+               f"Spearman {worst['spearman']:.2f} over {worst['shared_configs']} shared configs)")
+    else:
+        why = "other files claiming this device disagree with its group"
+    return f"{name}: claims device {c['device_claimed']!r} but {why}; imported as target {c['target_used']!r}"
 
 
 def _records_of(db, target: str | None) -> list:

@@ -1,5 +1,6 @@
 """Retrieval commands: ``nearest`` (most similar historical entries and their best configs)
-and ``targets`` (local presets, DB targets and catalog devices; ``--resolve`` a device string)."""
+and ``targets`` (local presets, DB targets and catalog devices; ``--resolve`` a device string;
+``--probe`` this machine's GPUs and CPU)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ def register(sub, common) -> None:
     p = sub.add_parser("targets", parents=[common], help="local presets, DB targets and catalog devices")
     p.add_argument("--resolve", metavar="NAME", help="resolve a device string to its catalog row")
     p.add_argument("--file-hint", metavar="FILE", help="file name beside the device string (e.g. MI250X.json.gz)")
+    p.add_argument("--probe", action="store_true",
+                   help="describe this machine's GPUs (NVML, AMD SMI or sysfs) and CPU (archspec); no GPU: one "
+                        "line saying so, exit 0")
     p.set_defaults(func=run_targets)
 
 
@@ -88,10 +92,45 @@ def _wl_text(w: dict) -> str:
     return f"{w.get('family')}:{rest}" if rest else str(w.get("family"))
 
 
+def _fmt(v, unit: str = "") -> str:
+    return "-" if v is None else f"{v}{unit}"
+
+
+def run_probe(args) -> None:
+    """``targets --probe``: a table of this machine's GPUs, then one CPU line (``--json``:
+    ``{"gpus", "reasons", "cpu"}``, see ``tunedb.index.hardware.probe``; the AMD sysfs fallback
+    reads ``$TUNEDB_SYSFS_ROOT`` instead of ``/sys`` when set).  Without a GPU the
+    text output is exactly one line, ``no GPU found (NVML: ...; AMD: ...)``; exit 0 either way."""
+    from tunedb.index.hardware.probe import no_gpu_line, probe
+
+    got = probe(os.environ.get("TUNEDB_SYSFS_ROOT") or "/sys")  # another sysfs tree: tests, containers
+    gpus, cpu = got["gpus"], got["cpu"]
+    if not gpus:
+        emit(args, got, no_gpu_line(got["reasons"]))
+        return
+    from tunedb.transfer.cli.util import table_text
+
+    rows = [[g["vendor"], g["index"], g["name"], g.get("architecture") or "-",
+             g.get("compute_capability") or g.get("isa") or "-", _fmt(g.get("compute_units")),
+             f"{_fmt(g.get('clock_mhz'))}/{_fmt(g.get('clock_max_mhz'))}",
+             "-" if g.get("memory_bytes") is None else f"{g['memory_bytes'] / 2**30:.1f} GiB",
+             "-" if g.get("bandwidth_gbs") is None else f"{g['bandwidth_gbs']:.0f} GB/s ({g['bandwidth_source']})",
+             g.get("driver") or "-", g["catalog"]["name"] if g["catalog"]["matched"] != "fallback" else "-"]
+            for g in gpus]
+    table = table_text(["vendor", "#", "name", "architecture", "cc/isa", "SMs/CUs", "clock MHz (now/max)", "memory",
+                        "bandwidth", "driver", "catalog"], rows)
+    line = (f"cpu: {cpu.get('model')}  uarch {cpu.get('uarch')} ({cpu.get('vendor')}, {cpu.get('features')} features)"
+            f"  {cpu.get('cores')} cores  vector {cpu.get('vector_bits')} bits")
+    emit(args, got, table + "\n" + line)
+
+
 def run_targets(args) -> None:
     from tunedb.index.hardware import catalog
     from tunedb.index.hardware.localcpu import host_uarch, preset, preset_names
 
+    if getattr(args, "probe", False):
+        run_probe(args)
+        return
     if args.resolve is not None:
         r = catalog.resolve(args.resolve, args.file_hint, warn=False)
         if r.matched == "fallback":

@@ -29,7 +29,8 @@ def register(sub, common) -> None:
     p.add_argument("--budget", type=int, default=20, help="evaluations in this run (new measurements + cache hits)")
     p.add_argument("--cold", action="store_true", help="no retrieval, random start (for comparison)")
     p.add_argument("--replay", metavar="FILE", help="answer measurements from a Kernel Tuner cache file")
-    p.add_argument("--device", help="device name for the replay file (overrides an empty device_name)")
+    p.add_argument("--device", help="device name of the replay file's target: overrides the file's "
+                                    "device name, empty or not")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--wall-time", type=float, metavar="SECONDS")
     p.add_argument("--patience", type=int, default=8, help="rounds without improvement before stopping")
@@ -120,6 +121,10 @@ def run_tune(args) -> int:
     _check_budget(args.budget)
     db = trusted(args, lambda: open_db(args))
     job = make_job(args, db, args.target, args.workload, args.replay)
+    if args.replay:  # a replay answers only from its own file's records (never other files' on the target)
+        from tunedb.transfer.measure.replay import isolated_store
+
+        db = isolated_store(db, job.backend.data)
     watch, before = runlog.Stopwatch(), runlog.records_in(db)
     res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
                    patience=args.patience, use_exact=args.exact)
