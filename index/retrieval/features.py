@@ -26,8 +26,10 @@ vector width, caches) override the row; any other target dict is resolved throug
 strings it carries (``device_name``, ``device``, ``model``, ``name``, ``target``, a TVM
 target string, MetaSchedule's ``{"kind": "llvm", "mcpu": ...}``) and numeric fields it
 states (``threads``/``num-cores``, ``cores``, ``vector_bits``, cache sizes) override the
-row.  An unknown device is embedded from its tokens (kind, vendor, family) with the
-family's median catalog values (a ``UserWarning`` says so).
+row.  A device the catalog lacks is embedded by what its name says (kind, vendor, family;
+a variant of a row takes that row's numbers, an inferred device those of its family's rows
+nearest in model number, else the family's medians; see ``hardware_profile``), and a
+``UserWarning`` says so.
 
 Workload vector (``workload_vector(workload)``, ``WL_DIM`` = 20 + 16 + 8 + 12 + 4 = 60)
 ------------------------------------------------------------------------------------
@@ -196,10 +198,49 @@ def _is_local_preset(target: Mapping[str, Any]) -> bool:
             and isinstance(target.get("vector_bits"), (int, float)))
 
 
+def _sibling_values(family: str, vendor: str, kind: str, number: float | None) -> dict[str, float | None]:
+    """Numbers for a device the catalog lacks, from what its name says: the rows of its family
+    (and vendor and kind) whose model numbers bracket the name's (``series_number``), their
+    values interpolated geometrically by model number (the nearest row's outside the range);
+    the family's medians when the name gives no comparable number."""
+    rows = [r for r in catalog.devices() if r["family"] == family and r["kind"] == kind
+            and (vendor in ("", "other") or r["vendor"] == vendor)]
+    fam = _family_medians(f"family:{family}") if family != "other" else {}
+    if number is None or not rows:
+        return dict(fam)
+    digits = len(str(int(number)))
+    numbered = sorted(((n, r) for r in rows if (n := catalog.series_number(r["name"])) is not None
+                       and len(str(int(n))) == digits), key=lambda x: x[0])
+    if not numbered:
+        return dict(fam)
+    lo = max((x for x in numbered if x[0] <= number), key=lambda x: x[0], default=None)
+    hi = min((x for x in numbered if x[0] >= number), key=lambda x: x[0], default=None)
+    out: dict[str, float | None] = {}
+    for name, _ in HW_NUMERIC:
+        pair = [_row_values(x[1]).get(name) for x in (lo, hi) if x is not None]
+        vals = [v for v in pair if v is not None and v > 0]
+        if len(vals) == 2 and lo is not None and hi is not None and hi[0] > lo[0]:
+            t = (number - lo[0]) / (hi[0] - lo[0])
+            out[name] = math.exp((1 - t) * math.log(vals[0]) + t * math.log(vals[1]))
+        elif vals:
+            out[name] = vals[0] if lo is not None and pair[0] is not None else vals[-1]
+        else:
+            out[name] = fam.get(name)
+    return out
+
+
 def hardware_profile(target: Mapping[str, Any], *, warn: bool = True) -> dict:
     """The resolved description behind ``hardware_vector``: ``kind``, ``vendor``, ``family``,
-    ``matched`` (exact/fuzzy/fallback), ``device`` (catalog name or None) and ``values`` (the
-    ``HW_NUMERIC`` magnitudes, None when unknown)."""
+    ``architecture``, ``matched`` (exact/fuzzy/fallback), ``device`` (catalog name or None),
+    ``inferred`` and ``variant_of`` (see ``catalog.Resolution``) and ``values`` (the
+    ``HW_NUMERIC`` magnitudes, None when unknown).
+
+    A device the catalog lacks is embedded by what its name says: a variant of a row
+    (``variant_of``) takes that row's numbers except the ones that differ and the name does
+    not state (memory size); an inferred device takes its family's rows nearest in model
+    number (``_sibling_values``); otherwise the family's and then the kind's medians.  So two
+    different unknown names of another vendor, family or model number embed differently, and
+    one name always embeds the same."""
     if not isinstance(target, Mapping):
         raise TypeError(f"target must be a dict, not {type(target).__name__}")
     if _is_local_preset(target):
@@ -214,6 +255,7 @@ def hardware_profile(target: Mapping[str, Any], *, warn: bool = True) -> dict:
         strings = _candidate_strings(target)
         kind_hint = target.get("kind") if target.get("kind") in ("cpu", "gpu") else None
         res = None
+        guess = None  # the first flagged fallback that says something: a variant, else an inferred device
         for s in strings:
             r = catalog.resolve(s, kind=kind_hint, warn=False)
             if r.matched == "exact":
@@ -221,16 +263,25 @@ def hardware_profile(target: Mapping[str, Any], *, warn: bool = True) -> dict:
                 break
             if r.matched == "fuzzy" and res is None:
                 res = r
+            if r.row is None and (r.variant_of and not (guess and guess.variant_of)
+                                  or r.inferred and guess is None):
+                guess = r
         if res is None:
-            res = catalog.resolve(" ".join(strings), kind=kind_hint, warn=False)
+            res = guess or catalog.resolve(" ".join(strings), kind=kind_hint, warn=False)
             if warn:
                 warnings.warn(f"target {canonical_json(dict(target))[:200]} matches no hardware catalog device; "
                               f"embedding it from its tokens (kind={res.kind}, vendor={res.vendor}, "
                               f"family={res.family})", UserWarning, stacklevel=3)
+    base = catalog.find(res.variant_of) if res.row is None and res.variant_of else None
     if res.row is not None:
         vals = _row_values(res.row)
+    elif base is not None:
+        vals = _row_values(base)
+        if "mem_gb" in res.differs:
+            vals["mem_gb"] = None
     else:
-        fam = _family_medians(f"family:{res.family}") if res.family != "other" else {}
+        number = catalog.series_number(res.query) if res.inferred else None
+        fam = _sibling_values(res.family, res.vendor, res.kind, number) if res.family != "other" else {}
         kin = _family_medians(f"kind:{res.kind}") if res.kind in ("cpu", "gpu") else {}
         vals = {name: (fam.get(name) if fam.get(name) is not None else kin.get(name)) for name, _ in HW_NUMERIC}
     # numbers the target states itself override the catalog
@@ -271,8 +322,9 @@ def hardware_profile(target: Mapping[str, Any], *, warn: bool = True) -> dict:
     vendor = res.vendor if res.vendor in HW_VENDORS else "other"
     family = res.family if res.family in HW_FAMILIES else "other"
     kind = res.kind if res.kind in HW_KINDS else "other"
-    return {"kind": kind, "vendor": vendor, "family": family, "matched": res.matched,
-            "device": res.row["name"] if res.row else None, "values": vals}
+    return {"kind": kind, "vendor": vendor, "family": family, "architecture": res.architecture,
+            "matched": res.matched, "device": res.row["name"] if res.row else None, "inferred": res.inferred,
+            "variant_of": res.variant_of or None, "values": vals}
 
 
 def _is_this_machine(target: Mapping[str, Any]) -> bool:
