@@ -1,0 +1,360 @@
+"""tunedb.kernel_tuner (WarmStart, Recorder) through Kernel Tuner's real ``tune_kernel`` in its
+simulation mode: Kernel Tuner's simulation runner replays a held-out device's cache file (the
+"GPU"); the DB holds other devices' imported records.  Nothing of Kernel Tuner is mocked."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+kernel_tuner = pytest.importorskip("kernel_tuner")
+
+from kernel_tuner.searchspace import Searchspace  # noqa: E402
+from kernel_tuner.strategies.common import CostFunc  # noqa: E402
+
+from tunedb.index.keys import key_of  # noqa: E402
+from tunedb.index.memory import MemoryStore  # noqa: E402
+from tunedb.kernel_tuner import KernelTunerBackend, Recorder, WarmStart, target_of, workload_of  # noqa: E402
+from tunedb.transfer.interop import collect  # noqa: E402
+from tunedb.transfer.measure.backend import lookup_or_measure  # noqa: E402
+
+KT = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernel_tuner"
+CONV = KT / "convolution_milo"
+HELD = "A4000"           # the replayed "GPU"
+OTHERS = ("A100", "A6000")  # in the DB
+SOURCE = '__global__ void convolution_kernel(float *out, float *in, float *filter) {}'
+
+pytestmark = pytest.mark.skipif(not CONV.is_dir(), reason="shared Kernel Tuner data not present")
+
+
+# ------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def space_def() -> dict:
+    t1 = json.loads((KT / "convolution_milo.json").read_text())
+    return {"restrictions": [c["Expression"] for c in t1["ConfigurationSpace"]["Conditions"]]}
+
+
+@pytest.fixture(scope="module")
+def other_records() -> list:
+    recs, rep = collect("kernel-tuner", [CONV / f"{d}.json.gz" for d in OTHERS])
+    assert rep.skipped == 0
+    return recs
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory) -> dict:
+    """Device -> (plain JSON cache path written for Kernel Tuner, its document)."""
+    out = {}
+    folder = tmp_path_factory.mktemp("kt_caches")
+    for dev in (HELD, "A100"):
+        doc = json.loads(gzip.decompress((CONV / f"{dev}.json.gz").read_bytes()))
+        path = folder / f"{dev}.json"
+        path.write_text(json.dumps(doc))
+        out[dev] = (path, doc)
+    return out
+
+
+@pytest.fixture
+def db(other_records) -> MemoryStore:
+    s = MemoryStore()
+    s.commit(other_records)
+    return s
+
+
+def tune(caches, space_def, strategy, dev: str = HELD, max_fevals: int = 10, cache: Path | None = None):
+    path, doc = caches[dev]
+    args = [np.zeros(1, np.float32)] * 3
+    return kernel_tuner.tune_kernel(doc["kernel_name"], SOURCE, doc["problem_size"], args, doc["tune_params"],
+                                    restrictions=space_def["restrictions"], strategy=strategy,
+                                    strategy_options={"max_fevals": max_fevals}, simulation_mode=True,
+                                    cache=str(cache or path), quiet=True)
+
+
+def keys_of(doc) -> list[str]:
+    return list(doc["tune_params_keys"])
+
+
+def key(cfg, keys) -> str:
+    return ",".join(str(cfg[k]) for k in keys)
+
+
+def entry_records(db, doc):
+    """The DB's records of the held-out (target, workload), by cache key."""
+    t = target_of(doc["device_name"] or HELD)
+    w = workload_of(doc["kernel_name"], doc["problem_size"], keys_of(doc))
+    table = db.records(t, w)
+    out = {}
+    for cfg, costs, status, rid in zip(table.column("config").to_pylist(), table.column("costs").to_pylist(),
+                                       table.column("status").to_pylist(), table.column("record_id").to_pylist()):
+        c = json.loads(cfg)
+        out.setdefault(key(c, keys_of(doc)), []).append((costs, status, rid))
+    return out
+
+
+def cached_seconds(doc, k) -> list[float]:
+    e = doc["cache"][k]
+    return [t * 1e-3 for t in (e.get("times") or [e["time"]])]
+
+
+# ----------------------------------------------------------------------------- WarmStart
+def test_warm_start_commits_every_feval_with_the_replayed_time(db, caches, space_def):
+    path, doc = caches[HELD]
+    ws = WarmStart(db)
+    results, env = tune(caches, space_def, ws, max_fevals=12)
+    run = ws.last_run
+    assert run.kt_fevals == 12 and run.db_answers == 0 and run.stopped_by == "kernel_tuner"
+    assert len(results) == 12 and all(r["tunedb"] == "measured" for r in results)
+    keys = keys_of(doc)
+    stored = entry_records(db, doc)
+    assert sorted(stored) == sorted(key(r, keys) for r in results)  # one record per feval, nothing else
+    for r in results:
+        (costs, status, rid), = stored[key(r, keys)]
+        assert status == "ok" and rid == r["tunedb_record_id"]
+        assert costs == pytest.approx(cached_seconds(doc, key(r, keys)), rel=1e-12)
+    # restrictions: every evaluated config is in Kernel Tuner's searchspace (asked, not evaluated here)
+    ss = Searchspace(doc["tune_params"], space_def["restrictions"], 1_000_000_000)
+    assert all(ss.is_param_config_valid(tuple(r[k] for k in keys)) for r in results)
+    # Kernel Tuner's own bookkeeping sees the same best
+    assert env["best_config"]["time"] == pytest.approx(min(r["time"] for r in results))
+    assert run.best_time_s == pytest.approx(env["best_config"]["time"] * 1e-3)
+
+
+def test_seeds_are_the_other_devices_bests(db, caches, space_def):
+    path, doc = caches[HELD]
+    keys = keys_of(doc)
+    w = workload_of(doc["kernel_name"], doc["problem_size"], keys)
+    bests = set()
+    for dev in OTHERS:
+        other = json.loads(gzip.decompress((CONV / f"{dev}.json.gz").read_bytes()))
+        bests |= {key(r.config, keys) for r in db.best(target_of(other["device_name"]), w, k=8)}
+    ws = WarmStart(db)
+    results, _ = tune(caches, space_def, ws, max_fevals=8)
+    assert {s["from_target"] for s in ws.last_run.seeds} == {"NVIDIA A100-PCIE-40GB", "NVIDIA RTX A6000"}
+    first = [key(r, keys) for r in results[:4]]
+    assert all(k in bests for k in first), first
+    # better than what a random first 4 would give on this space (the seeds transfer)
+    ok = sorted(v["time"] for v in doc["cache"].values() if not isinstance(v.get("time"), str))
+    assert min(r["time"] for r in results[:4]) <= ok[len(ok) // 20]  # within the best 5% of the device
+
+
+def test_imported_cache_and_live_run_are_one_entry_and_db_answers_are_not_fevals(db, caches, space_def):
+    path, doc = caches[HELD]
+    keys = keys_of(doc)
+    held_recs, _ = collect("kernel-tuner", [CONV / f"{HELD}.json.gz"])
+    some = sorted((r for r in held_recs if r.status == "ok"), key=lambda r: r.cost)[100:105]
+    db.commit(some)
+    ws = WarmStart(db)
+    results, env = tune(caches, space_def, ws, max_fevals=10)
+    run = ws.last_run
+    # same (target, workload) keys as the importer
+    assert len({(r.target_key, r.workload_key) for r in some}) == 1
+    assert key_of(run.target) == some[0].target_key and key_of(run.workload) == some[0].workload_key
+    assert run.db_answers == 5 and run.kt_fevals == 5 and run.evaluations == 10
+    db_results = [r for r in results if r["tunedb"] == "db"]
+    assert {r["tunedb_record_id"] for r in db_results} == {r.record_id for r in some}
+    assert all(r["compile_time"] == 0 and r["benchmark_time"] == 0 for r in db_results)
+    for r in db_results:
+        assert r["time"] == pytest.approx(doc["cache"][key(r, keys)]["time"])
+    stored = entry_records(db, doc)
+    assert len(stored) == 10 and all(len(v) == 1 for v in stored.values())  # nothing measured twice
+    assert env["best_config"]["time"] == pytest.approx(min(r["time"] for r in results))
+
+
+def test_rerun_answers_from_the_db(db, caches, space_def):
+    path, doc = caches[HELD]
+    ws = WarmStart(db)
+    first, _ = tune(caches, space_def, ws, max_fevals=10)
+    again, env = tune(caches, space_def, ws, max_fevals=10)
+    assert ws.last_run.kt_fevals == 0 and ws.last_run.db_answers == 10
+    assert [r["tunedb"] for r in again] == ["db"] * 10
+    keys = keys_of(doc)
+    assert sorted(key(r, keys) for r in again) == sorted(key(r, keys) for r in first)
+    assert len(entry_records(db, doc)) == 10
+    # resume: a larger budget measures only the difference
+    more, _ = tune(caches, space_def, ws, max_fevals=14)
+    assert ws.last_run.db_answers == 10 and ws.last_run.kt_fevals == 4
+    assert len(entry_records(db, doc)) == 14
+
+
+def test_max_fevals_stop_keeps_everything_and_resume_false_measures_anew(db, caches, space_def):
+    path, doc = caches[HELD]
+    ws = WarmStart(db, resume=False)
+    tune(caches, space_def, ws, max_fevals=7)
+    assert ws.last_run.kt_fevals == 7 and len(entry_records(db, doc)) == 7
+    tune(caches, space_def, ws, max_fevals=5)
+    assert ws.last_run.db_answers == 7 and ws.last_run.kt_fevals == 5
+    assert len(entry_records(db, doc)) == 12
+
+
+class InterruptingWarmStart(WarmStart):
+    """WarmStart whose runner sends this process a real SIGINT after ``after`` runner calls."""
+
+    def __init__(self, db, after: int) -> None:
+        super().__init__(db)
+        self.after = after
+        self.calls = 0
+
+    def tune(self, searchspace, runner, tuning_options):
+        orig = runner.run
+
+        def run(parameter_space, options):
+            out = orig(parameter_space, options)
+            self.calls += 1
+            if self.calls == self.after:
+                os.kill(os.getpid(), signal.SIGINT)
+            return out
+
+        runner.run = run
+        return super().tune(searchspace, runner, tuning_options)
+
+
+def test_ctrl_c_keeps_everything_measured_and_a_rerun_resumes(db, caches, space_def):
+    path, doc = caches[HELD]
+    ws = InterruptingWarmStart(db, after=5)
+    with pytest.raises(KeyboardInterrupt):
+        tune(caches, space_def, ws, max_fevals=10)
+    assert ws.last_run.stopped_by == "interrupted"
+    kept = len(entry_records(db, doc))
+    assert kept in (4, 5)  # the measurement the signal hit may be lost, none before it
+    assert kept == ws.last_run.committed
+    again = WarmStart(db)
+    results, _ = tune(caches, space_def, again, max_fevals=10)
+    assert again.last_run.db_answers == kept and again.last_run.kt_fevals == 10 - kept
+    assert len(entry_records(db, doc)) == 10
+
+
+# ------------------------------------------------------------------------------ failures
+class EvaluateGiven:
+    """A user strategy (Kernel Tuner's protocol, Kernel Tuner's CostFunc) that evaluates given configs."""
+
+    def __init__(self, configs) -> None:
+        self.configs = configs
+
+    def tune(self, searchspace, runner, tuning_options):
+        cf = CostFunc(searchspace, tuning_options, runner, snap=False)
+        for c in self.configs:
+            cf.eval_all([list(c.values())])
+        return cf.results
+
+
+class BackendOnGiven:
+    """Runs tunedb's Kernel Tuner backend (the one WarmStart measures with) on given configs."""
+
+    def __init__(self, db, configs) -> None:
+        self.db, self.configs, self.records = db, configs, None
+
+    def tune(self, searchspace, runner, tuning_options):
+        keys = list(searchspace.tune_params)
+        cf = CostFunc(searchspace, tuning_options, runner, snap=False)
+        t = target_of(runner.dev.name)
+        w = workload_of(runner.kernel_options.kernel_name, runner.kernel_options.problem_size, keys)
+        self.records = lookup_or_measure(self.db, KernelTunerBackend(cf, keys, simulation=True), t, w, self.configs)
+        return cf.results
+
+
+def _failing_configs(doc, n_each: int = 2) -> list[tuple[dict, str]]:
+    out = []
+    for err in ("RuntimeFailedConfig", "CompilationFailedConfig"):
+        ks = [k for k, v in doc["cache"].items() if v.get("time") == err][:n_each]
+        out += [({p: doc["cache"][k][p] for p in doc["tune_params_keys"]}, err) for k in ks]
+    return out
+
+
+def test_failures_are_committed_with_their_status(caches, space_def):
+    path, doc = caches["A100"]
+    fails = _failing_configs(doc)
+    ok_key = next(k for k, v in doc["cache"].items() if not isinstance(v.get("time"), str))
+    ok_cfg = {p: doc["cache"][ok_key][p] for p in doc["tune_params_keys"]}
+    want = {"RuntimeFailedConfig": "runtime_error", "CompilationFailedConfig": "compile_error"}
+    db = MemoryStore()
+    b = BackendOnGiven(db, [c for c, _ in fails] + [ok_cfg])
+    tune(caches, space_def, b, dev="A100", max_fevals=10)
+    statuses = [rec.status for rec, cached in b.records]
+    assert statuses == [want[e] for _, e in fails] + ["ok"]
+    assert all(not cached for _, cached in b.records)
+    for (rec, _), (_, err) in zip(b.records, fails):
+        assert db.lookup(rec.target, rec.workload, rec.config).status == want[err]
+        assert rec.error == err and rec.compile_s == pytest.approx(doc["cache"][key(rec.config, keys_of(doc))]
+                                                                   ["compile_time"] * 1e-3)
+    # Recorder path: the same failures through a user strategy
+    db2 = MemoryStore()
+    rec = Recorder(db2, strategy=EvaluateGiven([c for c, _ in fails]))
+    tune(caches, space_def, rec, dev="A100", max_fevals=10)
+    assert rec.last_run.committed == len(fails)
+    for c, err in fails:
+        assert db2.lookup(rec.last_run.target, rec.last_run.workload, c).status == want[err]
+    # a DB answer of a failure comes back to Kernel Tuner as its error
+    ws = WarmStart(db2)
+    results, _ = tune(caches, space_def, ws, dev="A100", max_fevals=len(fails) + 2)
+    errs = [r for r in results if r["tunedb"] == "db"]
+    assert len(errs) == len(fails) and all("__error__" in r for r in errs)
+    assert sorted(str(r["__error__"]) for r in errs) == sorted(e for _, e in fails)
+
+
+# ------------------------------------------------------------------------------- Recorder
+@pytest.mark.parametrize("strategy,fevals", [("random_sample", 10), ("genetic_algorithm", 15)])
+def test_recorder_lands_every_kernel_tuner_result(caches, space_def, strategy, fevals):
+    path, doc = caches[HELD]
+    np.random.seed(1)
+    db = MemoryStore()
+    rec = Recorder(db, strategy=strategy)
+    results, _ = tune(caches, space_def, rec, max_fevals=fevals)
+    keys = keys_of(doc)
+    uniq = {key(r, keys) for r in results}
+    assert len(uniq) == fevals
+    stored = entry_records(db, doc)
+    assert set(stored) == uniq and all(len(v) == 1 for v in stored.values())
+    assert rec.last_run.committed == fevals
+    for k in uniq:
+        assert stored[k][0][0] == pytest.approx(cached_seconds(doc, k), rel=1e-12)
+    # a replay of the same file again adds nothing
+    rec2 = Recorder(db, strategy="random_sample")
+    tune(caches, space_def, rec2, max_fevals=fevals)
+    assert len(entry_records(db, doc)) == len(stored) + rec2.last_run.committed
+    assert rec2.last_run.committed + rec2.last_run.skipped == rec2.last_run.results
+
+
+def test_mi250x_empty_device_name_is_named_from_the_file(tmp_path, space_def):
+    doc = json.loads(gzip.decompress((CONV / "MI250X.json.gz").read_bytes()))
+    assert doc["device_name"] == ""
+    path = tmp_path / "MI250X.json"
+    path.write_text(json.dumps(doc))
+    db = MemoryStore()
+    rec = Recorder(db, strategy="random_sample")
+    tune({"MI250X": (path, doc)}, space_def, rec, dev="MI250X", max_fevals=3)
+    imported, _ = collect("kernel-tuner", [CONV / "MI250X.json.gz"])
+    assert rec.last_run.target == imported[0].target and rec.last_run.workload == imported[0].workload
+
+
+def test_import_error_names_the_extra(tmp_path):
+    code = ("import sys; sys.modules['kernel_tuner'] = None\n"
+            "try:\n    import tunedb.kernel_tuner\nexcept ImportError as e:\n    print('ERR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert "ERR" in out.stdout and "pip install 'tunedb[kernel-tuner]'" in out.stdout, out.stdout + out.stderr
+
+
+def test_warm_start_refuses_objectives_other_than_time(db, caches, space_def):
+    path, doc = caches[HELD]
+    with pytest.raises(ValueError, match="minimises time"):
+        kernel_tuner.tune_kernel(doc["kernel_name"], SOURCE, doc["problem_size"], [np.zeros(1, np.float32)] * 3,
+                                 doc["tune_params"], restrictions=space_def["restrictions"], strategy=WarmStart(db),
+                                 strategy_options={"max_fevals": 3}, simulation_mode=True, cache=str(path),
+                                 quiet=True, objective="GFLOP/s", objective_higher_is_better=True)
+    assert len(entry_records(db, doc)) == 0
+
+
+def test_python_started_in_the_checkout_still_gets_the_real_kernel_tuner():
+    """The checkout root is the package, so its kernel_tuner.py sits on sys.path there."""
+    root = Path(__file__).resolve().parents[1]
+    code = ("import kernel_tuner, tunedb.kernel_tuner as t\n"
+            "print(hasattr(kernel_tuner, 'tune_kernel'), t.WarmStart.__name__, kernel_tuner.util.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.stdout.split() == ["True", "WarmStart", "kernel_tuner.util"], out.stdout + out.stderr

@@ -1,0 +1,488 @@
+"""Kernel Tuner strategies backed by tunedb: ``WarmStart`` (tunedb's search) and ``Recorder``
+(any Kernel Tuner strategy, every result stored).  Public as ``tunedb.kernel_tuner``.
+
+Both are objects with ``tune(searchspace, runner, tuning_options)``, which is what Kernel Tuner
+1.5's ``tune_kernel(..., strategy=obj)`` accepts.
+
+Keys (the same as the Kernel Tuner importer, ``tunedb.transfer.interop.kernel_tuner``, so an
+imported cache file and a live or simulated run of the same kernel on the same device are one
+(target, workload) entry):
+
+* target: the runner's device name (``runner.dev.name``; in simulation mode Kernel Tuner sets it
+  to the cache file's ``device_name``; an empty name falls back to the cache file's stem, as the
+  importer does), resolved through the device catalog (``_target``);
+* workload: ``{"family": kernel_name, "kernel": kernel_name, "problem_size": problem_size,
+  "params": tune_params keys in order}`` (``_workload``).
+
+Record of one Kernel Tuner result: ``costs`` = the per-repeat ``times`` (ms -> seconds), else
+``[time]``; ``__error__`` InvalidConfig / CompilationFailedConfig / RuntimeFailedConfig ->
+status invalid / compile_error / runtime_error; ``compile_s`` = compile_time / 1000; ``wall_s`` =
+(compile + verification + benchmark time) / 1000 (in simulation mode: what the replayed device
+spent); ``source`` = ``replay`` in simulation mode, else ``measured``;
+``meta["kernel_tuner"] = {"key", "entry"}`` (the result minus parameter values, as the importer
+keeps it, so ``tunedb export --format kernel-tuner`` writes it back), ``meta["backend"] =
+"kernel-tuner"``.
+
+DB answers and fevals (``WarmStart``): a config this (target, workload) already has in the DB is
+answered by the DB and never reaches Kernel Tuner's cost function, so it is not a Kernel Tuner
+feval.  It is still an evaluation of the run: with ``resume=True`` (default) DB answers and new
+measurements together are at most ``max_fevals``, so a rerun of an interrupted call does only the
+remaining work and a rerun of a finished call measures nothing.  The returned results list
+every evaluation in order: Kernel Tuner's own result dicts (key ``"tunedb": "measured"``) and, for
+DB answers, result dicts rebuilt from the records (``"tunedb": "db"``, ``"tunedb_record_id"``,
+all timing fields 0 like Kernel Tuner's own cache hits).  ``WarmStart.last_run`` counts both.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+try:
+    from kernel_tuner.strategies.common import CostFunc
+
+    import kernel_tuner as _kt
+    from kernel_tuner import util as kt_util
+except ImportError as _e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("tunedb.kernel_tuner needs Kernel Tuner >= 1.5: pip install 'tunedb[kernel-tuner]'") from _e
+if not hasattr(_kt, "tune_kernel"):  # pragma: no cover - a checkout's kernel_tuner.py shadows the real one
+    raise ImportError(f"'import kernel_tuner' found {getattr(_kt, '__file__', '?')}, not Kernel Tuner; run from "
+                      "outside the tunedb checkout or pip install 'tunedb[kernel-tuner]'")
+
+from tunedb.index.keys import canonical_json
+from tunedb.index.record import Record
+from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, _target, _workload, cache_key, device_of
+from tunedb.transfer.measure.backend import MeasureBackend
+from tunedb.transfer.search.space import Constraint, Knob, Space
+from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+if TYPE_CHECKING:
+    from tunedb.index.base import RecordStore
+
+log = logging.getLogger("tunedb.kernel_tuner")
+
+#: record status -> Kernel Tuner error class (a DB answer rebuilt as a Kernel Tuner result)
+STATUS_ERROR_CLASS = {"invalid": kt_util.InvalidConfig, "compile_error": kt_util.CompilationFailedConfig}
+_TIMING_KEYS = ("compile_time", "verification_time", "benchmark_time", "strategy_time", "framework_time")
+_OWN_KEYS = ("tunedb", "tunedb_record_id")
+
+
+# ------------------------------------------------------------------------------------ keys
+def _plain(v: Any) -> Any:
+    """``v`` as plain JSON data: numpy scalars/arrays to Python, Kernel Tuner's ErrorConfig to its
+    name, tuples to lists, non-finite floats to None."""
+    import numpy as np
+
+    if isinstance(v, kt_util.ErrorConfig):
+        return str(v)
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def device_name(runner: Any, tuning_options: Any = None) -> str:
+    """The device Kernel Tuner tunes on: the runner's device name (in simulation mode the cache
+    file's ``device_name``), else the cache file's stem (as the importer names ``MI250X.json.gz``
+    with an empty ``device_name``).  ValueError when neither names one."""
+    name = getattr(runner, "device_name", None)
+    if not name:
+        dev = getattr(runner, "dev", None)
+        try:
+            name = getattr(dev, "name", None)
+        except Exception:  # a device object without a usable name
+            name = None
+    cachefile = getattr(tuning_options, "cachefile", None) if tuning_options is not None else None
+    if not (isinstance(name, str) and name.strip()) and not cachefile:
+        raise ValueError("Kernel Tuner's runner names no device and there is no cache file to name it; "
+                         "pass target= to the tunedb strategy")
+    return device_of({"device_name": name if isinstance(name, str) else ""}, Path(cachefile or "device"))
+
+
+def target_of(device: str) -> dict:
+    """The tunedb target of a Kernel Tuner device name (the importer's: catalog fields added)."""
+    return dict(_target(device).value)
+
+
+def workload_of(kernel_name: str, problem_size: Any, param_keys: list[str]) -> dict:
+    """The tunedb workload of a Kernel Tuner kernel (the importer's keys): family and kernel =
+    ``kernel_name``, ``problem_size`` as Kernel Tuner writes it to a cache file (a callable one is
+    ``"callable"``), ``params`` = the tune-parameter names in order."""
+    ps = "callable" if callable(problem_size) else _plain(problem_size)
+    doc = {"kernel_name": kernel_name, "problem_size": ps}
+    return dict(_workload(doc, Path(kernel_name), list(param_keys)).value)
+
+
+def space_of(searchspace: Any) -> Space:
+    """A tunedb Space of a Kernel Tuner ``Searchspace``: one knob per tune parameter (values in
+    Kernel Tuner's order) and ``finite`` = the searchspace's valid configs.  Restrictions are
+    respected by asking the searchspace (``is_param_config_valid``); nothing is evaluated here."""
+    keys = list(searchspace.tune_params.keys())
+    knobs = tuple(Knob(k, tuple(_plain(list(v)))) for k, v in searchspace.tune_params.items())
+
+    def allowed(cfg: Mapping[str, Any]) -> bool:
+        return bool(searchspace.is_param_config_valid(tuple(cfg[k] for k in keys)))
+
+    finite = tuple(dict(zip(keys, _plain(list(c)))) for c in searchspace.list)
+    return Space(knobs=knobs, constraints=(Constraint("in Kernel Tuner's searchspace (its restrictions)", allowed),),
+                 finite=finite)
+
+
+def _run_keys(searchspace: Any, runner: Any, tuning_options: Any, target: str | Mapping[str, Any] | None
+              ) -> tuple[dict, dict, list[str]]:
+    keys = list(searchspace.tune_params.keys())
+    if target is None:
+        tgt = target_of(device_name(runner, tuning_options))
+    elif isinstance(target, str):
+        tgt = target_of(target)
+    else:
+        tgt = dict(target)
+    ko = getattr(runner, "kernel_options", None)
+    kernel_name = getattr(ko, "kernel_name", None) if ko is not None else None
+    if not kernel_name:
+        raise ValueError("Kernel Tuner's runner has no kernel_options.kernel_name")
+    wl = workload_of(kernel_name, ko.problem_size, keys)
+    return tgt, wl, keys
+
+
+# ------------------------------------------------------------------------------- records
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        try:
+            import numpy as np
+
+            if isinstance(x, np.generic):
+                x = x.item()
+            else:
+                return None
+        except ImportError:  # pragma: no cover
+            return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def result_to_record(result: Mapping[str, Any], target: Mapping[str, Any], workload: Mapping[str, Any],
+                     keys: list[str], *, source: str = "measured", simulation: bool = False) -> Record:
+    """The Record of one Kernel Tuner result dict (see the module docstring for the mapping;
+    times ms -> seconds)."""
+    config = {k: _plain(result[k]) for k in keys}
+    err = result.get("__error__")
+    t = result.get("time")
+    status, error, costs = "ok", "", []
+    if err is not None or isinstance(t, str):
+        name = str(err if err is not None else t)
+        status, error = ERROR_STATUS.get(name, "runtime_error"), name
+    else:
+        times = result.get("times")
+        vals = [_num(v) for v in times] if isinstance(times, (list, tuple)) and len(times) else [_num(t)]
+        if vals and all(v is not None and v >= 0 for v in vals):
+            costs = [v * 1e-3 for v in vals]  # type: ignore[operator]
+        else:
+            status, error = "runtime_error", f"no usable time in the result ({t!r})"
+    ct = _num(result.get("compile_time"))
+    parts = [_num(result.get(k)) for k in ("compile_time", "verification_time", "benchmark_time")]
+    wall = sum(p for p in parts if p is not None) * 1e-3 if any(p is not None for p in parts) else None
+    entry = {k: _plain(v) for k, v in result.items() if k not in keys and k != "__error__" and k not in _OWN_KEYS}
+    meta = {"backend": "kernel-tuner", "kernel_tuner": {"key": cache_key(config, keys), "entry": entry}}
+    if simulation:
+        meta["simulation"] = True
+    return Record(dict(target), dict(workload), config, costs=costs, status=status, error=error,
+                  compile_s=None if ct is None else ct * 1e-3, wall_s=wall, source=source, meta=meta)
+
+
+def record_to_result(rec: Record, keys: list[str]) -> dict:
+    """A Kernel Tuner result dict of a DB record (a DB answer): the parameter values, the stored
+    Kernel Tuner entry when the record has one (else ``time``/``times`` in ms from its costs),
+    ``__error__`` for a failure, every timing field 0 (nothing ran, as for Kernel Tuner's own
+    cache hits), ``"tunedb": "db"`` and ``"tunedb_record_id"``."""
+    out: dict[str, Any] = {k: rec.config.get(k) for k in keys}
+    kt = rec.meta.get("kernel_tuner") if isinstance(rec.meta.get("kernel_tuner"), dict) else {}
+    entry = kt.get("entry")
+    if isinstance(entry, dict):
+        out.update({k: v for k, v in entry.items() if k not in keys})
+    if rec.status == "ok":
+        if not isinstance(out.get("time"), (int, float)) or isinstance(out.get("time"), bool):
+            ms = [c * 1e3 for c in rec.costs]
+            out["time"], out["times"] = sum(ms) / len(ms), ms
+    else:
+        cls = STATUS_ERROR_CLASS.get(rec.status, kt_util.RuntimeFailedConfig)
+        out["time"] = cls()
+        out["__error__"] = cls()
+    for k in _TIMING_KEYS:
+        out[k] = 0
+    out["tunedb"] = "db"
+    out["tunedb_record_id"] = rec.record_id
+    return out
+
+
+# ------------------------------------------------------------------------------- backend
+class KernelTunerBackend(MeasureBackend):
+    """Measures through Kernel Tuner's own ``CostFunc`` (its runner, its cache, its feval count
+    and stop criteria).  ``measure`` returns the Record of the result and keeps the result dict
+    (``results``: canonical config JSON -> Kernel Tuner result).  When Kernel Tuner's budget is
+    spent (max_fevals or time_limit) the measurement that spent it is still returned, and the
+    next ``measure`` raises ``StopCriterionReached`` without running anything."""
+
+    name = "kernel-tuner"
+
+    def __init__(self, cost_func: CostFunc, keys: list[str], *, simulation: bool = False) -> None:
+        self.cost_func = cost_func
+        self.keys = list(keys)
+        self.simulation = simulation
+        self.source = "replay" if simulation else "measured"
+        self.results: dict[str, dict] = {}
+        self.stopped: str | None = None
+        self.invalid = 0   # configs the searchspace refused (not Kernel Tuner fevals)
+
+    def measure(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any]) -> Record:
+        """One Kernel Tuner evaluation of ``config`` (a dict over the tune parameters)."""
+        if self.stopped is not None:
+            raise kt_util.StopCriterionReached(self.stopped)
+        cf = self.cost_func
+        n = len(cf.results)
+        x = [config[k] for k in self.keys]
+        try:
+            cf.eval_all([x], check_restrictions=True)
+        except kt_util.StopCriterionReached as e:
+            if len(cf.results) == n:
+                self.stopped = str(e)
+                raise
+            self.stopped = str(e)  # this measurement spent the budget: keep it, stop at the next one
+        if len(cf.results) == n:  # refused by the searchspace: Kernel Tuner ran nothing
+            self.invalid += 1
+            return Record(dict(target), dict(workload), dict(config), status="invalid",
+                          error="not in Kernel Tuner's searchspace", source=self.source,
+                          meta={"backend": self.name})
+        result = cf.results[-1]
+        rec = result_to_record(result, target, workload, self.keys, source=self.source, simulation=self.simulation)
+        result["tunedb"] = "measured"
+        result["tunedb_record_id"] = rec.record_id
+        self.results[canonical_json(dict(rec.config))] = result
+        return rec
+
+
+# ------------------------------------------------------------------------------ WarmStart
+@dataclass
+class RunInfo:
+    """What one ``WarmStart.tune`` did.  ``db_answers``: evaluations the DB answered (not Kernel
+    Tuner fevals); ``kt_fevals``: results Kernel Tuner's cost function produced (each committed);
+    ``stopped_by``: ``kernel_tuner`` (max_fevals / time_limit), ``budget``, ``exhausted``,
+    ``interrupted`` (KeyboardInterrupt, re-raised) ...; ``wall_s``: seconds of the whole call."""
+
+    target: dict
+    workload: dict
+    db_answers: int = 0
+    kt_fevals: int = 0
+    committed: int = 0
+    evaluations: int = 0
+    stopped_by: str = ""
+    seeds: list = field(default_factory=list)
+    best_config: dict | None = None
+    best_time_s: float | None = None
+    wall_s: float = 0.0
+    overhead: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class WarmStart:
+    """A Kernel Tuner strategy whose search is tunedb's ``Tuner``: look up first (the DB answers
+    what this target already has), search next (the nearest entries' best configs seed it, the
+    cost model ranks neighbourhood moves inside Kernel Tuner's searchspace), store at the end of
+    every measurement (each Kernel Tuner result is committed to ``db`` at once).
+
+    ``db``: any ``RecordStore``.  ``options``: the Tuner's options (default ``TuneOptions()`` with
+    ``patience=None``: Kernel Tuner's max_fevals / time_limit end the run); ``budget`` is always
+    set from Kernel Tuner's max_fevals.  ``target``: override the device (a name resolved through
+    the catalog, or a target dict).  ``resume``: DB answers count towards max_fevals (a rerun does
+    the remaining work only); False: max_fevals counts new Kernel Tuner fevals only.
+    ``include_db_results``: DB answers appear in the returned results (flagged ``"tunedb": "db"``).
+    After a call, ``last_run`` (a :class:`RunInfo`) and ``last_result`` (the ``TuneResult``) say
+    what happened.  KeyboardInterrupt is re-raised after ``last_run`` is filled in; everything
+    measured before it is in the DB."""
+
+    def __init__(self, db: RecordStore, options: TuneOptions | None = None, *,
+                 target: str | Mapping[str, Any] | None = None, resume: bool = True,
+                 include_db_results: bool = True, progress: Callable[[dict], None] | None = None) -> None:
+        self.db = db
+        self.options = options if options is not None else TuneOptions(patience=None)
+        self.target = target
+        self.resume = resume
+        self.include_db_results = include_db_results
+        self.progress = progress
+        self.last_run: RunInfo | None = None
+        self.last_result: Any = None
+
+    def tune(self, searchspace: Any, runner: Any, tuning_options: Any) -> list[dict]:
+        """Kernel Tuner's strategy entry point: returns the results in evaluation order."""
+        t0 = time.perf_counter()
+        objective = tuning_options.get("objective") or ["time"]
+        if list(objective if isinstance(objective, (list, tuple)) else [objective]) != ["time"]:
+            raise ValueError(f"tunedb's WarmStart minimises time (its records' costs); objective {objective!r} "
+                             "is not supported (use Recorder with a Kernel Tuner strategy)")
+        target, workload, keys = _run_keys(searchspace, runner, tuning_options, self.target)
+        simulation = bool(getattr(runner, "simulation_mode", False) or tuning_options.get("simulation_mode"))
+        cost_func = CostFunc(searchspace, tuning_options, runner, snap=False)
+        backend = KernelTunerBackend(cost_func, keys, simulation=simulation)
+        size = int(searchspace.size)
+        kt_budget = tuning_options.budget.get_evaluations_remaining() if "budget" in tuning_options else size
+        budget = int(min(kt_budget, size)) if self.resume else size
+        opts = replace(self.options, budget=max(budget, 1))
+        tuner = Tuner(self.db, target, workload, space_of(searchspace), backend, opts, progress=self.progress)
+        stopped_by = ""
+        interrupted = False
+        try:
+            tuner.start()
+            while tuner.step():
+                pass
+            stopped_by = tuner.stopped_by
+        except kt_util.StopCriterionReached as e:
+            stopped_by = "kernel_tuner"
+            if tuning_options.get("verbose"):
+                print(e)
+        except KeyboardInterrupt:
+            stopped_by, interrupted = "interrupted", True
+        if backend.stopped is not None and not interrupted:
+            stopped_by = "kernel_tuner"
+        res = tuner.result()
+        results, db_answers = self._results(tuner, backend, target, workload, keys)
+        info = RunInfo(target=target, workload=workload, db_answers=db_answers, kt_fevals=len(cost_func.results),
+                       committed=res.measurements, evaluations=res.evaluations, stopped_by=stopped_by,
+                       seeds=res.seeds, best_config=res.best_config, best_time_s=res.best_cost,
+                       wall_s=time.perf_counter() - t0, overhead=res.overhead)
+        self.last_run, self.last_result = info, res
+        msg = (f"tunedb answered {db_answers} configs from the DB (not Kernel Tuner fevals), measured "
+               f"{len(cost_func.results)} (Kernel Tuner fevals, each committed to tunedb); stopped by {stopped_by}")
+        log.info(msg)
+        if not getattr(runner, "quiet", True):
+            print(msg)
+        if interrupted:
+            raise KeyboardInterrupt
+        return results
+
+    def _results(self, tuner: Tuner, backend: KernelTunerBackend, target: dict, workload: dict,
+                 keys: list[str]) -> tuple[list[dict], int]:
+        """(results in evaluation order, number of DB answers)."""
+        order = list(tuner.configs.items())  # signature -> config, in evaluation order
+        db_sigs = [(s, c) for s, c in order if s not in backend.results]
+        recs = self.db.lookup_many(target, workload, [c for _, c in db_sigs]) if db_sigs and self.db is not None \
+            else []
+        by_sig = {s: r for (s, _), r in zip(db_sigs, recs) if r is not None}
+        out: list[dict] = []
+        used: set[int] = set()
+        for s, _c in order:
+            if s in backend.results:
+                out.append(backend.results[s])
+                used.add(id(backend.results[s]))
+            elif s in by_sig and self.include_db_results:
+                out.append(record_to_result(by_sig[s], keys))
+        # Kernel Tuner results the Tuner did not count (none expected): keep them
+        out.extend(r for r in backend.cost_func.results if id(r) not in used)
+        return out, len(by_sig)
+
+
+# ------------------------------------------------------------------------------- Recorder
+class _RecordingRunner:
+    """A runner that hands every result to ``sink`` as it comes back (one config per ``run`` call
+    for sequential and simulation runners, so each result is committed as soon as it exists) and
+    delegates everything else to the wrapped runner."""
+
+    def __init__(self, runner: Any, sink: Callable[[dict], None]) -> None:
+        self._runner = runner
+        self._sink = sink
+        self._split = type(runner).__name__ in ("SequentialRunner", "SimulationRunner")
+
+    def run(self, parameter_space: Any, tuning_options: Any) -> list:
+        configs = list(parameter_space)
+        out: list = []
+        for batch in ([[c] for c in configs] if self._split else [configs]):
+            res = self._runner.run(batch, tuning_options)
+            for r in res:
+                if r is not None:
+                    self._sink(r)
+            out.extend(res)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runner, name)
+
+
+@dataclass
+class RecordInfo:
+    """What one ``Recorder.tune`` did: ``results`` (Kernel Tuner results seen), ``committed``
+    (records written), ``skipped`` (repeats within the run; in simulation mode also configs the DB
+    already held for this target, a replay of the same file adding nothing)."""
+
+    target: dict
+    workload: dict
+    results: int = 0
+    committed: int = 0
+    skipped: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Recorder:
+    """A Kernel Tuner strategy that runs another strategy unchanged (a name from Kernel Tuner's
+    ``strategy_map`` such as ``"genetic_algorithm"``, or any object with ``tune``) and commits every
+    result its runner returns to ``db`` at once (keys and mapping as ``WarmStart``).  Nothing is
+    looked up: the wrapped strategy decides what runs.  ``last_run``: a :class:`RecordInfo`."""
+
+    def __init__(self, db: RecordStore, strategy: Any = "random_sample", *,
+                 target: str | Mapping[str, Any] | None = None) -> None:
+        self.db = db
+        self.strategy = strategy
+        self.target = target
+        self.last_run: RecordInfo | None = None
+
+    def _strategy(self) -> Any:
+        if isinstance(self.strategy, str):
+            from kernel_tuner.interface import strategy_map
+
+            if self.strategy not in strategy_map:
+                raise ValueError(f"unknown Kernel Tuner strategy {self.strategy!r}")
+            return strategy_map[self.strategy]
+        if not callable(getattr(self.strategy, "tune", None)):
+            raise ValueError("strategy must be a Kernel Tuner strategy name or an object with tune()")
+        return self.strategy
+
+    def tune(self, searchspace: Any, runner: Any, tuning_options: Any) -> list[dict]:
+        """Kernel Tuner's strategy entry point: the wrapped strategy's results, unchanged."""
+        strategy = self._strategy()
+        target, workload, keys = _run_keys(searchspace, runner, tuning_options, self.target)
+        simulation = bool(getattr(runner, "simulation_mode", False) or tuning_options.get("simulation_mode"))
+        source = "replay" if simulation else "measured"
+        info = RecordInfo(target=target, workload=workload)
+        self.last_run = info
+        seen: set[str] = set()
+
+        def sink(result: dict) -> None:
+            info.results += 1
+            rec = result_to_record(result, target, workload, keys, source=source, simulation=simulation)
+            if rec.config_key in seen or (simulation and self.db.lookup(target, workload, rec.config) is not None):
+                info.skipped += 1
+                seen.add(rec.config_key)
+                return
+            seen.add(rec.config_key)
+            self.db.commit(rec)
+            info.committed += 1
+
+        try:
+            return strategy.tune(searchspace, _RecordingRunner(runner, sink), tuning_options)
+        finally:
+            log.info("tunedb recorded %d Kernel Tuner results (%d repeats skipped)", info.committed, info.skipped)
+
