@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tunedb.transfer.apps import figures
+from tunedb.transfer.apps.figures import gain_model, short_workload
 from tunedb.transfer.cli.util import fmt_seconds
 
 if TYPE_CHECKING:
@@ -121,14 +123,6 @@ class RunsData:
     notes: list[str] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
     stored: int = 0             # how many of the summaries were read from the database (the first ones)
-
-
-def short_workload(w: Mapping[str, Any], limit: int = 60) -> str:
-    """``family:k=v,...`` (truncated to ``limit`` characters)."""
-    rest = ",".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in w.items()
-                    if k != "family")
-    text = f"{w.get('family', '?')}:{rest}" if rest else str(w.get("family", "?"))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def entry_curves(table: Any) -> list[EntryCurve]:
@@ -439,11 +433,6 @@ def gain_points(summaries: Iterable[Mapping[str, Any]]) -> list[GainPoint]:
     return out
 
 
-def gain_model(n: Any, g_max: float, beta: float) -> np.ndarray:
-    """``G(n) = g_max * (1 - exp(-beta * n))`` (``n`` records, ``beta`` per record)."""
-    return g_max * -np.expm1(-beta * np.asarray(n, dtype=np.float64))
-
-
 def _fit_pairs(n: Iterable[Any], g: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
     """The (n, G) pairs with a finite n >= 0 and a finite G, as float arrays."""
     pairs = [(a, b) for a, b in ((_num(x), _num(y)) for x, y in zip(n, g)) if a is not None and a >= 0
@@ -523,128 +512,44 @@ def _grid(n: int) -> tuple[int, int]:
 
 
 def plot_convergence(curves: list[EntryCurve], path: Path) -> list[str] | None:
-    """Best cost so far per entry, one panel per workload; returns the workloads drawn or None."""
-    by_wl: dict[str, list[EntryCurve]] = defaultdict(list)
-    for e in curves:
-        if e.ok_records >= MIN_SATURATION_RECORDS and e.best_cost is not None:
-            by_wl[e.workload_key].append(e)
-    if not by_wl:
-        return None
-    chosen = sorted(by_wl, key=lambda k: (-sum(e.records for e in by_wl[k]), k))[:MAX_CONVERGENCE_WORKLOADS]
-    rows, cols = _grid(len(chosen))
-    fig = _figure(4.4 * cols, 3.3 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    titles = []
-    for ax, wk in zip(axes.flat, chosen):
-        ents = sorted(by_wl[wk], key=lambda e: -e.records)[:MAX_LINES_PER_PANEL]
-        for e in ents:
-            xs = [i + 1 for i, b in enumerate(e.best_so_far) if b is not None]
-            ys = [b for b in e.best_so_far if b is not None]
-            ax.step(xs, ys, where="post", label=e.target_name, linewidth=1.4)
-        ax.set_xscale("log" if max(e.records for e in ents) > 200 else "linear")
-        ax.set_yscale("log")
-        title = short_workload(ents[0].workload, 48)
-        titles.append(title)
-        _style_convergence_panel(ax, title, "records of the entry (timestamp order)")
-    for ax in list(axes.flat)[len(chosen):]:
-        ax.set_visible(False)
-    _save(fig, path)
-    return titles
-
-
-def _style_convergence_panel(ax, title: str, xlabel: str) -> None:
-    """Title, axis labels, legend and grid of one best-cost-so-far panel."""
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_ylabel("best cost so far (s)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    """Best cost so far per entry, one panel per workload (:func:`figures.convergence_figure`);
+    returns the workloads drawn or None."""
+    spec = figures.convergence_figure(curves, max_panels=MAX_CONVERGENCE_WORKLOADS, max_lines=MAX_LINES_PER_PANEL)
+    return [p.title for p in spec.panels] if figures.to_matplotlib(spec, path) else None
 
 
 def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
-    """Best cost so far against evaluations of each run, one panel per workload; returns panels."""
-    by_wl: dict[str, list[TuneRun]] = defaultdict(list)
-    for r in runs:
-        if any(b is not None for _, b in r.history):
-            by_wl[json.dumps(r.workload, sort_keys=True)].append(r)
-    if not by_wl:
-        return 0
-    keys = list(by_wl)[: 3 * MAX_CONVERGENCE_WORKLOADS]
-    rows, cols = _grid(len(keys))
-    fig = _figure(4.4 * cols, 3.3 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    styles = {"warm": dict(linewidth=2.0), "cold": dict(linewidth=1.4, linestyle="--")}
-    for ax, k in zip(axes.flat, keys):
-        for r in by_wl[k][:MAX_LINES_PER_PANEL]:
-            pts = [(int(i), float(b)) for i, b in r.history if b is not None]
-            name = f"{r.label} ({r.target})" if r.target else r.label
-            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=name,
-                    **styles.get(r.label.split(" ")[0] if r.label else "", {}))
-        ax.set_yscale("log")
-        _style_convergence_panel(ax, short_workload(by_wl[k][0].workload, 48),
-                                 "evaluations (measurements + cache hits)")
-    for ax in list(axes.flat)[len(keys):]:
-        ax.set_visible(False)
-    _save(fig, path)
-    return len(keys)
+    """Best cost so far against evaluations of each run, one panel per workload
+    (:func:`figures.warm_vs_cold_figure`); returns the panels drawn."""
+    spec = figures.warm_vs_cold_figure(runs, max_panels=3 * MAX_CONVERGENCE_WORKLOADS, max_lines=MAX_LINES_PER_PANEL)
+    return len(spec.panels) if figures.to_matplotlib(spec, path) else 0
 
 
 def plot_hit_rate(data: RunsData, path: Path) -> int:
     """Share of evaluations answered from the DB per run (in the order given) and cumulatively
-    (over all runs); only the last MAX_HIT_BARS runs are drawn.  Returns the runs drawn."""
-    points = [(p["label"], p["evaluations"], p["cache_hits"]) for p in data.hit_points if p["evaluations"] > 0]
-    if not points:
-        return 0
-    cum_e = np.cumsum([e for _, e, _ in points])[-MAX_HIT_BARS:]
-    cum_h = np.cumsum([h for _, _, h in points])[-MAX_HIT_BARS:]
-    points = points[-MAX_HIT_BARS:]
-    rates = [h / e for _, e, h in points]
-    fig = _figure(max(5.0, 0.45 * len(points) + 3), 3.4)
-    ax = fig.add_subplot()
-    x = np.arange(len(points))
-    ax.bar(x, rates, color="tab:green", alpha=0.7, label="hit rate of the run")
-    ax.plot(x, cum_h / cum_e, color="black", marker="o", linewidth=1.2, label="cumulative hit rate")
-    for i, (_, e, h) in enumerate(points):
-        ax.annotate(f"{h}/{e}", (i, rates[i]), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
-    ax.set_xticks(x, [p[0] if len(p[0]) <= 40 else p[0][:39] + "…" for p in points], rotation=30, ha="right",
-                  fontsize=7)
-    ax.set_ylim(0, 1.12)
-    ax.set_ylabel("evaluations answered from the DB", fontsize=8)
-    ax.legend(fontsize=7, loc="upper left")
-    ax.grid(alpha=0.3, axis="y")
-    _save(fig, path)
-    return len(points)
+    (over all runs); only the last MAX_HIT_BARS runs are drawn (:func:`figures.hit_rate_figure`).
+    Returns the runs drawn."""
+    spec = figures.hit_rate_figure(data.hit_points, max_bars=MAX_HIT_BARS)
+    return len(spec.panels[0].series[0].x) if figures.to_matplotlib(spec, path) else 0
+
+
+def record_times_by_source(table: Any) -> dict[str, np.ndarray]:
+    """source -> the records' timestamps (microseconds; the commit time when a record has none)."""
+    if table.num_rows == 0:
+        return {}
+    import pyarrow.compute as pc
+
+    when = pc.coalesce(table.column("timestamp").cast("int64"), table.column("committed").cast("int64"))
+    keep = pc.is_valid(when)
+    when = when.filter(keep).to_numpy()
+    srcs = np.asarray(table.column("source").fill_null("?").filter(keep).to_numpy(zero_copy_only=False))
+    return {str(s) or "?": when[srcs == s] for s in np.unique(srcs)}
 
 
 def plot_records_over_time(table: Any, path: Path) -> bool:
-    """Cumulative records against their timestamps, one line per source."""
-    if table.num_rows == 0:
-        return False
-    ts = table.column("timestamp").cast("int64").to_pylist()
-    committed = table.column("committed").cast("int64").to_pylist()
-    srcs = table.column("source").to_pylist()
-    by_src: dict[str, list[int]] = defaultdict(list)
-    for t, c, s in zip(ts, committed, srcs):
-        v = t if t is not None else c
-        if v is not None:
-            by_src[s or "?"].append(v)
-    if not by_src:
-        return False
-    fig = _figure(6.5, 3.4)
-    ax = fig.add_subplot()
-    for s, vals in sorted(by_src.items()):
-        vals.sort()
-        when = [_dt.datetime.fromtimestamp(v / 1e6, tz=_dt.timezone.utc) for v in vals]
-        ax.step(when, np.arange(1, len(vals) + 1), where="post", label=f"{s} ({len(vals)})")
-    ax.set_ylabel("records (cumulative)", fontsize=8)
-    ax.set_xlabel("record timestamp (UTC)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    fig.autofmt_xdate()
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    _save(fig, path)
-    return True
+    """Cumulative records against their timestamps, one line per source
+    (:func:`figures.records_over_time_figure`)."""
+    return figures.to_matplotlib(figures.records_over_time_figure(record_times_by_source(table)), path)
 
 
 def plot_records_per_target(targets: list[dict], path: Path) -> int:
@@ -712,29 +617,9 @@ def plot_saturation(curves: list[EntryCurve], path: Path) -> int:
 def plot_gain_saturation(points: list[GainPoint], fit: dict | None, path: Path) -> int:
     """Each run's gain G against n (records in the DB before it), one colour per run kind, and the
     fit ``G_max * (1 - exp(-beta * n))`` (``fit``: :func:`fit_saturation`'s dict, or None: the
-    points alone).  Returns the points drawn (0: nothing written)."""
-    if not points:
-        return 0
-    fig = _figure(6.5, 3.8)
-    ax = fig.add_subplot()
-    by_kind: dict[str, list[GainPoint]] = defaultdict(list)
-    for q in points:
-        by_kind[q.kind].append(q)
-    for kind, qs in sorted(by_kind.items()):
-        ax.scatter([q.n for q in qs], [q.gain for q in qs], s=22, alpha=0.8, label=f"{kind} ({len(qs)})")
-    if fit is not None:
-        xs = np.linspace(0.0, max(q.n for q in points) * 1.05 or 1.0, 200)
-        ax.plot(xs, gain_model(xs, fit["g_max"], fit["beta"]), color="black", linewidth=1.6,
-                label=f"fit: G_max={fit['g_max']:.3g}, β={fit['beta']:.3g}/record")
-        ax.axhline(fit["g_max"], color="black", linewidth=0.8, linestyle=":")
-    ax.axhline(0.0, color="tab:gray", linewidth=0.8)
-    ax.set_xlabel("records in the database before the run (n)", fontsize=8)
-    ax.set_ylabel("gain G = 1 - (measure + query) / T_full", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(alpha=0.3)
-    _save(fig, path)
-    return len(points)
+    points alone; :func:`figures.gain_saturation_figure`).  Returns the points drawn (0: nothing
+    written)."""
+    return len(points) if figures.to_matplotlib(figures.gain_saturation_figure(points, fit), path) else 0
 
 
 def hardware_similarity(targets: list[dict]) -> tuple[list[str], np.ndarray] | None:

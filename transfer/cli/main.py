@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "migrate",    # migrate
     "demo",       # demo
     "report",     # report
+    "dashboard",  # dashboard (live, read-only web view; the dashboard extra)
 )
 
 DEFAULT_DB = "./tunedb-data"

@@ -1,0 +1,536 @@
+"""What the dashboard shows, computed from a store without writing to it.
+
+:class:`DashboardData` owns one open store.  A background thread (:meth:`DashboardData.start`)
+polls it every ``poll_s`` seconds: ``refresh()`` (see other processes' commits), then
+``change_token()`` and the newest run summaries; only when one of them changed is a new
+:class:`Snapshot` computed (one bulk read of the live records, aggregated with pyarrow and
+numpy; every curve and table capped), so a request never reads the records: the views render
+from the latest snapshot, and a per-entry page reads only that entry's records (remembered
+per snapshot).  The cache key of a snapshot is ``(change_token(), run ids and stored times)``.
+
+Read-only: the store's ``records``, ``runs``, ``verdicts``, ``change_token`` and ``refresh``
+are the only calls made (and ``stats()`` for stores other than the Parquet directory, whose
+``stats``/``entries``/``best``/``len`` build index caches in ``derived/``); nothing is
+committed, marked or cached into the DB.  For a Parquet directory the stale targets and the size
+come from its invalidation files and file sizes (read only).  (``refresh`` of a Parquet DB
+finishes what a crashed writer left - folds a dead process's journal - as every reader of that
+store does.)
+
+Units: costs and times in seconds, timestamps as microseconds since the epoch (UTC), sizes in
+bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tunedb.transfer.apps import figures
+from tunedb.transfer.apps.figures import FigureSpec
+
+POLL_S = 0.5                # how often the store is polled for changes (seconds)
+MAX_RUNS = 500              # newest run summaries read per poll
+MAX_ENTRY_ROWS = 50         # rows of the entries table
+MAX_PIPELINE_RUNS = 25      # rows of the pipeline's runs table (newest first)
+TREND_ENTRIES = 8           # entries drawn in "best so far over time"
+ACTIVE_WINDOW_S = 600       # "active" entries: written in the last ten minutes
+MAX_ACTIVE_ROWS = 20
+COMMIT_AXIS = "commit time (UTC)"
+K_BEST = 10                 # configs on the per-entry page
+MAX_CONFIG_CHARS = 400      # a config's JSON is cut to this many characters on a page
+ENTRY_MEMO = 32             # per-entry pages remembered per snapshot
+
+
+@dataclass
+class Snapshot:
+    """Everything the four views draw, computed once per change of the store (see the module
+    docstring).  ``version`` counts snapshots (1 = the first); ``overview`` holds the counts;
+    ``entries`` the entries table rows; ``active`` entries written in the last
+    ACTIVE_WINDOW_S; ``pipeline`` one row per recent run; ``figs`` the figure specs by key;
+    ``reach`` the warm-vs-cold "evaluations to reach 95% of the best" rows."""
+
+    version: int
+    key: tuple
+    computed_at: float
+    compute_s: float
+    overview: dict
+    entries: list[dict]
+    active: list[dict]
+    pipeline: list[dict]
+    reach: list[dict]
+    figs: dict[str, FigureSpec]
+    runs: list[dict] = field(default_factory=list)
+    _plotly: dict[str, dict] = field(default_factory=dict, repr=False)
+
+    def figure(self, key: str) -> dict:
+        """The plotly figure (as a dict) of ``figs[key]``, drawn once per snapshot."""
+        if key not in self._plotly:
+            self._plotly[key] = figures.to_plotly_dict(self.figs[key])
+        return self._plotly[key]
+
+
+# ------------------------------------------------------------------------- helpers
+def _store_size(db: Any) -> int | None:
+    """Bytes the store's records take: the Parquet directory's record and journal files, else
+    ``stats().size_bytes`` (0 in memory)."""
+    records_dir = getattr(db, "records_dir", None)
+    if records_dir is not None:
+        from tunedb.index.parquet.fsutil import tree_bytes
+
+        return tree_bytes(records_dir, getattr(db, "journal_dir", records_dir))
+    try:
+        return int(db.stats().size_bytes)
+    except Exception:  # a size for a page never stops the page
+        return None
+
+
+def _stale_target_keys(db: Any) -> list[str]:
+    """The target keys the store has invalidated (read from its invalidation files for a
+    Parquet directory, else from ``stats()``)."""
+    inval_dir = getattr(db, "inval_dir", None)
+    if inval_dir is not None:
+        from tunedb.index.parquet.invalidations import load
+
+        return sorted(load(inval_dir))
+    try:
+        return list(db.stats().stale_targets)
+    except Exception:
+        return []
+
+
+def _target_name(db: Any, target_key: str) -> str:
+    """The name of a target the live records do not name (an invalidated one): from its own
+    records (stale ones included; only that target's are read), else its key's first digits."""
+    try:
+        t = db.records(target_key).select(["target_name"])
+    except (ValueError, KeyError):
+        t = None
+    return str(t.column("target_name")[0].as_py() or target_key[:12]) if t is not None and t.num_rows else \
+        target_key[:12]
+
+
+def _when(t: pa.Table) -> np.ndarray:
+    """Per row: its timestamp, or its commit time when it has none (microseconds, int64; 0 when
+    neither is known)."""
+    w = pc.coalesce(t.column("timestamp").cast(pa.int64()), t.column("committed").cast(pa.int64()))
+    return w.fill_null(0).to_numpy().astype(np.int64)
+
+
+def _split_by_source(t: pa.Table, when: np.ndarray) -> dict[str, np.ndarray]:
+    """source -> the ``when`` values of its rows (dictionary-encoded: no per-row Python strings)."""
+    if t.num_rows == 0:
+        return {}
+    enc = pc.dictionary_encode(t.column("source").fill_null("?")).combine_chunks()
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    names = enc.dictionary.to_pylist()
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    return {str(names[i]) or "?": when[order[bounds[i]:bounds[i + 1]]] for i in range(len(names))
+            if bounds[i + 1] > bounds[i]}
+
+
+def _fnum(x: Any) -> float | None:
+    """A finite float or None."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _iso_us(text: Any) -> int | None:
+    """An ISO-8601 time (a run's ``started`` / ``stored``) as microseconds since the epoch."""
+    import datetime as dt
+
+    try:
+        d = dt.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.timezone.utc)
+    return int(d.timestamp() * 1e6)
+
+
+def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
+    """(cache hits, evaluations) over run summaries (a demo counted by its parts)."""
+    from tunedb.transfer.apps.report import _part_totals, run_parts
+
+    hits = evals = 0
+    for s in summaries:
+        for part in run_parts(s):
+            e, h = _part_totals(part)
+            evals += e
+            hits += h
+    return hits, evals
+
+
+# ------------------------------------------------------------------------ snapshot
+def records_part(db: Any, t: pa.Table) -> dict:
+    """The record-derived part of a snapshot from the live records ``t``: overview counts, the
+    entries table, active entries, failed records (for the pipeline) and the figure specs of
+    records over time and best so far per entry."""
+    from tunedb.index import tables
+
+    n = t.num_rows
+    ent = tables.entries(t)
+    committed = t.column("committed").cast(pa.int64()).fill_null(0).to_numpy().astype(np.int64)
+    tk = t.column("target_key")
+    wk = t.column("workload_key")
+    # per entry: when it was last written, and its recent records (by commit time)
+    now_us = int(time.time() * 1e6)
+    recent_mask = committed >= now_us - ACTIVE_WINDOW_S * 1_000_000
+    last: dict[tuple[str, str], int] = {}
+    recent: dict[tuple[str, str], list[int]] = {}
+    if n:
+        g = pa.table({"t": tk, "w": wk, "c": pa.array(committed), "r": pa.array(recent_mask.astype(np.int64)),
+                      "f": pa.array((~np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False))
+                                     & recent_mask).astype(np.int64))})
+        agg = g.group_by(["t", "w"], use_threads=False).aggregate([("c", "max"), ("r", "sum"), ("f", "sum")])
+        for a, b, c, r, f in zip(*(agg.column(x).to_pylist() for x in ("t", "w", "c_max", "r_sum", "f_sum"))):
+            last[(a, b)] = c
+            if r:
+                recent[(a, b)] = [r, f]
+    rows = ent.to_pylist()
+    for r in rows:
+        r["last_us"] = last.get((r["target_key"], r["workload_key"]), 0)
+        del r["target"]
+    by_records = sorted(rows, key=lambda r: (-r["records"], -r["last_us"]))
+    for r in by_records[:MAX_ENTRY_ROWS] + [r for r in rows if (r["target_key"], r["workload_key"]) in recent]:
+        r["label"] = figures.short_workload(json.loads(r["workload"]), 70)  # (only the rows shown)
+    active = []
+    for r in sorted((r for r in rows if (r["target_key"], r["workload_key"]) in recent),
+                    key=lambda r: -r["last_us"])[:MAX_ACTIVE_ROWS]:
+        cnt, failed = recent[(r["target_key"], r["workload_key"])]
+        active.append({**r, "recent": cnt, "recent_failed": failed})
+    # figures: records over time per source, best so far of the biggest entries over time
+    by_src = _split_by_source(t, committed)  # (the DB's growth: commit times, not measurement times)
+    curves = []
+    if n:
+        ok = np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False))
+        cost = t.column("cost").fill_null(math.inf).to_numpy().astype(np.float64)
+        cost = np.where(ok & np.isfinite(cost), cost, math.inf)
+        for r in [r for r in by_records if r["best_cost"] is not None][:TREND_ENTRIES]:
+            m = np.asarray(pc.and_(pc.equal(tk, r["target_key"]), pc.equal(wk, r["workload_key"])))
+            order = np.argsort(committed[m], kind="stable")
+            ts, cs = committed[m][order], np.minimum.accumulate(cost[m][order])
+            change = np.flatnonzero(np.isfinite(cs) & np.r_[True, cs[1:] < cs[:-1]])
+            keep = np.unique(np.r_[change, len(cs) - 1])
+            keep = keep[np.isfinite(cs[keep])]
+            curves.append((f"{r['target_name']} · {r['label'][:40]}", ts[keep].tolist(), cs[keep].tolist()))
+    failed_mask = ~np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False)) if n else np.zeros(0, bool)
+    names = {r["target_key"]: r["target_name"] for r in rows}
+    stale = _stale_target_keys(db)
+    overview = {
+        "records": n, "targets": len(names), "workloads": len(set(ent.column("workload_key").to_pylist())),
+        "entries": ent.num_rows, "entries_with_ok": sum(1 for r in rows if r["best_cost"] is not None),
+        "size_bytes": _store_size(db), "failed_records": int(failed_mask.sum()),
+        "stale_targets": [names.get(k) or _target_name(db, k) for k in stale],
+        "latest_us": int(committed.max()) if n else None,
+        "sources": {s: len(v) for s, v in sorted(by_src.items())},
+    }
+    failed = {"tk": np.asarray(tk.filter(pa.array(failed_mask)).to_pylist(), dtype=object) if n else np.array([]),
+              "c": committed[failed_mask]}
+    return {"overview": overview, "entries": by_records[:MAX_ENTRY_ROWS], "active": active, "failed": failed,
+            "figs": {"records_over_time": figures.records_over_time_figure(by_src, xlabel=COMMIT_AXIS),
+                     "best_over_time": figures.best_over_time_figure(curves, xlabel=COMMIT_AXIS)}}
+
+
+def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_start: str) -> dict:
+    """The run-derived part of a snapshot: hit rates (all time, and of runs stored since
+    ``session_start``, ISO UTC), the pipeline rows of the newest runs, the warm-vs-cold,
+    hit-rate, time-split and G(n) figure specs and the reach table."""
+    from tunedb.transfer.apps.report import (
+        RunsData,
+        _part_name,
+        _part_totals,
+        add_summaries,
+        fit_saturation,
+        gain_points,
+        run_parts,
+        saturation_fit_reason,
+    )
+
+    data = RunsData()
+    add_summaries(data, summaries, "database")
+    session = [s for s in summaries if str(s.get("stored") or "") >= session_start]
+    h_all, e_all = hit_rate(summaries)
+    h_ses, e_ses = hit_rate(session)
+    pipeline = []
+    for s in reversed(summaries[-MAX_PIPELINE_RUNS:]):
+        for part in run_parts(s):
+            evals, hits = _part_totals(part)
+            tasks = [t for t in part.get("tasks") or [] if isinstance(t, Mapping)]
+            seeded = [t for t in tasks if t.get("source") == "warm"]
+            sources = sorted({str(x) for t in seeded for x in t.get("seeded_from") or [] if x})
+            model = part.get("search_evaluations") if part.get("kind") == "tune-model" else None
+            start, wall = _iso_us(part.get("started") or s.get("started")), _fnum(part.get("wall_s"))
+            n_failed = None
+            tkey = part.get("target_key") or s.get("target_key")
+            if start is not None and wall is not None and tkey:
+                m = (failed["c"] >= start) & (failed["c"] <= start + int(wall * 1e6))
+                n_failed = int((failed["tk"][m] == tkey).sum()) if len(failed["tk"]) else 0
+            pipeline.append({
+                "run_id": str(part.get("run_id") or s.get("run_id") or ""),
+                "stored": str(s.get("stored") or "")[:19].replace("T", " "),
+                "name": _part_name(part, s if part is not s else None) or "run",
+                "kind": str(part.get("kind") or ""), "label": str(part.get("label") or ""),
+                "target": str(part.get("target") or s.get("target") or ""),
+                "evaluations": evals, "lookup": hits,
+                "seeded_tasks": len(seeded), "seed_sources": sources,
+                "model": model if isinstance(model, int) else None,
+                "measured": part.get("measurements") if isinstance(part.get("measurements"), int) else None,
+                "failed": n_failed, "measure_s": _fnum(part.get("measure_s")), "query_s": _fnum(part.get("query_s")),
+                "wall_s": wall, "interrupted": bool(part.get("interrupted")),
+            })
+    points = gain_points(summaries)
+    ns, gs = [q.n for q in points], [q.gain for q in points]
+    reason = saturation_fit_reason(ns, gs)
+    fit = None if reason else fit_saturation(ns, gs)
+    if fit is None and reason is None:
+        reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+    split = [{"label": p["name"], "measure_s": p["measure_s"], "query_s": p["query_s"]}
+             for p in reversed(pipeline)]
+    return {
+        "hit_rate": {"all": (h_all, e_all), "session": (h_ses, e_ses)},
+        "pipeline": pipeline,
+        "reach": figures.reach_table(data.runs),
+        "fit": fit, "fit_reason": reason,
+        "figs": {"warm_vs_cold": figures.warm_vs_cold_figure(data.runs, max_panels=figures.MAX_PANELS),
+                 "hit_rate": figures.hit_rate_figure(data.hit_points),
+                 "time_split": figures.time_split_figure(split),
+                 "gain_saturation": figures.gain_saturation_figure(points, fit, reason)},
+    }
+
+
+def _provenance(row: Mapping[str, Any]) -> str:
+    """Where a record came from, in words: measured / replayed / imported (from which file) /
+    migrated (from which target), with the origin it names."""
+    src = str(row.get("source") or "")
+    origin = str(row.get("origin") or "")
+    if src.startswith("imported:"):
+        text = f"imported ({src.split(':', 1)[1]})"
+    elif src.startswith("migrated:"):
+        text = f"migrated from {src.split(':', 1)[1]}"
+    elif src == "replay":
+        text = "replayed measurement"
+    else:
+        text = src or "?"
+    return f"{text}, origin {origin}" if origin else text
+
+
+def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict], k: int = K_BEST) -> dict | None:
+    """The per-entry page's data (None when the store holds no live record of the entry): the
+    entry's counts, its ``k`` best configs (one per config: its fastest ok measurement, refuted
+    records left out) with the spread of their repeats, their provenance (measured / imported /
+    migrated, and the warm runs whose best it was with the entries that seeded them), and its
+    best-so-far curve.  Reads only this entry's records."""
+    t = db.records(target_key, workload_key, include_stale=False)
+    if t.num_rows == 0:
+        return None
+    refuted = {rid for rid, v in db.verdicts().items() if v == "refuted"}
+    rows = t.select(["record_id", "config_key", "config", "costs", "cost", "status", "source", "origin", "meta",
+                     "timestamp", "committed", "target_name", "workload", "host"]).to_pylist()
+    ok = [r for r in rows if r["status"] == "ok" and r["cost"] is not None and math.isfinite(r["cost"])
+          and r["record_id"] not in refuted]
+    by_cfg: dict[str, list[dict]] = {}
+    for r in ok:
+        by_cfg.setdefault(r["config_key"], []).append(r)
+    best_rows = sorted((min(rs, key=lambda r: r["cost"]) for rs in by_cfg.values()),
+                       key=lambda r: (r["cost"], r["config_key"]))[:k]
+    seeded: dict[str, list[str]] = {}
+    runs_of_entry = []
+    for s in summaries:
+        from tunedb.transfer.apps.report import run_parts
+
+        for part in run_parts(s):
+            if (part.get("target_key") or s.get("target_key")) != target_key:
+                continue
+            for task in part.get("tasks") or []:
+                if not isinstance(task, Mapping) or task.get("workload_key") != workload_key:
+                    continue
+                frm = [str(x) for x in task.get("seeded_from") or [] if x]
+                runs_of_entry.append({"stored": str(s.get("stored") or "")[:19].replace("T", " "),
+                                      "kind": str(part.get("kind") or ""), "label": str(part.get("label") or ""),
+                                      "source": str(task.get("source") or ""), "seeded_from": frm,
+                                      "best": _fnum(task.get("best")), "evaluations": task.get("evaluations")})
+                cfg = task.get("best_config")
+                if isinstance(cfg, Mapping):
+                    from tunedb.index.keys import key_of
+
+                    seeded.setdefault(key_of(dict(cfg)), []).append(
+                        f"best of a {task.get('source') or part.get('label') or 'run'} {part.get('kind') or ''} run"
+                        + (f" seeded from {', '.join(frm)}" if frm else ""))
+    best = []
+    for r in best_rows:
+        reps = [c for c in r["costs"] or [] if c is not None and math.isfinite(c)]
+        all_meas = by_cfg[r["config_key"]]
+        text = r["config"] if len(r["config"]) <= MAX_CONFIG_CHARS else r["config"][: MAX_CONFIG_CHARS - 1] + "…"
+        try:
+            meta = json.loads(r["meta"] or "{}")
+        except json.JSONDecodeError:
+            meta = {}
+        extra = [f"{k2}={meta[k2]}" for k2 in ("from_target", "migrated_from", "seeded_from", "run_id")
+                 if isinstance(meta, dict) and k2 in meta]
+        best.append({"config": text, "cost": float(r["cost"]), "repeats": len(reps),
+                     "min": min(reps) if reps else None, "max": max(reps) if reps else None,
+                     "rel_std": float(np.std(reps) / np.mean(reps)) if len(reps) > 1 and np.mean(reps) > 0 else None,
+                     "measurements": len(all_meas), "provenance": _provenance(r),
+                     "meta": ", ".join(extra), "runs": "; ".join(seeded.get(r["config_key"], [])) or "–",
+                     "record_id": r["record_id"], "host": r["host"] or ""})
+    when = _when(t)
+    order = np.argsort(when, kind="stable")
+    st = np.asarray(t.column("status").to_pylist(), dtype=object)[order]
+    cost = t.column("cost").fill_null(math.inf).to_numpy().astype(np.float64)[order]
+    cost = np.where((st == "ok") & np.isfinite(cost), cost, math.inf)
+    bsf = np.minimum.accumulate(cost)
+    xs = np.flatnonzero(np.isfinite(bsf)) + 1
+    curve = FigureSpec("entry_curve", "Best so far of this entry", width=6.5, height=3.4)
+    if len(xs):
+        x, y = figures.steps(xs.tolist(), bsf[xs - 1].tolist())
+        curve.panels.append(figures.Panel("", "records of the entry (timestamp order)", "best cost so far (s)",
+                                          ylog=True, series=[figures.Series("best so far", x, y)]))
+    else:
+        curve.empty = "no ok record"
+    return {"target_name": rows[0]["target_name"], "target_key": target_key, "workload_key": workload_key,
+            "workload": figures.short_workload(json.loads(rows[0]["workload"]), 200), "records": len(rows),
+            "ok_records": len(ok), "configs": len(by_cfg), "failed": sum(1 for r in rows if r["status"] != "ok"),
+            "best": best, "runs": runs_of_entry[-20:], "curve": curve}
+
+
+# ------------------------------------------------------------------------ the poller
+class DashboardData:
+    """The store, its latest :class:`Snapshot` and the thread that keeps it current.
+
+    ``poll()`` does one refresh-and-compare step (returns True when a new snapshot was made);
+    ``start()`` runs it every ``poll_s`` seconds in a daemon thread; ``snapshot`` is the latest
+    one (computed by the first ``poll()``; replaced whole, so readers never lock).  Polls hold
+    one lock; per-entry pages another (the store itself is thread-safe)."""
+
+    def __init__(self, db: Any, *, poll_s: float = POLL_S) -> None:
+        import datetime as dt
+
+        self.db = db
+        self.poll_s = float(poll_s)
+        self.session_start = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+        self._lock = threading.RLock()
+        self._snapshot: Snapshot | None = None
+        self._records: dict | None = None
+        self._records_token: Any = None
+        self._runs: dict | None = None
+        self._runs_key: tuple | None = None
+        self._summaries: list[dict] = []
+        self._entry_memo: dict[tuple, Any] = {}
+        self._entry_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            self.poll()
+        assert self._snapshot is not None
+        return self._snapshot
+
+    def poll(self) -> bool:
+        """Refresh the store and make a new snapshot when its change token or its newest runs
+        changed; True when it did.  New run summaries are published first (from the records
+        part computed before: cheap), then, when the records changed, a snapshot over a new
+        read of them: a finished run shows at once even where reading every record takes
+        seconds."""
+        with self._lock:
+            t0 = time.perf_counter()
+            self.db.refresh()
+            token = self.db.change_token()
+            summaries = self.db.runs(limit=MAX_RUNS)
+            runs_key = tuple((str(s.get("run_id")), str(s.get("stored"))) for s in summaries)
+            if self._snapshot is not None and token == self._records_token and runs_key == self._runs_key:
+                return False
+            if self._records is not None and runs_key != self._runs_key:
+                self._set_runs(summaries, runs_key)
+                self._publish(t0)
+            if token != self._records_token or self._records is None:
+                table = self.db.records(include_stale=False)
+                self._records = records_part(self.db, table)
+                del table
+                self._records_token = token
+                self._set_runs(summaries, runs_key)  # (the runs' failed counts come from the records)
+                self._publish(t0)
+            return True
+
+    def _set_runs(self, summaries: list[dict], runs_key: tuple) -> None:
+        assert self._records is not None
+        self._runs = runs_part(summaries, self._records["failed"], self.session_start)
+        self._runs_key = runs_key
+        self._summaries = summaries
+
+    def _publish(self, t0: float) -> None:
+        """Make the snapshot of the current records and runs parts the latest one."""
+        rec, run, summaries = self._records, self._runs, self._summaries
+        assert rec is not None and run is not None
+        h_all, e_all = run["hit_rate"]["all"]
+        h_ses, e_ses = run["hit_rate"]["session"]
+        overview = {**rec["overview"], "runs": len(summaries),
+                    "hits_all": h_all, "evaluations_all": e_all,
+                    "hit_rate_all": h_all / e_all if e_all else None,
+                    "hits_session": h_ses, "evaluations_session": e_ses,
+                    "hit_rate_session": h_ses / e_ses if e_ses else None,
+                    "session_start": self.session_start, "location": self.db.location,
+                    "fit": run["fit"], "fit_reason": run["fit_reason"]}
+        version = (self._snapshot.version + 1) if self._snapshot is not None else 1
+        snap = Snapshot(version=version, key=(self._records_token, self._runs_key), computed_at=time.time(),
+                        compute_s=time.perf_counter() - t0, overview=overview, entries=rec["entries"],
+                        active=rec["active"], pipeline=run["pipeline"], reach=run["reach"],
+                        figs={**rec["figs"], **run["figs"]}, runs=summaries)
+        for key, spec in snap.figs.items():  # drawn here, not in a request
+            if spec.drawn:
+                snap.figure(key)
+        self._snapshot = snap
+
+    def entry(self, target_key: str, workload_key: str) -> dict | None:
+        """:func:`entry_page` of one entry, remembered for the current snapshot (read while a
+        poll may be reading too: the store is thread-safe)."""
+        snap = self.snapshot
+        key = (snap.version, target_key, workload_key)
+        with self._entry_lock:
+            if key not in self._entry_memo:
+                if len(self._entry_memo) >= ENTRY_MEMO or any(k[0] != snap.version for k in self._entry_memo):
+                    self._entry_memo.clear()
+                page = entry_page(self.db, target_key, workload_key, snap.runs)
+                if page is not None and page["curve"].drawn:  # drawn once, not per request
+                    page["figure"] = figures.to_plotly_dict(page["curve"])
+                self._entry_memo[key] = page
+            return self._entry_memo[key]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.poll()
+                self.last_error = None
+            except Exception as e:  # keep serving the last snapshot; say what went wrong once
+                text = f"{type(e).__name__}: {e}".splitlines()[0]
+                if text != self.last_error:
+                    sys.stderr.write(f"tunedb dashboard: could not read the database: {text}\n")
+                self.last_error = text
+
+    def start(self) -> None:
+        """Poll in a daemon thread every ``poll_s`` seconds (the first snapshot is made here)."""
+        self.poll()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="tunedb-dashboard-poll", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,87 @@
+"""``tunedb dashboard``: a live, read-only web page of a DB (see transfer/apps/dashboard/).
+
+Binds 127.0.0.1 by default; another address needs ``--allow-remote`` (and prints a warning:
+configs and timings may be confidential).  Prints the URL on stdout when it is ready (one JSON
+object ``{"url", "db"}`` with ``--json``) and serves until interrupted.  Needs the
+``dashboard`` extra (dash, plotly).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from tunedb.transfer.cli.util import UserError, emit, open_db
+
+DEFAULT_PORT = 8050
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("dashboard", parents=[common],
+                       help="serve a live, read-only web dashboard of the DB (overview, pipeline, warm vs cold, "
+                            "trends, per-entry pages)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"TCP port (default {DEFAULT_PORT}; 0: any free port, printed)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs --allow-remote)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host other than loopback (anyone who reaches it sees the DB's configs and timings)")
+    p.add_argument("--refresh-s", type=float, default=0.5, metavar="SECONDS",
+                   help="how often the page checks for changes (default 0.5)")
+    p.set_defaults(func=run_dashboard)
+
+
+def _open_read_only(args):
+    """The store ``--db`` names, opened without creating anything: a Parquet directory must
+    exist and be a tunedb DB; URLs (and layers) open as usual."""
+    from tunedb.index.parquet.layout import MARKER
+    from tunedb.index.stores import open_store
+
+    loc = args.db
+    if getattr(args, "db_extra", None) or getattr(args, "also", None):
+        return open_db(args, must_exist=True)
+    if "://" not in loc and not loc.startswith("memory:"):
+        if not os.path.isdir(loc):
+            raise UserError(f"no tunedb database at {loc}")
+        if not os.path.isfile(os.path.join(loc, MARKER)):
+            raise UserError(f"{loc} is not a tunedb database (no {MARKER})")
+    try:
+        return open_store(loc, create=False)
+    except (OSError, ValueError) as e:
+        text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).strip().splitlines()
+        raise UserError(f"cannot open database {loc}: {text[0] if text else type(e).__name__}") from None
+
+
+def run_dashboard(args) -> int:
+    from tunedb.transfer.apps.dashboard.server import is_local
+
+    try:
+        import dash  # noqa: F401
+        import plotly  # noqa: F401
+    except ImportError:
+        raise UserError("the dashboard needs dash and plotly: pip install 'tunedb[dashboard]'") from None
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is not a TCP port (0-65535)")
+    if args.refresh_s <= 0:
+        raise UserError("--refresh-s must be > 0")
+    if not is_local(args.host):
+        if not args.allow_remote:
+            raise UserError(f"--host {args.host} would serve the DB beyond this machine; add --allow-remote "
+                            "to do so (configs and timings may be confidential)")
+        sys.stderr.write(f"tunedb: warning: serving on {args.host}: anyone who can reach it sees this DB's "
+                         "configs and timings (no authentication)\n")
+        sys.stderr.flush()
+    db = _open_read_only(args)
+    from tunedb.transfer.apps.dashboard.server import make_server
+
+    try:
+        dash_server = make_server(db, host=args.host, port=args.port, refresh_s=args.refresh_s)
+    except OSError as e:
+        raise UserError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from None
+    emit(args, {"url": dash_server.url, "db": db.location},
+         f"tunedb dashboard of {db.location} (read-only): {dash_server.url}")
+    try:
+        dash_server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
