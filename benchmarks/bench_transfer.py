@@ -5,10 +5,18 @@ Replay mode (default): leave-one-device-out over the shared Kernel Tuner data
 the other five devices' records; the held-out device is replayed.  For budgets 5, 10, 20, 50
 it reports the fraction of the held-out device's true optimum reached (optimum / best found) by
 
-  warm          tunedb: nearest entries' best configs seed a cost-model-ranked local search
+  warm          tunedb: the nearest entries' best configs, interleaved by hardware similarity,
+                seed a local search ranked by the RGPE transfer surrogate (surrogate.py)
+  warm_old      the warm run before the surrogate: global rank-sum seeds, cost-model ranking
+  diy_union     the do-it-yourself script: every other device's best, then second best, ...
+                (round-robin, de-duplicated), then random (evaluation.union_of_bests)
   cold          tunedb's local search from a random start, no retrieval, no prior model
   random        random search without replacement (mean over --random-seeds seeds)
   nearest_only  the best config of the most similar device, measured once
+
+Tuner strategies and diy_union are the mean over --seeds seeds (default 3); every run spends
+its whole budget (no patience).  The table on stderr (and "table" in the JSON) gives the median
+and the worst over the held-out devices at each budget.
 
 plus a diagnostic no tuner can run, hindsight_mixture_at_20: the 20 configs ranked best by the
 least-squares mix of the other devices' log times fitted on all of the held-out device's data
@@ -22,6 +30,7 @@ tuned on one preset (cpu-x86-64-t1, SSE2 only); new shapes are tuned on cpu-nati
 cold with equal budgets; the reference is the best a cold search finds with 4x the budget.
 
     python benchmarks/bench_transfer.py --json
+    python benchmarks/bench_transfer.py --kernels convolution_milo --devices A100,W6600 --seeds 1
     python benchmarks/bench_transfer.py --local --json
 """
 
@@ -59,27 +68,39 @@ def _log(msg: str, quiet: bool) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quiet: bool) -> dict:
+#: strategies of the replay benchmark, side by side in one run (tuner ones: mean over --seeds seeds)
+STRATEGIES = ("warm", "warm_old", "diy_union", "cold", "random", "nearest_only")
+#: today's warm run beside the one before the transfer surrogate (cost model + global rank-sum seeds)
+VARIANTS = {"warm_old": {"surrogate": "model", "seed_order": "rank"}}
+
+
+def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quiet: bool, seeds: int = 3,
+                     devices: list[str] | None = None) -> dict:
     rows = []
+    weights = {}
     for kernel in kernels:
         datas = load_devices(data_dir / kernel)
         for held in datas:
+            if devices and held not in devices:
+                continue
             t0 = time.perf_counter()
-            h = leave_one_out(datas, held, BUDGETS, random_seeds)
+            h = leave_one_out(datas, held, BUDGETS, random_seeds, seeds=seeds, variants=VARIANTS)
             mix = hindsight_mixture(datas, held, top=20)
+            weights[f"{kernel}/{held}"] = h.surrogates.get("warm", {})
             for b in BUDGETS:
                 rows.append({"kernel": kernel, "device": held, "budget": b,
-                             "warm": h.fraction("warm", b), "cold": h.fraction("cold", b),
-                             "random": h.random[b], "nearest_only": h.fraction("nearest_only", b),
+                             **{st: h.fraction(st, b) for st in STRATEGIES},
                              "nearest_device": h.nearest_device,
                              "warm_measurements_to_95": h.warm_to_95,
                              "random_measurements_to_95": h.random_to_95,
                              "hindsight_mixture_at_20": mix["fraction"],
                              "hindsight_mixture_optimum_rank": mix["optimum_rank"]})
-            _log(f"{kernel:>18} {held:>7}: warm@20 {h.fraction('warm', 20):.3f} "
-                 f"cold@20 {h.fraction('cold', 20):.3f} random@20 {h.random[20]:.3f} "
-                 f"nearest {h.fraction('nearest_only', 20):.3f} ({h.nearest_device}) warm->95% {h.warm_to_95} "
-                 f"random->95% {h.random_to_95:.0f} hindsight-mix@20 {mix['fraction']:.3f}  [{time.perf_counter() - t0:.1f}s]", quiet)
+            _log(f"{kernel:>18} {held:>7}: " + "  ".join(
+                f"{st} " + "/".join(f"{h.fraction(st, b):.3f}" for b in BUDGETS) for st in STRATEGIES[:4])
+                + f"  hindsight-mix@20 {mix['fraction']:.3f}  [{time.perf_counter() - t0:.1f}s]", quiet)
+    table = {st: {str(b): {"median": statistics.median(r[st] for r in rows if r["budget"] == b),
+                           "worst": min(r[st] for r in rows if r["budget"] == b)} for b in BUDGETS}
+             for st in STRATEGIES}
     at20 = [r for r in rows if r["budget"] == 20]
     w20 = [r["warm"] for r in at20]
     ratios = [r["random_measurements_to_95"] / r["warm_measurements_to_95"] if r["warm_measurements_to_95"]
@@ -92,8 +113,21 @@ def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quie
         "median_random_over_warm_measurements_to_95": statistics.median(ratios),
         "worst_random_over_warm_measurements_to_95": min(ratios),
         "warm_never_reached_95": sum(1 for r in at20 if r["warm_measurements_to_95"] is None),
+        "warm_beats_diy_worst": {str(b): table["warm"][str(b)]["worst"] > table["diy_union"][str(b)]["worst"]
+                                 for b in BUDGETS},
     }
-    return {"devices": rows, "summary": summary}
+    _log(format_table(table), quiet)
+    return {"devices": rows, "summary": summary, "table": table, "surrogate_weights": weights, "seeds": seeds}
+
+
+def format_table(table: dict) -> str:
+    """The side-by-side table: one line per strategy, median and worst at each budget."""
+    head = f"{'strategy':<13}" + "".join(f"  med@{b:<3}" for b in BUDGETS) + "".join(f"  worst@{b:<3}" for b in BUDGETS)
+    lines = [head]
+    for st, per in table.items():
+        lines.append(f"{st:<13}" + "".join(f"  {per[str(b)]['median']:.3f}  " for b in BUDGETS)
+                     + "".join(f"  {per[str(b)]['worst']:.3f}    " for b in BUDGETS))
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------- local
@@ -186,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with the Kernel Tuner data sets")
     ap.add_argument("--kernels", default="convolution_milo,dedispersion_milo")
     ap.add_argument("--random-seeds", type=int, default=50)
+    ap.add_argument("--seeds", type=int, default=3, help="(replay) seeds per tuner strategy, averaged")
+    ap.add_argument("--devices", default="", help="(replay) only these held-out devices, comma-separated")
     ap.add_argument("--local", action="store_true", help="real C kernels on this CPU instead of replay")
     ap.add_argument("--budget", type=int, default=16, help="(--local) equal budget of warm and cold")
     ap.add_argument("--source-preset", default="cpu-x86-64-t1")
@@ -196,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.local:
         res = local_benchmark(a.budget, a.json, a.source_preset, a.new_preset)
     else:
-        res = replay_benchmark(Path(a.data), a.kernels.split(","), a.random_seeds, a.json)
+        res = replay_benchmark(Path(a.data), a.kernels.split(","), a.random_seeds, a.json, seeds=a.seeds,
+                               devices=[d for d in a.devices.split(",") if d] or None)
     res["seconds"] = time.perf_counter() - t0
     print(json.dumps(res, sort_keys=True) if a.json else json.dumps(res, indent=2, sort_keys=True))
     return 0

@@ -13,6 +13,12 @@ run (each looks at the held-out device's full measurements):
                      the tuner weighs them (tunedb.transfer.search.tuner.own_sample_weight), repeat;
                      fraction of the optimum after 5, 10, 20, 50
 
+plus the ceiling of seed transfer (``transfer_ceiling``, also for every device with ``--all``):
+the evaluation at which the do-it-yourself union of bests (evaluation.union_of_bests) first
+reaches 95% of the optimum, each source's best fraction among its own top 10 and the rank
+(0-based) the held-out optimum has in each source's order, and the best fraction among the 1-
+and 2-knob neighbours of the union's best of its first 10.
+
 and, with ``--local``, one check on this CPU: does a preset's optimum carry over to another?
 
   local seeds        each source preset tunes one matmul shape (64 measurements from the family
@@ -21,6 +27,7 @@ and, with ``--local``, one check on this CPU: does a preset's optimum carry over
                      tuned configs are among the sources, as the yardstick
 
     python benchmarks/transfer_diagnostics.py --kernel convolution_milo --device A100 --json
+    python benchmarks/transfer_diagnostics.py --all                 # transfer_ceiling of all 12, ~30 s
     python benchmarks/transfer_diagnostics.py --local --json        # about 2 minutes
 """
 
@@ -38,10 +45,42 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tunedb.transfer.search.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
-from tunedb.transfer.search.evaluation import hindsight_mixture, load_devices  # noqa: E402
+from tunedb.transfer.search.evaluation import hindsight_mixture, load_devices, union_of_bests  # noqa: E402
 from tunedb.transfer.search.tuner import TuneOptions, own_sample_weight  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
+
+
+def transfer_ceiling(datas: dict, device: str) -> dict:
+    """How far the other devices' best configs can carry ``device`` (see the module docstring)."""
+    from tunedb.index.keys import canonical_json
+
+    hd = datas[device]
+    _, opt = hd.optimum()
+    ok = {k: r.cost for k, r in hd.results.items() if r.status == "ok" and r.cost}
+    opt_key = min(ok, key=ok.get)
+    order = union_of_bests(datas, device, 200, depth=None)
+    fr = [opt / ok.get(canonical_json(c), np.inf) for c in order]
+    to95 = next((i + 1 for i, f in enumerate(np.maximum.accumulate(fr)) if f >= 0.95), None)
+    sources = {}
+    for dev, d in datas.items():
+        if dev == device:
+            continue
+        ranked = [k for _, k in sorted((r.cost, k) for k, r in d.results.items() if r.status == "ok" and r.cost)]
+        pos = {k: i for i, k in enumerate(ranked)}
+        sources[dev] = {"top10_fraction": round(max(opt / ok.get(k, np.inf) for k in ranked[:10]), 4),
+                        "optimum_rank": pos.get(opt_key)}
+    first = order[:10]
+    best = min(first, key=lambda c: ok.get(canonical_json(c), np.inf))
+    names = hd.space.names
+    near: dict[int, float] = {1: 0.0, 2: 0.0}
+    for k, c in ok.items():
+        cfg = hd.results[k].config
+        dist = sum(cfg[n] != best[n] for n in names)
+        if dist in near:
+            near[dist] = max(near[dist], opt / c)
+    return {"union_evaluations_to_95": to95, "union_at_10": round(float(max(fr[:10])), 4),
+            "sources": sources, "neighbours_of_union_best": {str(k): round(v, 4) for k, v in near.items()}}
 
 
 def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: int = 50) -> dict:
@@ -97,6 +136,7 @@ def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: i
         "model": {"optimum_rank": model_rank, "top20_fraction": opt / float(cost[order[:20]].min()),
                   "spearman": spearman(base[ok], np.log(cost[ok]))},
         "idealised_loop": {str(b): curve[b - 1] for b in (5, 10, 20, 50) if b <= len(curve)},
+        "transfer_ceiling": transfer_ceiling(datas, device),
     }
 
 
@@ -140,10 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local", action="store_true", help="the local seed check instead of replay")
     ap.add_argument("--sources", default="cpu-x86-64-t1,cpu-x86-64-v3-t1,cpu-native-t2,cpu-native-t1")
     ap.add_argument("--new-preset", default="cpu-native-t1")
+    ap.add_argument("--all", action="store_true", help="transfer_ceiling of every device of both kernels")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    if a.local:
+    if a.all:
+        res = {}
+        for kernel in ("convolution_milo", "dedispersion_milo"):
+            datas = load_devices(Path(a.data) / kernel)
+            for dev in datas:
+                res[f"{kernel}/{dev}"] = transfer_ceiling(datas, dev)
+    elif a.local:
         res = local_seeds({"family": "matmul", "M": 192, "N": 192, "K": 192}, a.sources.split(","), a.new_preset)
     else:
         res = diagnose(Path(a.data), a.kernel, a.device)

@@ -286,3 +286,109 @@ def test_replay_tune_on_a_db_holding_only_the_device_own_cache(tmp_path):
     _, optimum = ReplayData(cache).optimum()
     assert out["best"]["cost"] >= optimum * (1 - 1e-9)
     assert out["measurements"] == 0 and out["cache_hits"] > 0  # the whole cache is in the DB already
+
+
+# ----------------------------------------------------------- seeds by similarity, surrogate, budget
+def test_interleave_gives_each_source_a_quota_proportional_to_its_weight():
+    from tunedb.transfer.search.seeds import interleave, similarity_weights
+
+    lists = [["a1", "a2", "a3"], ["b1", "b2"], ["c1"]]
+    assert interleave(lists, [0.5, 0.3, 0.2]) == ["a1", "b1", "a2", "c1", "a3", "b2"]
+    assert interleave(lists, [0.5, 0.3, 0.2], limit=3) == ["a1", "b1", "a2"]
+    # a config two sources share comes once; the second source moves on to its next
+    assert interleave([["x", "a"], ["x", "b"]], [1.0, 1.0]) == ["x", "b", "a"]
+    assert interleave([["a"], ["b"]], [1.0, 0.0]) == ["a"]           # weight 0: nothing
+    w = similarity_weights([0.99, 0.98, 0.5], power=8)
+    assert sum(w) == pytest.approx(1.0) and w[0] > w[1] > 10 * w[2]
+    assert similarity_weights([0.0, -1.0]) == [0.5, 0.5]
+
+
+def test_warm_seeds_interleave_the_nearest_devices_bests_by_similarity(history_db, replay):
+    held = replay[HELD]
+    t = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+              TuneOptions(budget=10, seed=0))
+    seeds = t.seed_configs()
+    info = t.seeds_info
+    sims = [s["similarity"] for s in info]
+    assert sims == sorted(sims, reverse=True) and len(info) == len(SOURCES)
+    weights = [s["seed_weight"] for s in info]
+    assert sum(weights) == pytest.approx(1.0, abs=1e-5) and weights == sorted(weights, reverse=True)
+    firsts = {json.dumps(src["adapted"][0], sort_keys=True): i for i, src in enumerate(t._sources)}
+    # the two most similar devices (near-equal weights) give the first two seeds: each its best
+    assert [firsts.get(json.dumps(c, sort_keys=True)) for c in seeds[:2]] == [0, 1]
+    # every device's best is among the first len(SOURCES) + 2 seeds: no device's 8 configs crowd out another's best
+    head = {json.dumps(c, sort_keys=True) for c in seeds[: len(SOURCES) + 2]}
+    assert sum(1 for k in firsts if k in head) >= 3
+    old = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                TuneOptions(budget=10, seed=0, seed_order="rank")).seed_configs()
+    assert sorted(map(json.dumps, old)) == sorted(map(json.dumps, seeds))  # same configs, another order
+
+
+def test_budget_is_spent_when_patience_is_off_and_patience_still_stops_early(history_db, replay):
+    held = replay[HELD]
+    assert TuneOptions().patience is None
+    full = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                 TuneOptions(budget=40, seed=0)).run()
+    assert full.evaluations == full.measurements == 40 and full.stopped_by == "budget"
+    mem = MemoryStore()
+    mem.commit([r for r in history_db.iter_records() if r.target_name != held.target.get("name")])
+    short = Tuner(mem, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                  TuneOptions(budget=40, seed=0, patience=1)).run()
+    assert short.stopped_by == "patience" and short.evaluations < 40
+
+
+def test_rgpe_surrogate_stops_following_a_source_that_ranks_the_device_backwards(replay):
+    """A "mirror" source (the A6000's times inverted: its best configs are the A6000's worst) is
+    as similar as the A6000 itself; after the first measurements the surrogate gives it ~0
+    weight and none of its seeds is measured again."""
+    from tunedb.index.record import Record
+
+    held, src = replay[HELD], replay["A6000"]
+    mirror_target = {**src.target, "name": "Mirror GPU"}
+    mirror = [Record(target=mirror_target, workload=r.workload, config=r.config, costs=(1e-6 / r.cost,),
+                     source="replay") for r in src.results.values() if r.status == "ok" and r.cost]
+    db = MemoryStore()
+    db.commit(list(src.results.values()) + list(replay["W7800"].results.values()) + mirror)
+    t = Tuner(db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+              TuneOptions(budget=30, seed=0, n_seeds=4))
+    res = t.run()
+    sur = res.surrogate
+    assert res.evaluations == 30 and "Mirror GPU" in sur["sources"]
+    m = sur["sources"].index("Mirror GPU")
+    a = sur["sources"].index("NVIDIA RTX A6000")
+    assert sur["trace"] and all(row[1 + m] < 0.05 for row in sur["trace"])
+    assert sum(sur["weights"]) == pytest.approx(1.0, abs=1e-3) and sur["weights"][a] > 0.5
+    mirror_best = {json.dumps(c, sort_keys=True) for c in t._sources[[s["match"].target_name for s in t._sources]
+                                                                      .index("Mirror GPU")]["adapted"]}
+    after = [json.dumps(c, sort_keys=True) for c in list(t.configs.values())[4:]]
+    assert not mirror_best & set(after)
+    model = Tuner(db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                  TuneOptions(budget=12, seed=0, surrogate="model")).run()
+    assert model.surrogate == {}
+
+
+def test_union_of_bests_round_robins_the_other_devices_bests_then_goes_random(replay):
+    from tunedb.index.keys import canonical_json
+    from tunedb.transfer.search.evaluation import order_history, union_curve, union_of_bests
+
+    datas = {d: replay[d] for d in ("A6000", "W7800", HELD)}
+
+    def ranked(d):
+        return [r.config for r in sorted((r for r in replay[d].results.values() if r.status == "ok" and r.cost),
+                                         key=lambda r: (r.cost, r.config_json))]
+    a, w = ranked("A6000"), ranked("W7800")
+    order = union_of_bests(datas, HELD, 6)
+    want = []
+    for pair in zip(a, w):
+        for c in pair:
+            if c not in want:
+                want.append(c)
+    assert order == want[:6]
+    keys = [canonical_json(c) for c in union_of_bests(datas, HELD, None, depth=2, seed=1)]
+    assert len(keys) == len(set(keys)) == len(replay[HELD].results)    # each config once, then the rest
+    assert keys[4:] != [canonical_json(c) for c in union_of_bests(datas, HELD, None, depth=2, seed=2)][4:]
+    hist = order_history(replay[HELD], order)
+    assert [i for i, _ in hist] == list(range(1, 7))
+    assert all(b2 <= b1 for (_, b1), (_, b2) in zip(hist, hist[1:]))
+    curve = union_curve(datas, HELD, (5, 50), seeds=2)
+    assert 0 < curve[5] <= curve[50] <= 1.0

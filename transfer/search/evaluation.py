@@ -8,6 +8,13 @@ the held-out device is replayed (``tunedb.transfer.measure.replay``) and tuned f
 ``cold``          tunedb's local search from a random start, no retrieval, no prior model
 ``random``        random search without replacement (mean over ``random_seeds`` seeds)
 ``nearest_only``  the best config of the most similar device, measured once
+``diy_union``     the do-it-yourself baseline: the union of every other device's best configs,
+                  round-robin (each one's best, then each one's second best, ...; de-duplicated),
+                  then random (``union_of_bests``; mean over the random tails' seeds)
+
+``leave_one_out`` also runs named tuner *variants* (``TuneOptions`` overrides, e.g. today's
+defaults beside the old ones) on fresh copies of the same DB, each with several seeds, so every
+strategy is measured side by side in one run.
 
 and one diagnostic that no tuner can run (it uses all of the held-out device's measurements):
 ``hindsight_mixture`` -- the held-out device's log times fitted, by least squares over every config,
@@ -25,7 +32,7 @@ import random
 import shutil
 import statistics
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tunedb.index import TuningDB
@@ -64,6 +71,59 @@ def random_curve(costs: list[float], n_total: int, budgets, seeds: int, opt: flo
     return out
 
 
+def union_of_bests(datas: dict[str, ReplayData], held: str, n: int | None = None, *, seed: int = 0,
+                   depth: int | None = None) -> list[dict]:
+    """The do-it-yourself baseline's evaluation order on ``held``: round-robin over the other
+    devices (in ``datas`` order): each one's best ok config, then each one's second best, ...
+    (de-duplicated, at most ``depth`` per device; None: all of them), then the rest of ``held``'s
+    space in a random order (``random.Random(seed)``).  The first ``n`` configs (None: all)."""
+    ranked = []
+    for dev, d in datas.items():
+        if dev == held:
+            continue
+        ok = sorted((r.cost, r.config_json) for r in d.results.values() if r.status == "ok" and r.cost)
+        ranked.append([c for _, c in ok[:depth]])
+    out: list[str] = []
+    seen: set[str] = set()
+    cap = n if n is not None else len(datas[held].results) + sum(len(r) for r in ranked)
+    for i in range(max((len(r) for r in ranked), default=0)):
+        for lst in ranked:
+            if i < len(lst) and lst[i] not in seen:
+                seen.add(lst[i])
+                out.append(lst[i])
+        if len(out) >= cap:
+            break
+    if len(out) < cap:
+        rest = [c for c in datas[held].results if c not in seen]
+        random.Random(seed).shuffle(rest)
+        out.extend(rest)
+    import json
+
+    return [json.loads(c) for c in out[:cap]]
+
+
+def order_history(data: ReplayData, configs: list[dict]) -> list:
+    """``TuneResult.history`` (``[evaluation, best cost so far]``) of measuring ``configs`` on
+    ``data`` in that order (a config absent from the file or failed there counts, as inf)."""
+    from tunedb.index.keys import canonical_json
+
+    best, hist = None, []
+    for i, c in enumerate(configs, 1):
+        r = data.results.get(canonical_json(dict(c)))
+        if r is not None and r.status == "ok" and r.cost and (best is None or r.cost < best):
+            best = r.cost
+        hist.append([i, best])
+    return hist
+
+
+def union_curve(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, seeds: int = 3) -> dict:
+    """Mean fraction of ``held``'s optimum ``union_of_bests`` reaches at each budget, over
+    ``seeds`` random tails (budget -> fraction)."""
+    _, opt = datas[held].optimum()
+    hists = [order_history(datas[held], union_of_bests(datas, held, max(budgets), seed=s)) for s in range(seeds)]
+    return {b: statistics.fmean(frac(opt, best_within(h, b)) for h in hists) for b in budgets}
+
+
 def load_devices(folder: str | Path) -> dict[str, ReplayData]:
     """Device name (file stem) -> ReplayData for every ``*.json.gz`` cache in ``folder``
     (the ``*_T4`` duplicates in another results format are skipped)."""
@@ -99,7 +159,7 @@ def hindsight_mixture(datas: dict[str, ReplayData], held: str, top: int = 20) ->
 
 @dataclass
 class HeldOut:
-    """What the four strategies did on one held-out device (see the module docstring)."""
+    """What the strategies did on one held-out device (see the module docstring)."""
 
     device: str
     optimum: float
@@ -110,36 +170,54 @@ class HeldOut:
     random: dict            # budget -> mean fraction of optimum
     random_to_95: float     # expected evaluations of random search to reach 95% of the optimum
     warm_to_95: int | None  # evaluations warm needed (None: not within max(budgets))
+    diy_union: dict = field(default_factory=dict)   # budget -> mean fraction of optimum (union_of_bests)
+    #: strategy name -> the histories of its seeds (``warm`` and ``cold`` among them)
+    histories: dict = field(default_factory=dict)
+    #: strategy name -> the TuneResult.surrogate of its first seed (rgpe weights over time)
+    surrogates: dict = field(default_factory=dict)
 
     def fraction(self, strategy: str, budget: int) -> float:
-        """Fraction of the optimum ``strategy`` reached within ``budget`` evaluations."""
+        """Fraction of the optimum ``strategy`` reached within ``budget`` evaluations (tuner
+        strategies: the mean over their seeds)."""
+        if strategy in self.histories:
+            return statistics.fmean(frac(self.optimum, best_within(h, budget)) for h in self.histories[strategy])
         if strategy == "warm":
             return frac(self.optimum, best_within(self.warm_history, budget))
         if strategy == "cold":
             return frac(self.optimum, best_within(self.cold_history, budget))
         if strategy == "random":
             return self.random[budget]
+        if strategy == "diy_union":
+            return self.diy_union[budget]
         if strategy == "nearest_only":
             return frac(self.optimum, self.nearest_cost)
         raise ValueError(f"unknown strategy {strategy!r}")
 
 
 def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, random_seeds: int = 50,
-                  seed: int = 0) -> HeldOut:
-    """Hold ``held`` out of ``datas``: warm (DB of the others), cold, random and nearest-only on it.
+                  seed: int = 0, *, seeds: int = 1, variants: dict[str, dict] | None = None) -> HeldOut:
+    """Hold ``held`` out of ``datas``: warm (DB of the others), cold, random, nearest-only and the
+    do-it-yourself union of bests on it, plus each of ``variants`` (name -> ``TuneOptions``
+    overrides of a warm run, e.g. ``{"warm_old": {"surrogate": "model", "seed_order": "rank"}}``).
 
-    The DB holds every record of the other devices.  The nearest device is queried before any search runs, so the DB then holds the other devices
-    only.  The DBs live in a temporary folder removed on return."""
+    Every tuner strategy runs with ``seeds`` seeds (``seed``, ``seed + 1``, ...), each on a fresh
+    copy of a DB holding every record of the other devices (and the family's base model, fitted
+    once), so no run sees another's measurements.  The nearest device is queried before any
+    search runs.  The DBs live in a temporary folder removed on return."""
+    from tunedb.transfer.search import modelcache
+
     hd = datas[held]
     _, opt = hd.optimum()
     work = Path(tempfile.mkdtemp(prefix="tunedb_lodo_"))
+    runs = {"warm": {}, "cold": {"cold": True}, **(variants or {})}
+    hist: dict[str, list] = {name: [] for name in runs}
+    surr: dict[str, dict] = {}
     try:
-        db = TuningDB.open(work / "warm")
+        db = TuningDB.open(work / "base")
         for dev, d in datas.items():
             if dev != held:
                 db.commit(list(d.results.values()))
         backend = KernelTunerReplayBackend(hd)
-        # before the warm search: afterwards the DB also holds the held-out device's own records
         matches = [m for m in db.nearest(hd.target, hd.workload, k=1, exclude_target=True) if m.best]
         nearest_cost = None
         nearest_dev = None
@@ -147,16 +225,28 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
             nearest_dev = matches[0].target_name
             r = backend.measure(hd.target, hd.workload, matches[0].best[0].config)
             nearest_cost = r.cost if r.status == "ok" else None
-        warm = Tuner(db, hd.target, hd.workload, hd.space, backend,
-                     TuneOptions(budget=max(budgets), seed=seed, patience=10_000)).run()
-        cold = Tuner(TuningDB.open(work / "cold"), hd.target, hd.workload, hd.space, backend,
-                     TuneOptions(budget=max(budgets), seed=seed, cold=True, patience=10_000)).run()
+        modelcache.base_model(db, hd.workload.get("family"), seed=0)  # persisted: every copy loads it
+        n = 0
+        for name, over in runs.items():
+            for s in range(seed, seed + seeds):
+                n += 1
+                if not over.get("cold"):
+                    shutil.copytree(work / "base", work / f"run{n}")
+                rdb = TuningDB.open(work / f"run{n}")  # cold: an empty DB
+                res = Tuner(rdb, hd.target, hd.workload, hd.space, backend,
+                            TuneOptions(**{"budget": max(budgets), "seed": s, **over})).run()
+                hist[name].append(res.history)
+                surr.setdefault(name, res.surrogate)
+                shutil.rmtree(work / f"run{n}", ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ok_costs = hd.costs_ok()
     n_total = hd.space.size()
     rnd = random_curve(ok_costs, n_total, budgets, random_seeds, opt)
     good = sum(1 for c in ok_costs if opt / c >= 0.95)
-    return HeldOut(device=held, optimum=opt, warm_history=warm.history, cold_history=cold.history,
+    warm_to = [i for i, b in hist["warm"][0] if b is not None and b <= opt / 0.95]
+    return HeldOut(device=held, optimum=opt, warm_history=hist["warm"][0], cold_history=hist["cold"][0],
                    nearest_device=nearest_dev, nearest_cost=nearest_cost, random=rnd,
-                   random_to_95=(n_total + 1) / (good + 1), warm_to_95=warm.evaluations_to_reach(opt / 0.95))
+                   random_to_95=(n_total + 1) / (good + 1), warm_to_95=warm_to[0] if warm_to else None,
+                   diy_union=union_curve(datas, held, budgets, seeds=max(seeds, 1)),
+                   histories=hist, surrogates=surr)

@@ -2,10 +2,28 @@
 
 Order of candidates
   1. with ``use_exact``: the exact entry's best configs (answered from the DB, never re-run);
-  2. (warm) the best configs of the k nearest (target, workload) entries, adapted to this
-     space and ordered by a similarity-weighted rank score;
-  3. local moves: neighbours of the best configs so far, batched per round, ranked by the
-     cost model, with an epsilon share of random exploration.
+  2. (warm) the best configs of the k nearest (target, workload) entries (*sources*), adapted to
+     this space; ``seed_order="similarity"`` (default) interleaves the sources' lists with a
+     quota per source proportional to ``similarity ** similarity_power`` (``seeds.interleave``:
+     the most similar device's best first, each device's best before any device's third...),
+     ``"rank"`` orders them by a global similarity-weighted rank sum (the old order);
+     the first ``n_seeds`` are measured before the search (after the family default, when
+     the tuner has one);
+  3. local moves, batched per round, with an epsilon share of random exploration: neighbours of
+     the three best configs so far and the remaining seeds, ranked by the cost model - or, once
+     the run has ``surrogate_after`` ok evaluations of its own and the transfer surrogate is on
+     (``surrogate="rgpe"``; default for warm runs with >= 2 sources), by the RGPE ensemble
+     (``surrogate.RGPESurrogate``: one model per source's records plus a model of this run's
+     measurements, weighted by how well each ranks this run's measurements), refitted after
+     every round.  Then each round also gives ``seed_slots`` places to the remaining seeds,
+     re-interleaved by the surrogate's source weights; a source weighed below
+     ``min_source_weight`` gives no more seeds.  ``surrogate_pool="space"`` ranks every untried
+     config of a finite space instead of the neighbourhood; ``consensus_seeds`` (default 0) puts
+     that many seeds the sources agree on most (similarity-weighted) first.
+     ``TuneResult.surrogate`` holds the sources and the weights after every fit.
+
+The run spends its whole budget: ``patience`` (rounds without improvement before stopping) is
+off unless set.
 
 Every evaluation asks the DB first; what is not there is measured by the backend and
 committed at once, so Ctrl-C loses nothing and a rerun resumes (its repeats are cache hits).
@@ -13,7 +31,8 @@ committed at once, so Ctrl-C loses nothing and a rerun resumes (its repeats are 
 run does the remaining work only.  Cold mode: no retrieval and no prior model (random start;
 a model fitted on this run's own measurements only).  Costs are seconds.
 
-Cost model (warm): the family's *base model* - fitted on every target's records of the kernel
+Cost model (warm; fitted in rgpe runs too: it ranks until the surrogate has enough data): the
+family's *base model* - fitted on every target's records of the kernel
 family, persisted in the store's ``cache_dir()`` and reused while the family's records changed
 by less than ``refit_fraction`` (``tunedb.transfer.search.modelcache``) - plus a correction
 fitted to its residuals on this run's evaluations every ``retrain_every`` of them
@@ -37,6 +56,7 @@ from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
 from tunedb.transfer.search.costmodel import default_model
 from tunedb.transfer.search.jobs import local_job
+from tunedb.transfer.search.seeds import interleave, similarity_weights
 from tunedb.transfer.search.space import Space
 
 if TYPE_CHECKING:
@@ -48,7 +68,7 @@ if TYPE_CHECKING:
 class TuneOptions:
     budget: int = 20              # evaluations (new measurements + cache hits) in this run
     wall_s: float | None = None   # stop after this many seconds
-    patience: int | None = 8      # stop after this many rounds without improvement (None: never)
+    patience: int | None = None   # stop after this many rounds without improvement (None: spend the whole budget)
     batch: int = 4                # candidates per local-search round
     epsilon: float = 0.15         # share of each batch drawn at random
     k_neighbors: int = 8          # nearest entries consulted for seeds
@@ -66,6 +86,14 @@ class TuneOptions:
     model_cache: bool = True      # reuse the family's base model from the store's cache_dir() (False: fit each run)
     confirm_top: int = 0          # re-measure this many leaders at the end (0/1: off), see Tuner.confirm
     confirm_rounds: int = 2       # interleaved re-measurement rounds of the leaders
+    surrogate: str | None = None  # "rgpe" (transfer ensemble), "model" (cost model only); None: rgpe when warm with >= 2 sources
+    surrogate_after: int = 3      # own ok evaluations before the surrogate ranks candidates
+    seed_order: str = "similarity"  # "similarity": per-source quota by hardware similarity; "rank": global rank sum
+    similarity_power: float = 8.0   # seed weight of a source = similarity ** power (normalised)
+    min_source_weight: float = 0.02  # a source the surrogate weighs below this gives no more seeds
+    seed_slots: int = 1           # (rgpe) places per round for the remaining seeds of the sources it believes
+    consensus_seeds: int = 0      # (rgpe) this many seeds first that the sources agree on most (similarity-weighted)
+    surrogate_pool: str = "local"  # (rgpe) candidates: "local" (neighbours of the best, seeds, random draws) or "space" (all untried configs of a finite space)
 
 
 @dataclass
@@ -91,6 +119,9 @@ class TuneResult:
     confirmed: dict = field(default_factory=dict)
     #: seconds the records answering this run's cache hits took when they were measured
     saved_s: float = 0.0
+    #: the transfer surrogate (rgpe): ``sources`` (target names), ``weights`` (last fit, the
+    #: target model last) and ``trace`` ([own evaluations, weights...] per fit); {} when unused
+    surrogate: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -100,7 +131,7 @@ class TuneResult:
             "seeds": self.seeds, "history": self.history, "interrupted": self.interrupted,
             "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
             "overhead": self.overhead, "remeasurements": self.remeasurements, "confirmed": self.confirmed,
-            "saved_s": self.saved_s,
+            "saved_s": self.saved_s, "surrogate": self.surrogate,
         }
 
     def evaluations_to_reach(self, cost: float) -> int | None:
@@ -181,6 +212,11 @@ class Tuner:
         self.stopped_by = "budget"
         self._pending: list[dict] = []
         self._stale_rounds = 0
+        self._sources: list[dict] = []   # the seeds' source entries (seed_configs)
+        self._surrogate: Any = None       # the fitted RGPESurrogate (rgpe mode), None before
+        self._surrogate_n = -1            # own ok evaluations it was fitted on
+        self._surrogate_info: dict = {}
+        self._use_rgpe = False
 
     def _add_time(self, step: str, t0: float) -> None:
         """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
@@ -279,7 +315,11 @@ class Tuner:
         return out
 
     def seed_configs(self) -> list[dict]:
-        """Adapted best configs of the nearest entries, best first."""
+        """Adapted best configs of the nearest entries, in seed order (``seed_order``):
+        ``"similarity"`` interleaves the sources' lists (each best first) with per-source quotas
+        proportional to ``similarity ** similarity_power`` (``seeds.interleave``, de-duplicated);
+        ``"rank"`` sorts them by a global similarity-weighted rank sum.  Fills ``self._sources``
+        (one dict per source: match, adapted configs, similarity) for the surrogate."""
         if self.db is None or self.opt.cold:
             return []
         t0 = time.perf_counter()
@@ -292,13 +332,12 @@ class Tuner:
         tkey, wkey = key_of(self.target), key_of(self.workload)
         scores: dict[str, float] = {}
         cfg_of: dict[str, dict] = {}
-        used = 0
+        self._sources = []
         for m in matches:
             if m.target_key == tkey and m.workload_key == wkey:
                 continue  # our own entry (a resumed run): its configs come back as cache hits anyway
-            if used >= self.opt.k_neighbors:
+            if len(self._sources) >= self.opt.k_neighbors:
                 break
-            used += 1
             self.seeds_info.append({"from_target": m.target_name, "from_workload": m.workload,
                                     "similarity": round(float(m.similarity), 6)})
             w = max(float(m.similarity), 0.0) ** 8
@@ -309,13 +348,21 @@ class Tuner:
                                  source_target=m.target, dest_target=self.target,
                                  family=self.workload.get("family"))
             self._add_time("adapt", t0)
+            self._sources.append({"match": m, "adapted": adapted, "similarity": float(m.similarity)})
             n = max(len(adapted), 1)
             for rank, c in enumerate(adapted):
                 s = _sig(c)
                 cfg_of[s] = c
                 scores[s] = scores.get(s, 0.0) + w * (1.0 - rank / (n + 1))
-        order = sorted(scores, key=lambda s: (-scores[s], s))
-        return [cfg_of[s] for s in order]
+        if self.opt.seed_order == "rank":
+            order = sorted(scores, key=lambda s: (-scores[s], s))
+            return [cfg_of[s] for s in order]
+        if self.opt.seed_order != "similarity":
+            raise ValueError(f"seed_order must be 'similarity' or 'rank', not {self.opt.seed_order!r}")
+        weights = similarity_weights([src["similarity"] for src in self._sources], self.opt.similarity_power)
+        for info, w in zip(self.seeds_info, weights):
+            info["seed_weight"] = round(w, 6)
+        return interleave([src["adapted"] for src in self._sources], weights, key=_sig)
 
     def _rank_with_default(self, seeds: list[dict]) -> list[dict]:
         """The family's default config for this target first, then the seeds: the first
@@ -430,6 +477,177 @@ class Tuner:
         finally:
             self._add_time("predict", t0)
 
+    # -------------------------------------------------------------- surrogate
+    def _encode(self, cfgs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of knob value indices (float64, one column per knob of the space) and a mask of
+        the configs whose every knob value is one of the space's (only those are encoded)."""
+        vals = self._value_codes()
+        names = self.space.names
+        X = np.zeros((len(cfgs), len(names)))
+        ok = np.ones(len(cfgs), bool)
+        for r, c in enumerate(cfgs):
+            for j, n in enumerate(names):
+                v = vals[j].get(repr(c.get(n))) if isinstance(c, Mapping) else None
+                if v is None:
+                    ok[r] = False
+                    break
+                X[r, j] = v
+        return X, ok
+
+    def _value_codes(self) -> list[dict]:
+        if getattr(self, "_value_index", None) is None:
+            self._value_index = [{repr(v): i for i, v in enumerate(k.values)} for k in self.space.knobs]
+        return self._value_index
+
+    def _init_surrogate(self) -> None:
+        """Decide the run's ranking (``surrogate``) and, for rgpe, fit one ``SourceModel`` per
+        source entry on all of its records (best ok cost per config, log seconds; configs that
+        only failed there: inf)."""
+        mode = self.opt.surrogate
+        if mode not in (None, "rgpe", "model"):
+            raise ValueError(f"surrogate must be 'rgpe', 'model' or None, not {mode!r}")
+        self._use_rgpe = False
+        if self.opt.cold or mode == "model" or self.db is None or not self._sources:
+            return
+        if mode is None and len(self._sources) < 2:
+            return
+        import json
+
+        from tunedb.transfer.search.surrogate import SourceModel
+
+        t0 = time.perf_counter()
+        self._scale = np.array([max(len(k.values) - 1, 1) for k in self.space.knobs], np.float64)
+        self._source_models: dict[int, Any] = {}
+        try:
+            for i, src in enumerate(self._sources):
+                m = src["match"]
+                t = self.db.records(m.target, m.workload)
+                best: dict[str, float] = {}
+                for c, v, st in zip(t.column("config").to_pylist(), t.column("cost").to_pylist(),
+                                    t.column("status").to_pylist()):
+                    ok = st == "ok" and v is not None and 0 < v < math.inf
+                    best[c] = min(best.get(c, math.inf), v if ok else math.inf)
+                if not best:
+                    continue
+                X, enc = self._encode([json.loads(c) for c in best])
+                y = np.log(np.asarray(list(best.values()), np.float64))
+                if enc.sum() >= 3 and np.isfinite(y[enc]).sum() >= 3:
+                    self._source_models[i] = SourceModel().fit(X[enc], y[enc], self._scale)
+        finally:
+            self._add_time("model_update", t0)
+        if len(self._source_models) >= (1 if mode == "rgpe" else 2):
+            self._use_rgpe = True
+            self._surrogate_info = {"sources": [self._sources[i]["match"].target_name for i in self._source_models],
+                                    "weights": [], "trace": []}
+
+    def _consensus_first(self, seeds: list[dict]) -> list[dict]:
+        """``seeds`` with the ``consensus_seeds`` of them that the sources agree on most first: the
+        lowest similarity-weighted mean of the sources' standardised log costs (rgpe only)."""
+        k = self.opt.consensus_seeds
+        if not self._use_rgpe or k <= 0 or len(seeds) < 2:
+            return seeds
+        X, enc = self._encode(seeds)
+        if not enc.any():
+            return seeds
+        idx = list(self._source_models)
+        w = np.asarray(similarity_weights([self._sources[i]["similarity"] for i in idx], self.opt.similarity_power))
+        score = np.full(len(seeds), np.inf)
+        Z = np.vstack([(m.predict(X[enc]) - m.mean_) / m.std_ for m in self._source_models.values()])
+        score[enc] = w @ Z
+        top = [int(i) for i in np.argsort(score, kind="stable")[:k]]
+        return [seeds[i] for i in top] + [c for i, c in enumerate(seeds) if i not in top]
+
+    def _fit_surrogate(self) -> None:
+        """Refit the ensemble's weights on this run's ok evaluations (from ``surrogate_after`` of
+        them on, whenever there is a new one) and drop the pending seeds of sources it no longer
+        believes (``_believed_seeds``)."""
+        if not self._use_rgpe:
+            return
+        own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
+        if len(own) < max(self.opt.surrogate_after, 2) or len(own) == self._surrogate_n:
+            return
+        from tunedb.transfer.search.surrogate import RGPESurrogate
+
+        t0 = time.perf_counter()
+        try:
+            X, enc = self._encode([c for c, _ in own])
+            y = np.log(np.asarray([v for _, v in own], np.float64))
+            sur = RGPESurrogate(random_state=self.opt.seed).fit(X[enc], y[enc], list(self._source_models.values()),
+                                                               scale=self._scale)
+        except Exception as e:  # a surrogate failure must never stop tuning: the cost model ranks instead
+            self._surrogate_info["error"] = f"{type(e).__name__}: {e}"
+            self._use_rgpe = False
+            return
+        finally:
+            self._add_time("model_update", t0)
+        self._surrogate, self._surrogate_n = sur, len(own)
+        w = [round(float(v), 4) for v in sur.weights_]
+        self._surrogate_info["weights"] = w
+        self._surrogate_info["trace"].append([len(self.evaluated)] + w)
+        self._pending = self._believed_seeds()
+
+    def _source_weight(self) -> dict[int, float]:
+        """Source index -> the surrogate's weight (sources without a model: ``min_source_weight``)."""
+        w = {i: self.opt.min_source_weight for i in range(len(self._sources))}
+        if self._surrogate is not None:
+            for i, v in zip(self._source_models, self._surrogate.weights_[:-1]):
+                w[i] = float(v)
+        return w
+
+    def _believed_seeds(self) -> list[dict]:
+        """The sources' untried seeds interleaved by the surrogate's weights (``seeds.interleave``);
+        a source weighed below ``min_source_weight`` gives none."""
+        w = self._source_weight()
+        lists = [[c for c in src["adapted"] if _sig(c) not in self.tried] for src in self._sources]
+        ws = [w[i] if w[i] >= self.opt.min_source_weight else 0.0 for i in range(len(lists))]
+        return interleave(lists, ws, key=_sig)
+
+    def _surrogate_pool(self, pending: list[dict], exclude: set[str]) -> tuple[list[dict], np.ndarray, np.ndarray]:
+        """Candidates for the surrogate, not tried and not in ``exclude``, with their encoding
+        (``_encode``): every such config of a finite space (encoded once per run), else the
+        neighbours of the three best, the pending seeds and 64 random draws."""
+        if self.opt.surrogate_pool == "space" and self.space.finite is not None and len(self.space.finite) <= 200_000:
+            if getattr(self, "_finite_sigs", None) is None:
+                self._finite_all = list(self.space.finite)
+                self._finite_sigs = [_sig(c) for c in self._finite_all]
+                self._finite_X, self._finite_enc = self._encode(self._finite_all)
+            idx = [i for i, s in enumerate(self._finite_sigs) if s not in self.tried and s not in exclude]
+            return [self._finite_all[i] for i in idx], self._finite_X[idx], self._finite_enc[idx]
+        pool: dict[str, dict] = {}
+        ranked = sorted(((c, s) for s, c in self.evaluated.items() if c < math.inf), key=lambda x: x[0])
+        for _, s in ranked[:3]:
+            for n in self._neighbours(self.configs[s]):
+                pool.setdefault(_sig(n), n)
+        for c in pending:
+            pool.setdefault(_sig(c), c)
+        for _ in range(64):
+            try:
+                c = self.space.sample(self.rng)
+            except RuntimeError:
+                break
+            pool.setdefault(_sig(c), c)
+        cands = [c for s, c in pool.items() if s not in self.tried and s not in exclude]
+        X, enc = self._encode(cands)
+        return cands, X, enc
+
+    def _surrogate_batch(self, pending: list[dict], n: int) -> list[dict]:
+        """``n`` candidates: up to ``seed_slots`` believed seeds, then the surrogate's best."""
+        chosen = [c for c in pending if _sig(c) not in self.tried][: min(self.opt.seed_slots, n)]
+        if len(chosen) >= n:
+            return chosen
+        pool, X, enc = self._surrogate_pool(pending, {_sig(c) for c in chosen})
+        if not pool:
+            return chosen
+        t0 = time.perf_counter()
+        try:
+            pred = np.full(len(pool), np.inf)
+            if enc.any():
+                pred[enc] = self._surrogate.predict(X[enc])
+        finally:
+            self._add_time("predict", t0)
+        order = np.argsort(pred, kind="stable")
+        return chosen + [pool[i] for i in order[: n - len(chosen)]]
+
     # ------------------------------------------------------------ neighbours
     def _neighbours(self, cfg: dict) -> list[dict]:
         if self.space.finite is None:
@@ -451,7 +669,7 @@ class Tuner:
 
     # ------------------------------------------------------------------- run
     def run(self) -> TuneResult:
-        """Tune until the budget, the wall time or the patience runs out (or Ctrl-C), then
+        """Tune until the budget, the wall time or the patience (when set) runs out (or Ctrl-C), then
         re-measure the leaders when ``confirm_top`` asks for it."""
         t_run = time.perf_counter()
         try:
@@ -480,6 +698,8 @@ class Tuner:
         seeds = [] if self.opt.cold else self.seed_configs()
         if not self.opt.cold:
             self._fit_model(force=True)
+            self._init_surrogate()
+            seeds = self._consensus_first(seeds)
         if seeds and self.defaults and self.space.is_valid(self.defaults):
             seeds = self._rank_with_default(seeds)
         first = seeds[: self.opt.n_seeds]
@@ -509,6 +729,7 @@ class Tuner:
             return False
         before = self.best[0] if self.best else math.inf
         self._fit_model()
+        self._fit_surrogate()
         batch = self._next_batch(self._pending, max_evaluations)
         if not batch:
             self.stopped_by = "exhausted"
@@ -562,7 +783,8 @@ class Tuner:
             measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
             adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over,
-            remeasurements=self.remeasurements, confirmed=self.confirmed, saved_s=round(self.saved_s, 6))
+            remeasurements=self.remeasurements, confirmed=self.confirmed, saved_s=round(self.saved_s, 6),
+            surrogate=self._surrogate_info)
 
     def result(self) -> TuneResult:
         """The result so far (a scheduler's view of a run it steps itself; ``total`` is the time
@@ -584,6 +806,10 @@ class Tuner:
 
     def _next_batch_untimed(self, pending: list[dict], cap: int | None = None) -> list[dict]:
         b = min(self.opt.batch if cap is None else max(cap, 1), self._remaining())
+        if self._use_rgpe and self._surrogate is not None:
+            n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon)
+            chosen = self._surrogate_batch(pending, b - n_rand)
+            return self._fill_random(chosen, b)
         ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
         pool: dict[str, dict] = {}
         for _, s in ranked[:3]:
@@ -607,6 +833,10 @@ class Tuner:
         else:
             self.rng.shuffle(cands)
             chosen = cands[: b - n_rand]
+        return self._fill_random(chosen, b)
+
+    def _fill_random(self, chosen: list[dict], b: int) -> list[dict]:
+        """``chosen`` topped up to ``b`` configs with untried random draws."""
         sigs = {_sig(c) for c in chosen}
         tries = 0
         while len(chosen) < b and tries < 50 * b:

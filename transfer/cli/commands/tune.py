@@ -33,7 +33,9 @@ def register(sub, common) -> None:
                                     "device name, empty or not")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--wall-time", type=float, metavar="SECONDS")
-    p.add_argument("--patience", type=int, default=8, help="rounds without improvement before stopping")
+    p.add_argument("--patience", type=int, default=None, metavar="ROUNDS",
+                   help="stop after ROUNDS local-search rounds without improvement (default: off, the whole "
+                        "--budget is spent)")
     p.add_argument("--exact", action="store_true", help="start from the exact entry's best configs (lookup only)")
     p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
     p.set_defaults(func=run_tune)
@@ -119,6 +121,8 @@ def run_tune(args) -> int:
     from tunedb.transfer.search import runlog
 
     _check_budget(args.budget)
+    if args.patience is not None and args.patience < 1:
+        raise UserError("--patience must be >= 1 (leave it out to spend the whole budget)")
     db = trusted(args, lambda: open_db(args))
     job = make_job(args, db, args.target, args.workload, args.replay)
     if args.replay:  # a replay answers only from its own file's records (never other files' on the target)
