@@ -151,13 +151,17 @@ def test_every_view_shows_the_db_numbers_and_never_writes(filled):
     pl = page(client, "/pipeline")
     runs = rows(find(pl, "pl-runs"))
     assert [r[1] for r in runs] == ["tune cold NVIDIA RTX A4000", "tune warm NVIDIA RTX A4000"]
-    warm_row = runs[1]
+    warm_row, cold_row = runs[1], runs[0]
     assert warm_row[2] == str(warm.evaluations) and warm_row[3] == str(warm.cache_hits)
-    assert warm_row[4] == "1 task(s) from NVIDIA A100-PCIE-40GB" and warm_row[5] == "not recorded"
-    assert warm_row[6] == str(warm.measurements)
+    # where the evaluations came from: the runs' origin counts (seeded / model / random / default)
+    assert warm.origins["seed"] >= 1
+    assert warm_row[4] == f"{warm.origins['seed']} (1 task(s)) from NVIDIA A100-PCIE-40GB"
+    for row, res in ((warm_row, warm), (cold_row, cold)):
+        assert row[5:8] == [str(res.origins.get(o, 0)) for o in ("model", "random", "default")]
+        assert row[8] == str(res.measurements)
+    assert cold_row[4] == "0 (0 task(s))" and int(cold_row[6]) >= 3
     # the failed record was committed after both runs ended: neither run counts it
-    assert warm_row[7] == "0" and runs[0][7] == "0"
-    assert runs[0][4] == "0 task(s)"
+    assert warm_row[9] == "0" and cold_row[9] == "0"
     assert find(pl, "g-time-split") is not None and find(pl, "g-hit-rate") is not None
 
     cmp_ = page(client, "/comparison")
@@ -191,12 +195,23 @@ def test_every_view_shows_the_db_numbers_and_never_writes(filled):
     want = sorted(by_cfg, key=lambda c: by_cfg[c])[:10]
     assert [json.dumps(c, sort_keys=True, separators=(",", ":")) for c in configs] == want
     assert all(r[7] == "replayed measurement" for r in best_rows)
+    # which nearest entry seeded each of the best configs (its record's meta.seeded_from)
+    meta = {json.dumps(json.loads(r["config"]), sort_keys=True, separators=(",", ":")): json.loads(r["meta"])
+            for r in ok}
+    for cfg, row in zip(configs, best_rows):
+        m = meta[json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
+        if "seeded_from" in m:
+            assert row[8].startswith("seed from NVIDIA A100-PCIE-40GB (workload ")
+            assert m["seeded_from"]["workload_key"][:12] in row[8] and "similarity 0." in row[8]
+        else:
+            assert row[8] in ("–", m.get("origin"))
+    assert any(row[8].startswith("seed from ") for row in best_rows)
     best_cfg = json.dumps(warm.best_config, sort_keys=True, separators=(",", ":")) if warm.best_cost <= \
         cold.best_cost else json.dumps(cold.best_config, sort_keys=True, separators=(",", ":"))
     top = best_rows[[json.dumps(c, sort_keys=True, separators=(",", ":")) for c in configs].index(best_cfg)]
-    assert "best of a" in top[8] and "tune run" in top[8]
+    assert "best of a" in top[9] and "tune run" in top[9]
     if warm.best_cost <= cold.best_cost:
-        assert "seeded from NVIDIA A100-PCIE-40GB" in top[8]
+        assert "seeded from NVIDIA A100-PCIE-40GB" in top[9]
     assert re.fullmatch(r"\d+", best_rows[0][3]) and "%" in best_rows[0][5]
     en_runs = rows(find(en, "en-runs"))
     assert {r[1] for r in en_runs} == {"tune warm", "tune cold"}
@@ -214,6 +229,39 @@ def test_every_view_shows_the_db_numbers_and_never_writes(filled):
     assert data.poll() is False, "nothing changed: no new snapshot"
     db.close()
     assert tree_state(path) == before, "the dashboard wrote to the database directory"
+
+
+def test_a_summary_without_origins_says_not_recorded_and_the_entry_page_shows_origins(filled, tmp_path):
+    from tunedb.transfer.apps.dashboard import views
+
+    src = tunedb.open(filled[0], create=False)
+    warm = next(r for r in src.runs("tune") if r["label"] == "warm")
+    old = {k: v for k, v in warm.items() if k not in ("origins", "origin_split", "run_id", "stored")}
+    old["tasks"] = [{k: v for k, v in t.items() if k not in ("origins", "origin_split")} for t in warm["tasks"]]
+    db = tunedb.open(tmp_path / "db")
+    db.add_run(old)   # a summary stored before origins were recorded
+    db.add_run({k: v for k, v in warm.items() if k not in ("run_id", "stored")})
+    client = create_app(DashboardData(db)).server.test_client()
+    new_row, old_row = rows(find(page(client, "/pipeline"), "pl-runs"))
+    assert old_row[4] == "1 task(s) from NVIDIA A100-PCIE-40GB" and old_row[5:8] == ["not recorded"] * 3
+    assert old_row[8] == str(warm["measurements"])
+    assert new_row[4].startswith(f"{warm['origins']['seed']} (1 task(s))") and new_row[5] != "not recorded"
+    # an entry page whose best configs name their origin (the page's origin / seeded_from keys)
+    b = {"config": "{}", "cost": 1e-3, "repeats": 1, "min": 1e-3, "max": 1e-3, "rel_std": None, "measurements": 1,
+         "provenance": "replayed measurement", "meta": "run_id=abc", "runs": "–"}
+    sf = {"target_name": "GPU A", "target_key": "a" * 32, "workload_key": "b" * 32, "similarity": 0.987654}
+    pg = {"target_name": "t", "workload": "w", "records": 2, "ok_records": 2, "failed": 0, "configs": 2, "runs": [],
+          "best": [{**b, "origin": "seed", "seeded_from": sf}, {**b, "origin": "model", "meta": ""}],
+          "curve": figures.FigureSpec("entry_curve", "x", empty="no ok record")}
+    from plotly.utils import PlotlyJSONEncoder
+
+    tree = json.loads(json.dumps(views.entry(pg, "t", "w"), cls=PlotlyJSONEncoder))
+    got = rows(find(tree, "en-best"))
+    assert got[0][7] == "replayed measurement (run_id=abc)"
+    assert got[0][8] == "seed from GPU A (workload bbbbbbbbbbbb, similarity 0.988)" and got[1][8] == "model"
+    # ... or, from the meta text alone, seeded_from parsed back from it
+    text_only = {**b, "meta": f"seeded_from={sf}, run_id=abc"}
+    assert views.best_origin(text_only) == ("seed", sf, "run_id=abc")
 
 
 def test_empty_db_renders_every_view(tmp_path):

@@ -140,6 +140,15 @@ def test_seeds_are_the_other_devices_bests(db, caches, space_def):
     assert {s["from_target"] for s in ws.last_run.seeds} == {"NVIDIA A100-PCIE-40GB", "NVIDIA RTX A6000"}
     first = [key(r, keys) for r in results[:4]]
     assert all(k in bests for k in first), first
+    # the results follow the Tuner's evaluations (its on_evaluation callback), each committed with
+    # its origin; the seeds' records name the device entry that seeded them
+    table = db.records(target_of(doc["device_name"] or HELD), w)
+    meta = {key(json.loads(c), keys): json.loads(m) for c, m in zip(table.column("config").to_pylist(),
+                                                                    table.column("meta").to_pylist())}
+    assert len(results) == ws.last_result.evaluations == sum(ws.last_result.origins.values())
+    assert [meta[key(r, keys)]["origin"] for r in results].count("seed") == ws.last_result.origins["seed"]
+    assert all(meta[k]["origin"] == "seed" and meta[k]["seeded_from"]["target_name"] in
+               {"NVIDIA A100-PCIE-40GB", "NVIDIA RTX A6000"} for k in first)
     # better than what a random first 4 would give on this space (the seeds transfer)
     ok = sorted(v["time"] for v in doc["cache"].values() if not isinstance(v.get("time"), str))
     assert min(r["time"] for r in results[:4]) <= ok[len(ok) // 20]  # within the best 5% of the device

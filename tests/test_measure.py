@@ -223,3 +223,62 @@ def test_foreign_family_passes_through_to_a_non_local_backend(tmp_path):
     assert measure({"kind": "gpu", "name": "a100"}, w, {"b": 1}, db=db, backend=ExplodingBackend())[1]
     with pytest.raises(ValueError, match="unknown kernel family"):
         measure(preset("cpu-native"), w, {"b": 1})
+
+
+class MadeBackend(MeasureBackend):
+    """A backend that makes a record per config (cost = the config's ``x`` ms) and keeps what it made."""
+
+    name = "made"
+
+    def __init__(self):
+        self.made = []
+
+    def measure(self, target, workload, config):
+        from tunedb.index.record import Record
+
+        rec = Record(dict(target), dict(workload), dict(config), costs=[config["x"] * 1e-3], source="replay",
+                     meta={"backend": self.name, "origin": "backend's"})
+        self.made.append(rec)
+        return rec
+
+
+def test_annotate_merges_meta_before_the_commit_and_keeps_the_record_id():
+    from tunedb.index.memory import MemoryStore
+    from tunedb.transfer.measure.backend import lookup_or_measure
+
+    db = MemoryStore()
+    target, wl = {"kind": "gpu", "name": "g"}, {"family": "made", "n": 1}
+    db.commit(MadeBackend().measure(target, wl, {"x": 1}))  # a stored record: a hit, never annotated
+    commits = []
+    real_commit = db.commit
+
+    def commit(rec):
+        commits.append(rec)
+        return real_commit(rec)
+
+    db.commit = commit
+    asked, seen = [], []
+    b = MadeBackend()
+
+    def annotate(i):
+        asked.append(i)
+        return {"origin": f"pos{i}", "seeded_from": {"target_name": "src"}} if i != 3 else {}
+
+    cfgs = [{"x": 1}, {"x": 2}, {"x": 3}, {"x": 4}, {"x": 2}]
+    out = lookup_or_measure(db, b, target, wl, cfgs, on_record=lambda i, r, c: seen.append((i, r, c)),
+                            annotate=annotate)
+    assert sorted(asked) == [1, 2, 3]  # the misses only: not the hit (0) nor the repeat (4)
+    assert [c for _, c in out] == [True, False, False, False, True]
+    # the annotated copy is what was committed, seen and returned: same id, timestamp, keys; merged meta
+    for pos in (1, 2):
+        rec, made = out[pos][0], b.made[pos - 1]
+        assert rec.record_id == made.record_id and rec.timestamp == made.timestamp and rec.host == made.host
+        assert (rec.config_key, rec.lookup_key, rec.costs) == (made.config_key, made.lookup_key, made.costs)
+        assert rec.meta == {"backend": "made", "origin": f"pos{pos}", "seeded_from": {"target_name": "src"}}
+        assert made.meta["origin"] == "backend's"          # the backend's record itself is untouched
+    assert out[3][0] is b.made[2] and out[4][0] is out[1][0]  # {} leaves the record as made; the repeat is pos 1's
+    assert [r.meta.get("origin") for r in commits] == ["pos1", "pos2", "backend's"]
+    assert [(i, r.meta.get("origin")) for i, r, c in seen if not c] == [(1, "pos1"), (2, "pos2"), (3, "backend's")]
+    stored = {r.record_id: r for r in db.iter_records()}
+    assert stored[b.made[0].record_id].meta["seeded_from"] == {"target_name": "src"}
+    assert stored[out[0][0].record_id].meta == {"backend": "made", "origin": "backend's"}

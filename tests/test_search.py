@@ -392,3 +392,102 @@ def test_union_of_bests_round_robins_the_other_devices_bests_then_goes_random(re
     assert all(b2 <= b1 for (_, b1), (_, b2) in zip(hist, hist[1:]))
     curve = union_curve(datas, HELD, (5, 50), seeds=2)
     assert 0 < curve[5] <= curve[50] <= 1.0
+
+
+# ------------------------------------------------------------------ origins of evaluations
+def _sum_split(res, field):
+    return sum(v[field] for k, v in res.origin_split.items() if k != "confirm")
+
+
+def test_every_evaluation_has_an_origin_and_seeded_records_name_the_device_they_came_from(history_db, replay):
+    """A warm replay run on real Kernel Tuner data (convolution_milo): its origins count every
+    evaluation, the callback sees each in evaluation order, and each measured seed's record says
+    which other device's entry seeded it (meta.seeded_from) before it was committed."""
+    from tunedb.index.keys import key_of
+    from tunedb.transfer.search.tuner import ORIGINS
+
+    held = replay[HELD]
+    seen: list[tuple] = []
+    t = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+              TuneOptions(budget=16, seed=0), on_evaluation=lambda c, r, cached, o: seen.append((c, r, cached, o)))
+    res = t.run()
+    assert set(res.origins) <= set(ORIGINS) and sum(res.origins.values()) == res.evaluations == 16
+    assert _sum_split(res, "measured") == res.measurements and _sum_split(res, "cache_hits") == res.cache_hits
+    assert all(v["cache_hits"] + v["measured"] == res.origins[k] for k, v in res.origin_split.items())
+    assert res.origins.get("seed", 0) >= TuneOptions().n_seeds and res.origins.get("model", 0) >= 1
+    # the callback: every evaluation once, in evaluation order, with the Tuner's own counts
+    assert [json.dumps(c, sort_keys=True) for c, *_ in seen] == \
+        [json.dumps(c, sort_keys=True) for c in t.configs.values()]
+    assert [o for *_, o in seen].count("seed") == res.origins["seed"]
+    assert all(o == r.meta["origin"] for _, r, cached, o in seen if not cached)
+    # the committed records carry their origin; a seed's names its source entry (another device)
+    stored = {r.record_id: r for r in history_db.iter_records() if r.target_name == held.target["name"]}
+    sources = {m: (key_of(replay[m].target), key_of(replay[m].workload)) for m in SOURCES}
+    by_name = {replay[m].target["name"]: sources[m] for m in SOURCES}
+    seeds = [stored[r.record_id] for _, r, cached, o in seen if o == "seed" and not cached]
+    assert seeds and len(seeds) == res.origin_split["seed"]["measured"]
+    for rec in seeds:
+        sf = rec.meta["seeded_from"]
+        assert rec.meta["origin"] == "seed" and sf["target_name"] != held.target["name"]
+        assert (sf["target_key"], sf["workload_key"]) == by_name[sf["target_name"]]
+        assert 0 < sf["similarity"] <= 1.0 + 1e-6
+    others = [stored[r.record_id] for _, r, cached, o in seen if o != "seed"]
+    assert others and all("seeded_from" not in r.meta and r.meta["origin"] in ORIGINS for r in others)
+    # the first seed measured is the most similar device's best
+    assert seeds[0].meta["seeded_from"]["target_name"] == res.seeds[0]["from_target"]
+    # a rerun is answered by the DB: its own earlier records (resume), all cache hits, meta untouched
+    seen2: list[tuple] = []
+    again = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                  TuneOptions(budget=16, seed=0), on_evaluation=lambda c, r, cached, o: seen2.append(o)).run()
+    assert again.origins == {"resume": 16} and again.origin_split["resume"] == {"cache_hits": 16, "measured": 0,
+                                                                               "failed": 0}
+    assert seen2 == ["resume"] * 16 and again.to_json()["origins"] == {"resume": 16}
+
+
+def test_a_cold_run_has_no_seed_origins_and_the_default_is_tagged(tmp_path, replay):
+    held = replay[HELD]
+    db = TuningDB.open(tmp_path / "db")
+    cold = Tuner(db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                 TuneOptions(budget=14, seed=1, cold=True)).run()
+    assert "seed" not in cold.origins and sum(cold.origins.values()) == cold.evaluations == 14
+    assert cold.origins["random"] >= 3
+    recs = list(db.iter_records())
+    assert len(recs) == 14 and not any("seeded_from" in r.meta for r in recs)
+    assert {r.meta["origin"] for r in recs} <= {"random", "model"}
+    # a family default (here: the replayed best config) is evaluated first, as "default"
+    default = held.optimum()[0]
+    db2 = TuningDB.open(tmp_path / "db2")
+    first: list[str] = []
+    res = Tuner(db2, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                TuneOptions(budget=5, seed=1, cold=True, start_default=True), defaults=default,
+                on_evaluation=lambda c, r, cached, o: first.append(o)).run()
+    assert first[0] == "default" and res.origins["default"] == 1 and "seed" not in res.origins
+    (rec,) = [r for r in db2.iter_records() if r.meta["origin"] == "default"]
+    assert json.dumps(rec.config, sort_keys=True) == json.dumps(default, sort_keys=True)
+
+
+def test_run_summaries_hold_the_origin_counts(history_db, replay):
+    from tunedb.transfer.search import runlog
+
+    held = replay[HELD]
+    results = []
+    for cold in (False, True):
+        watch, before = runlog.Stopwatch(), runlog.records_in(history_db)
+        res = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                    TuneOptions(budget=10, seed=0, cold=cold)).run()
+        runlog.save_tuner_runs(history_db, "tune", held.target, [res], watch, before, cold=cold)
+        results.append(res)
+    warm_run, cold_run = history_db.runs("tune")[-2:]
+    for run, res in zip((warm_run, cold_run), results):
+        (task,) = run["tasks"]
+        assert task["origins"] == res.origins and task["origin_split"] == res.origin_split
+        assert run["origins"] == res.origins and run["origin_split"] == res.origin_split
+        assert sum(run["origins"].values()) == run["evaluations"] == 10
+    assert warm_run["origins"]["seed"] >= 1 and "seed" not in cold_run["origins"]
+    # totals add up over tasks; a summary of tasks that did not record origins has none
+    tot, split = runlog.origin_totals([{"origins": {"seed": 2}, "origin_split": {"seed": {"measured": 2}}},
+                                       {"origins": {"seed": 1, "random": 3}}, {"evaluations": 4}])
+    assert tot == {"seed": 3, "random": 3} and split == {"seed": {"cache_hits": 0, "measured": 2, "failed": 0}}
+    assert runlog.origin_totals([{"evaluations": 4}]) == (None, None)
+    hit = runlog.hit_task({"family": "x"}, 1.0)
+    assert hit["origins"] == {} and hit["origin_split"] == {}

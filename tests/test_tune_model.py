@@ -110,6 +110,19 @@ def test_run_summary_is_stored_with_the_seeds_accounting(tuned):
     assert s["measure_s"] > 0 and s["query_s"] >= 0
     assert s["t_total_s"] == pytest.approx(s["measure_s"] + s["query_s"])
     assert len(s["tasks"]) == len(model.tasks) and all(t["history"] for t in s["tasks"])
+    # where every evaluation came from, per task and in total (the same fields as a tune run's)
+    for t in s["tasks"]:
+        evals = {k: v for k, v in t["origins"].items() if k != "confirm"}
+        assert sum(evals.values()) == t["evaluations"]
+        assert t["origins"]["default"] == 1   # each task's first round starts from its default config
+        assert all(v["cache_hits"] + v["measured"] == t["origins"][k] for k, v in t["origin_split"].items())
+        assert ("seed" in t["origins"]) <= (t["source"] == "warm")
+    assert s["origins"]["default"] == len(model.tasks)
+    assert sum(v for k, v in s["origins"].items() if k != "confirm") == s["search_evaluations"]
+    assert s["origins"].get("confirm", 0) == s["remeasurements"] > 0
+    assert s["origins"] == {k: sum(t["origins"].get(k, 0) for t in s["tasks"]) for k in s["origins"]}
+    # tune-model's own fields are unchanged beside them
+    assert {"tasks_hit", "tasks_warm", "tasks_cold", "search_evaluations", "default_measurements"} <= set(s)
 
 
 def test_second_model_reuses_hits_and_warm_starts_the_rest(tuned):
@@ -218,6 +231,8 @@ def test_tune_api_and_cli_store_their_run_summaries(tmp_path):
     (run,) = db.runs("tune")
     assert run["tasks"][0]["evaluations"] == res.evaluations == 2 and run["label"] == "warm"
     assert run["tasks"][0]["best"] == pytest.approx(res.best_cost)
+    assert run["origins"] == res.origins and sum(res.origins.values()) == 2 and res.origins["default"] == 1
+    assert {r.meta["origin"] for r in db.iter_records()} <= {"default", "random", "model"}
     r = _cli("tune", "--db", str(tmp_path / "db"), "--target", TARGET, "--workload", "matmul:M=16,N=16,K=16",
              "--budget", "2", "--json")
     assert r.returncode == 0, r.stderr
@@ -225,3 +240,5 @@ def test_tune_api_and_cli_store_their_run_summaries(tmp_path):
     runs = tunedb.open(tmp_path / "db").runs("tune")
     assert len(runs) == 2 and runs[-1]["run_id"] == out["run_id"]
     assert runs[-1]["cache_hits"] == 2 and runs[-1]["eta"] == 1.0  # the same configs again: all hits
+    assert runs[-1]["origins"] == {"resume": 2}   # answered from this entry's own records
+    assert runs[-1]["origin_split"] == {"resume": {"cache_hits": 2, "measured": 0, "failed": 0}}

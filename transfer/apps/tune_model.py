@@ -14,7 +14,11 @@
    minute does not crown a winner; each repeat is committed.
 5. Every task's default config is looked up (or measured once, as a reference outside the
    budget) for the default-config latency.
-6. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.
+6. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.  Its tasks and
+   totals carry ``origins`` / ``origin_split`` as every Tuner run's do (the same fields as
+   ``tune`` / ``warm-start``; a hit or not-started task: ``{}``); step 5's default-config
+   references are not evaluations and stay out of them (``default_measurements`` /
+   ``default_cache_hits``).
 
 Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
 tasks measured before as hits and tunes the rest (their earlier evaluations come back from the
@@ -199,7 +203,8 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
             row = {"name": task.name, "workload": jobs[i].workload, "workload_key": key_of(jobs[i].workload),
                    "weight": float(task.weight), "source": "pending", "evaluations": 0, "measurements": 0,
                    "cache_hits": 0, "remeasurements": 0, "best": None, "best_config": None,
-                   "default_cost": defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted"}
+                   "default_cost": defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted",
+                   "origins": {}, "origin_split": {}}
         row["layers"] = list(getattr(task, "layers", []) or [])
         tasks_out.append(row)
     latency = model_latency(states, [None] * n)

@@ -28,7 +28,7 @@ answered by the DB and never reaches Kernel Tuner's cost function, so it is not 
 feval.  It is still an evaluation of the run: with ``resume=True`` (default) DB answers and new
 measurements together are at most ``max_fevals``, so a rerun of an interrupted call does only the
 remaining work and a rerun of a finished call measures nothing.  The returned results list
-every evaluation in order: Kernel Tuner's own result dicts (key ``"tunedb": "measured"``) and, for
+every evaluation in order (as the Tuner's ``on_evaluation`` callback reports them): Kernel Tuner's own result dicts (key ``"tunedb": "measured"``) and, for
 DB answers, result dicts rebuilt from the records (``"tunedb": "db"``, ``"tunedb_record_id"``,
 all timing fields 0 like Kernel Tuner's own cache hits).  ``WarmStart.last_run`` counts both.
 """
@@ -341,7 +341,9 @@ class WarmStart:
         kt_budget = tuning_options.budget.get_evaluations_remaining() if "budget" in tuning_options else size
         budget = int(min(kt_budget, size)) if self.resume else size
         opts = replace(self.options, budget=max(budget, 1))
-        tuner = Tuner(self.db, target, workload, space_of(searchspace), backend, opts, progress=self.progress)
+        evaluations: list[tuple[dict, Record, bool]] = []  # (config, record, cached), in evaluation order
+        tuner = Tuner(self.db, target, workload, space_of(searchspace), backend, opts, progress=self.progress,
+                      on_evaluation=lambda cfg, rec, cached, _origin: evaluations.append((cfg, rec, cached)))
         stopped_by = ""
         interrupted = False
         try:
@@ -358,7 +360,7 @@ class WarmStart:
         if backend.stopped is not None and not interrupted:
             stopped_by = "kernel_tuner"
         res = tuner.result()
-        results, db_answers = self._results(tuner, backend, target, workload, keys)
+        results, db_answers = self._results(evaluations, backend, keys)
         info = RunInfo(target=target, workload=workload, db_answers=db_answers, kt_fevals=len(cost_func.results),
                        committed=res.measurements, evaluations=res.evaluations, stopped_by=stopped_by,
                        seeds=res.seeds, best_config=res.best_config, best_time_s=res.best_cost,
@@ -373,25 +375,27 @@ class WarmStart:
             raise KeyboardInterrupt
         return results
 
-    def _results(self, tuner: Tuner, backend: KernelTunerBackend, target: dict, workload: dict,
+    def _results(self, evaluations: list[tuple[dict, Record, bool]], backend: KernelTunerBackend,
                  keys: list[str]) -> tuple[list[dict], int]:
-        """(results in evaluation order, number of DB answers)."""
-        order = list(tuner.configs.items())  # signature -> config, in evaluation order
-        db_sigs = [(s, c) for s, c in order if s not in backend.results]
-        recs = self.db.lookup_many(target, workload, [c for _, c in db_sigs]) if db_sigs and self.db is not None \
-            else []
-        by_sig = {s: r for (s, _), r in zip(db_sigs, recs) if r is not None}
+        """(results in evaluation order, number of DB answers) from the Tuner's evaluations as
+        its ``on_evaluation`` callback saw them (config, record, cached): a new measurement is
+        Kernel Tuner's own result dict, a DB answer a result rebuilt from the record that
+        answered it (``record_to_result``)."""
         out: list[dict] = []
         used: set[int] = set()
-        for s, _c in order:
-            if s in backend.results:
-                out.append(backend.results[s])
-                used.add(id(backend.results[s]))
-            elif s in by_sig and self.include_db_results:
-                out.append(record_to_result(by_sig[s], keys))
+        db_answers = 0
+        for cfg, rec, cached in evaluations:
+            kt = None if cached else backend.results.get(canonical_json(dict(rec.config)))
+            if kt is not None:
+                out.append(kt)
+                used.add(id(kt))
+            elif cached:
+                db_answers += 1
+                if self.include_db_results:
+                    out.append(record_to_result(rec, keys))
         # Kernel Tuner results the Tuner did not count (none expected): keep them
         out.extend(r for r in backend.cost_func.results if id(r) not in used)
-        return out, len(by_sig)
+        return out, db_answers
 
 
 # ------------------------------------------------------------------------------- Recorder

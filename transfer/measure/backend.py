@@ -247,7 +247,9 @@ def _check_configs(configs: Iterable[Any]) -> list[Mapping[str, Any]]:
 def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: Mapping[str, Any],
                       workload: Mapping[str, Any], configs: Sequence[Mapping[str, Any]],
                       on_record: Callable[[int, Record, bool], None] | None = None, *, force: bool = False,
-                      timers: dict[str, float] | None = None) -> list[tuple[Record, bool]]:
+                      timers: dict[str, float] | None = None,
+                      annotate: Callable[[int], Mapping[str, Any] | None] | None = None
+                      ) -> list[tuple[Record, bool]]:
     """Look each config up in ``db``, measure only the misses, commit each new record at once.
 
     Returns one ``(record, was_cached)`` per config, in order.  A stored record of the triple
@@ -263,7 +265,16 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
     ``db`` None: nothing is looked up or committed.  Workload and configs are passed on as
     given (callers normalise them).  ``timers``: seconds spent are added to its ``"lookup"``
     (``db.lookup_many``), ``"commit"`` (``db.commit``) and ``"measure"`` (the backend, less the
-    commits and ``on_record`` calls made from inside it) keys."""
+    commits and ``on_record`` calls made from inside it) keys.
+
+    ``annotate(position)`` (optional) gives extra ``meta`` for the new record measured for that
+    position (e.g. the Tuner's ``{"origin": "seed", "seeded_from": {...}}``): it is merged into the
+    record's meta (its keys win over the backend's) *before* the record is committed, and the
+    annotated record is what ``on_record`` sees and what is returned.  The annotated record is a
+    copy (``dataclasses.replace``: Records are frozen) with the same ``record_id`` (random, fixed at
+    construction, not derived from meta), timestamp, host and keys; only ``meta`` differs.  Cache
+    hits and repeats are stored records and are never annotated; ``annotate`` returning None or
+    ``{}`` leaves the record as the backend made it."""
     configs = list(configs)
     t0 = time.perf_counter()
     found = [None] * len(configs) if db is None or force else db.lookup_many(target, workload, configs)
@@ -281,13 +292,22 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
     if misses:
         where = _Positions(first_by_key)
 
+        annotated: dict[int, Record] = {}  # id(the backend's record) -> its annotated copy
+
         def fresh(rec: Record) -> None:
             t1 = time.perf_counter()
+            pos = where.take(rec)
+            if annotate is not None:
+                extra = annotate(pos)
+                if extra:
+                    new = _with_meta(rec, extra)
+                    annotated[id(rec)] = new
+                    rec = new
             if db is not None:
                 db.commit(rec)
             t2 = time.perf_counter()
             if on_record:
-                on_record(where.take(rec), rec, False)
+                on_record(pos, rec, False)
             inside[0] += t2 - t1
             inside[1] += time.perf_counter() - t2
 
@@ -297,13 +317,21 @@ def lookup_or_measure(db: RecordStore | None, backend: MeasureBackend, target: M
             timers["commit"] = timers.get("commit", 0.0) + inside[0]
             timers["measure"] = timers.get("measure", 0.0) + time.perf_counter() - t0 - inside[0] - inside[1]
         for i, rec in zip(misses, recs):
-            results[i] = (rec, False)
+            results[i] = (annotated.get(id(rec), rec), False)
     for i, first in repeats:
         rec = results[first][0]  # type: ignore[index]
         results[i] = (rec, True)
         if on_record:
             on_record(i, rec, True)
     return [r for r in results if r is not None]
+
+
+def _with_meta(rec: Record, extra: Mapping[str, Any]) -> Record:
+    """A copy of ``rec`` whose meta is ``rec.meta`` updated with ``extra`` (same record_id,
+    timestamp, host and everything else; the derived keys are recomputed to the same values)."""
+    import dataclasses
+
+    return dataclasses.replace(rec, meta={**rec.meta, **dict(extra)})
 
 
 def _split_repeats(configs: Sequence[Mapping[str, Any]], positions: list[int]

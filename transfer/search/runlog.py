@@ -8,8 +8,12 @@ DB's gain without extra files.  A summary is a JSON object (schema in ``docs/run
   ``options``, ``started`` (ISO UTC), ``wall_s``;
 * ``tasks``: per workload tuned its ``source`` (``hit`` / ``warm`` / ``cold``), evaluations,
   measurements, cache hits, best and default cost (seconds), best-so-far ``history``
-  (``[[evaluation, best or null], ...]``) and the targets its seeds came from;
-* totals and the seeds' accounting: ``eta`` = N_hit / N_total, ``measure_s`` (time measuring),
+  (``[[evaluation, best or null], ...]``), the targets its seeds came from and where its
+  evaluations came from: ``origins`` (evaluations per origin: exact / resume / default / seed /
+  model / random, and ``confirm`` re-measurements; ``tunedb.transfer.search.tuner.ORIGINS``) and
+  ``origin_split`` (per origin: ``cache_hits`` / ``measured`` / ``failed``);
+* totals (``origins`` and ``origin_split`` summed over the tasks that carry them; None when no
+  task does: a summary of a run that did not record them) and the seeds' accounting: ``eta`` = N_hit / N_total, ``measure_s`` (time measuring),
   ``query_s`` = T_query (time in the DB and tunedb's own logic), ``t_full_s`` (the measuring time
   without the DB: ``measure_s`` plus the measuring time of the records that answered instead),
   ``t_total_predicted_s`` = T_full (1 - eta) + T_query, ``gain`` G = 1 - (measure_s + query_s) /
@@ -53,7 +57,8 @@ def finite(x: Any) -> float | None:
 
 def task_summary(res: TuneResult, *, weight: float = 1.0, source: str | None = None,
                  default_cost: float | None = None, name: str = "") -> dict:
-    """One ``tasks`` entry from a Tuner result (``source`` default: warm when seeded, else cold)."""
+    """One ``tasks`` entry from a Tuner result (``source`` default: warm when seeded, else cold);
+    ``origins`` / ``origin_split`` are the result's (``TuneResult.origins`` / ``origin_split``)."""
     from tunedb.index.keys import key_of
 
     if source is None:
@@ -68,6 +73,9 @@ def task_summary(res: TuneResult, *, weight: float = 1.0, source: str | None = N
         "seeded_from": [s.get("from_target", "") for s in res.seeds[:8]],
         "stopped_by": res.stopped_by, "measure_s": finite(over.get("measure")) or 0.0,
         "wall_s": finite(over.get("total")) or 0.0, "saved_s": finite(getattr(res, "saved_s", 0.0)) or 0.0,
+        "origins": {str(k): int(v) for k, v in (getattr(res, "origins", None) or {}).items()},
+        "origin_split": {str(k): {f: int(n) for f, n in dict(v).items()}
+                         for k, v in (getattr(res, "origin_split", None) or {}).items()},
     }
 
 
@@ -81,7 +89,33 @@ def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float =
             "weight": float(weight), "source": "hit", "evaluations": 0, "measurements": 0, "cache_hits": 0,
             "remeasurements": 0, "best": finite(best), "best_config": best_config, "default_cost": finite(default_cost),
             "history": [], "seeded_from": [], "stopped_by": "hit", "measure_s": 0.0, "wall_s": 0.0,
-            "saved_s": finite(saved_s) or 0.0}
+            "saved_s": finite(saved_s) or 0.0, "origins": {}, "origin_split": {}}
+
+
+#: the per-origin fields of ``origin_split``
+SPLIT_FIELDS = ("cache_hits", "measured", "failed")
+
+
+def origin_totals(tasks: Iterable[Mapping[str, Any]]) -> tuple[dict | None, dict | None]:
+    """(``origins``, ``origin_split``) summed over the ``tasks`` that carry them; (None, None)
+    when none does (tasks of a run that did not record origins, e.g. ``migrate``)."""
+    origins: dict[str, int] | None = None
+    split: dict[str, dict[str, int]] | None = None
+    for t in tasks:
+        o = t.get("origins")
+        if not isinstance(o, Mapping):
+            continue
+        origins = {} if origins is None else origins
+        split = {} if split is None else split
+        for k, v in o.items():
+            origins[str(k)] = origins.get(str(k), 0) + int(v or 0)
+        for k, v in (t.get("origin_split") or {}).items():
+            if not isinstance(v, Mapping):
+                continue
+            row = split.setdefault(str(k), {f: 0 for f in SPLIT_FIELDS})
+            for f in SPLIT_FIELDS:
+                row[f] += int(v.get(f) or 0)
+    return origins, split
 
 
 def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], started: str,
@@ -90,7 +124,8 @@ def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping
                 measure_s: float | None = None, extra: Mapping[str, Any] | None = None) -> dict:
     """A run summary (module docstring) from its tasks.  ``eta`` default: cache hits over
     evaluations (a ``tune-model`` run passes hit tasks over tasks); ``measure_s`` default: the
-    tasks' measuring time; ``query_s`` is the rest of ``wall_s``."""
+    tasks' measuring time; ``query_s`` is the rest of ``wall_s``; ``origins`` /
+    ``origin_split``: the tasks' summed (``origin_totals``)."""
     from tunedb.index.keys import key_of
     from tunedb.index.version import TUNEDB_VERSION
 
@@ -105,11 +140,13 @@ def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping
     query_s = max(float(wall_s) - measure_s, 0.0)
     saved = sum(float(t.get("saved_s") or 0.0) for t in tasks)
     t_full = measure_s + saved
+    origins, split = origin_totals(tasks)
     out: dict[str, Any] = {
         "kind": kind, "label": label, "started": started, "wall_s": finite(wall_s),
         "target": str(target.get("name", "")), "target_key": key_of(dict(target)), "model": model,
         "options": dict(options or {}), "tasks": tasks,
         "evaluations": evals, "measurements": meas, "cache_hits": hits,
+        "origins": origins, "origin_split": split,
         "remeasurements": sum(int(t.get("remeasurements") or 0) for t in tasks),
         "eta": finite(eta), "measure_s": finite(measure_s), "query_s": finite(query_s),
         "t_full_s": finite(t_full) if t_full > 0 else None,
@@ -168,4 +205,4 @@ class Stopwatch:
         return time.perf_counter() - self._t0
 
 
-__all__ = ["RUN_KINDS", "finite", "task_summary", "hit_task", "run_summary", "records_in", "save_run", "save_tuner_runs", "Stopwatch", "utc_now"]
+__all__ = ["RUN_KINDS", "SPLIT_FIELDS", "finite", "task_summary", "origin_totals", "hit_task", "run_summary", "records_in", "save_run", "save_tuner_runs", "Stopwatch", "utc_now"]

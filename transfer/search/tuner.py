@@ -38,6 +38,19 @@ by less than ``refit_fraction`` (``tunedb.transfer.search.modelcache``) - plus a
 fitted to its residuals on this run's evaluations every ``retrain_every`` of them
 (``CorrectedModel``: a few milliseconds).  ``TuneResult.overhead`` says where tunedb's own time
 went (seconds per step).
+
+Origins: every candidate is tagged when it is proposed with why it is evaluated (``ORIGINS``):
+``exact`` (the exact entry's bests), ``resume`` (this entry's earlier records; also
+``preload``), ``default`` (the family default), ``seed`` (a nearest entry's adapted best; its
+source entry is kept), ``model`` (ranked first by the cost model or the RGPE surrogate),
+``random`` (epsilon exploration, random starts, and neighbours of the best picked in random
+order while there is no model) and ``confirm`` (a re-measurement of a leader).  A new record
+carries its tag in ``meta["origin"]`` and, for a seed, ``meta["seeded_from"]`` =
+``{"target_name", "target_key", "workload_key", "similarity"}`` of the source entry (written
+before the commit, ``lookup_or_measure(annotate=...)``; cache hits are stored records and keep
+their meta).  ``TuneResult.origins`` counts the evaluations per origin and
+``TuneResult.origin_split`` splits each into cache hits, new measurements and failed ones;
+``Tuner(on_evaluation=...)`` sees every evaluation, in order, with its origin.
 """
 
 from __future__ import annotations
@@ -62,6 +75,10 @@ from tunedb.transfer.search.space import Space
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
     from tunedb.index.record import Record
+
+
+#: why a candidate was evaluated (module docstring): the keys of ``TuneResult.origins``
+ORIGINS = ("exact", "resume", "default", "seed", "model", "random", "confirm")
 
 
 @dataclass
@@ -122,6 +139,13 @@ class TuneResult:
     #: the transfer surrogate (rgpe): ``sources`` (target names), ``weights`` (last fit, the
     #: target model last) and ``trace`` ([own evaluations, weights...] per fit); {} when unused
     surrogate: dict = field(default_factory=dict)
+    #: evaluations per origin (``ORIGINS``; only origins that occurred): the values other than
+    #: ``confirm`` sum to ``evaluations``; ``confirm`` (when present) equals ``remeasurements``
+    origins: dict = field(default_factory=dict)
+    #: origin -> {"cache_hits", "measured", "failed"}: of that origin's evaluations, those the DB
+    #: answered (preloaded records included), those measured (new records, failed ones included;
+    #: cache_hits + measured = origins[origin]) and, of the measured, those not ``ok``
+    origin_split: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {
@@ -132,6 +156,7 @@ class TuneResult:
             "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
             "overhead": self.overhead, "remeasurements": self.remeasurements, "confirmed": self.confirmed,
             "saved_s": self.saved_s, "surrogate": self.surrogate,
+            "origins": self.origins, "origin_split": self.origin_split,
         }
 
     def evaluations_to_reach(self, cost: float) -> int | None:
@@ -162,7 +187,14 @@ def _sig_short(cfg: Mapping[str, Any]) -> str:
 
 class Tuner:
     """One tuning run of (target, workload) over ``space`` with ``backend``, on ``db`` (any
-    ``RecordStore``; None: nothing is looked up or stored, and there are no warm seeds)."""
+    ``RecordStore``; None: nothing is looked up or stored, and there are no warm seeds).
+
+    ``on_evaluation(config, record, cached, origin)`` (optional) is called once per evaluation,
+    in evaluation order, right after it is counted (and after ``progress``): ``config`` is the
+    config as evaluated (as asked for a cache hit, the record's own for a new measurement),
+    ``record`` the stored or new Record (new ones carry ``meta["origin"]``), ``cached`` whether
+    the DB answered it (preloaded records: True) and ``origin`` one of ``ORIGINS`` other than
+    ``confirm`` (re-measurements are not evaluations)."""
 
     #: the keys of ``TuneResult.overhead`` (seconds): ``resume`` (reading this entry's records),
     #: ``retrieval`` (nearest entries), ``adapt`` (mapping their configs into the space),
@@ -177,7 +209,8 @@ class Tuner:
                  backend: MeasureBackend, options: TuneOptions | None = None, *,
                  defaults: Mapping[str, Any] | None = None,
                  progress: Callable[[dict], None] | None = None, model: Any = None,
-                 hardware_knobs: Mapping[str, str] | None = None):
+                 hardware_knobs: Mapping[str, str] | None = None,
+                 on_evaluation: Callable[[dict, Record, bool, str], None] | None = None):
         self.db = db
         self.target = dict(target)
         self.workload = dict(workload)
@@ -187,6 +220,7 @@ class Tuner:
         self.defaults = dict(defaults or {})
         self.hardware_knobs = dict(hardware_knobs or {})
         self.progress = progress
+        self.on_evaluation = on_evaluation
         self.rng = random.Random(self.opt.seed)
         self.evaluated: dict[str, float] = {}   # signature -> cost (inf when failed)
         self.configs: dict[str, dict] = {}
@@ -217,6 +251,8 @@ class Tuner:
         self._surrogate_n = -1            # own ok evaluations it was fitted on
         self._surrogate_info: dict = {}
         self._use_rgpe = False
+        self.origin_counts: dict[str, dict[str, int]] = {}  # origin -> {"cache_hits", "measured", "failed"}
+        self._seed_src: dict[str, dict] = {}  # seed config signature -> its (most similar) source entry
 
     def _add_time(self, step: str, t0: float) -> None:
         """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
@@ -229,55 +265,83 @@ class Tuner:
     def _out_of_time(self) -> bool:
         return self.opt.wall_s is not None and time.monotonic() - self._t0 > self.opt.wall_s
 
-    def evaluate(self, configs: list[dict]) -> None:
+    def evaluate(self, configs: list[dict], origin: str | list[str] = "random") -> None:
         """Evaluate the first configs not evaluated yet, as many as the budget allows:
         DB first, the backend for the rest, each committed as soon as measured
-        (``lookup_or_measure``)."""
-        todo = self._unevaluated(configs)
+        (``lookup_or_measure``).  ``origin``: why they are evaluated (one of ``ORIGINS``), one
+        for all or one per config; a new record carries it in ``meta["origin"]`` (and a seed
+        its source entry in ``meta["seeded_from"]``)."""
+        tags = [origin] * len(configs) if isinstance(origin, str) else list(origin)
+        if len(tags) != len(configs):
+            raise ValueError(f"evaluate: {len(tags)} origins for {len(configs)} configs")
+        todo = self._unevaluated(list(zip(configs, tags)))
         if todo:
-            lookup_or_measure(self.db, self.backend, self.target, self.workload, todo,
-                              on_record=lambda i, rec, cached: self._evaluated(todo[i], rec, cached),
-                              timers=self.timers)
+            lookup_or_measure(self.db, self.backend, self.target, self.workload, [c for c, _ in todo],
+                              on_record=lambda i, rec, cached: self._evaluated(todo[i][0], rec, cached, todo[i][1]),
+                              timers=self.timers, annotate=lambda i: self._annotation(*todo[i]))
 
-    def _unevaluated(self, configs: list[dict]) -> list[dict]:
-        """The leading distinct configs not evaluated yet that the remaining budget covers (marked tried)."""
-        todo: list[dict] = []
+    def _annotation(self, cfg: Mapping[str, Any], origin: str) -> dict:
+        """The meta a new record of ``cfg`` evaluated for ``origin`` gets: ``origin`` and, for a
+        seed, ``seeded_from`` (its source entry: target_name, target_key, workload_key, similarity)."""
+        out: dict[str, Any] = {"origin": origin}
+        if origin == "seed":
+            src = self._seed_src.get(_sig(cfg))
+            if src is not None:
+                out["seeded_from"] = dict(src)
+        return out
+
+    def _unevaluated(self, tagged: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
+        """The leading distinct (config, origin) pairs whose config is not evaluated yet that the
+        remaining budget covers (marked tried; a config's first origin wins)."""
+        todo: list[tuple[dict, str]] = []
         sigs: set[str] = set()
-        for c in configs:
+        for c, tag in tagged:
             if self._remaining() - len(todo) <= 0:
                 break
             s = _sig(c)
             if s in self.evaluated or s in sigs:
                 continue
             self.tried.add(s)
-            todo.append(c)
+            todo.append((c, tag))
             sigs.add(s)
         return todo
 
-    def _evaluated(self, cfg: dict, rec: Record, cached: bool) -> None:
+    def _evaluated(self, cfg: dict, rec: Record, cached: bool, origin: str = "random") -> None:
         """Count one result of ``evaluate``: a hit under the config as asked, a new record under its own."""
         if cached:
             self.cache_hits += 1
             # the measuring time the DB saved: what this record cost when it was measured
             self.saved_s += float(rec.wall_s or 0.0) if rec.wall_s == rec.wall_s else 0.0
-            self._record(cfg, rec, cached=True)
+            self._record(cfg, rec, cached=True, origin=origin)
         else:
             self.measurements += 1
-            self._record(rec.config, rec, cached=False)
+            self._record(rec.config, rec, cached=False, origin=origin)
 
     def preload(self, records: Any) -> None:
         """Count already known records of this (target, workload) as evaluations (no measuring,
-        no cache-hit count); they take part in the budget and in the best-so-far."""
+        no cache-hit count; origin ``resume``, a cache hit in ``origin_split``); they take part in
+        the budget and in the best-so-far."""
         for r in records:
-            self._record(r.config, r, cached=True)
+            self._record(r.config, r, cached=True, origin="resume")
 
-    def _record(self, cfg: Mapping[str, Any], rec: Any, cached: bool) -> None:
+    def _count_origin(self, origin: str, rec: Any, cached: bool) -> None:
+        """Add one result of ``origin`` to ``origin_counts`` (a hit, or a measurement that may have failed)."""
+        c = self.origin_counts.setdefault(origin, {"cache_hits": 0, "measured": 0, "failed": 0})
+        if cached:
+            c["cache_hits"] += 1
+        else:
+            c["measured"] += 1
+            if rec.status != "ok":
+                c["failed"] += 1
+
+    def _record(self, cfg: Mapping[str, Any], rec: Any, cached: bool, origin: str = "resume") -> None:
         s = _sig(cfg)
         if s in self.evaluated:
             return
         cost = rec.cost if rec.status == "ok" and rec.cost is not None else math.inf
         self.evaluated[s] = cost
         self.configs[s] = dict(cfg)
+        self._count_origin(origin, rec, cached)
         if cost < math.inf and (self.best is None or cost < self.best[0]):
             self.best = (cost, dict(cfg))
         self.history.append([len(self.evaluated), None if self.best is None else self.best[0]])
@@ -285,7 +349,9 @@ class Tuner:
             self.progress({"evaluations": len(self.evaluated), "budget": self.opt.budget,
                            "measurements": self.measurements, "cache_hits": self.cache_hits,
                            "best": None if self.best is None else self.best[0], "status": rec.status,
-                           "cached": cached})
+                           "cached": cached, "origin": origin})
+        if self.on_evaluation is not None:
+            self.on_evaluation(dict(cfg), rec, cached, origin)
 
     # ------------------------------------------------------------------ seeds
     def exact_configs(self) -> list[dict]:
@@ -349,6 +415,12 @@ class Tuner:
                                  family=self.workload.get("family"))
             self._add_time("adapt", t0)
             self._sources.append({"match": m, "adapted": adapted, "similarity": float(m.similarity)})
+            src = {"target_name": m.target_name, "target_key": m.target_key, "workload_key": m.workload_key,
+                   "similarity": round(float(m.similarity), 6)}
+            for c in adapted:  # a config several sources give is credited to the most similar one
+                old = self._seed_src.get(_sig(c))
+                if old is None or src["similarity"] > old["similarity"]:
+                    self._seed_src[_sig(c)] = src
             n = max(len(adapted), 1)
             for rank, c in enumerate(adapted):
                 s = _sig(c)
@@ -688,13 +760,13 @@ class Tuner:
         self._t_start = time.perf_counter()
         self.stopped_by = "budget"
         if self.opt.use_exact:
-            self.evaluate(self.exact_configs())
+            self.evaluate(self.exact_configs(), "exact")
         if not self.opt.cold:
             # resume: what this entry already holds is answered first, from the DB
             t0 = time.perf_counter()
             prev = [c for c in self.previous_configs() if self.space.is_valid(c)]
             self._add_time("resume", t0)
-            self.evaluate(prev)
+            self.evaluate(prev, "resume")
         seeds = [] if self.opt.cold else self.seed_configs()
         if not self.opt.cold:
             self._fit_model(force=True)
@@ -703,6 +775,8 @@ class Tuner:
         if seeds and self.defaults and self.space.is_valid(self.defaults):
             seeds = self._rank_with_default(seeds)
         first = seeds[: self.opt.n_seeds]
+        default_sig = _sig(self.defaults) if self.defaults else None
+        tags = ["default" if _sig(c) == default_sig else "seed" for c in first]
         if not first:
             # no history to seed from: a warm run starts from the family's default config,
             # a cold run (the comparison baseline) from random configs only
@@ -711,7 +785,8 @@ class Tuner:
             if use_default and self.defaults and self.space.is_valid(self.defaults):
                 default = dict(self.defaults)
             first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
-        self.evaluate(first)
+            tags = (["default"] if default else []) + ["random"] * 3
+        self.evaluate(first, tags)
         self._pending = seeds[self.opt.n_seeds:]
         self._stale_rounds = 0
 
@@ -730,12 +805,12 @@ class Tuner:
         before = self.best[0] if self.best else math.inf
         self._fit_model()
         self._fit_surrogate()
-        batch = self._next_batch(self._pending, max_evaluations)
+        batch, tags = self._next_batch(self._pending, max_evaluations)
         if not batch:
             self.stopped_by = "exhausted"
             return False
         self._pending = [c for c in self._pending if _sig(c) not in self.tried]
-        self.evaluate(batch)
+        self.evaluate(batch, tags)
         after = self.best[0] if self.best else math.inf
         self._stale_rounds = self._stale_rounds + 1 if after >= before else 0
         return self._remaining() > 0
@@ -761,8 +836,10 @@ class Tuner:
             for _, s in ranked:
                 cfg = self.configs[s]
                 for rec, _cached in lookup_or_measure(self.db, self.backend, self.target, self.workload, [cfg],
-                                                      force=True, timers=self.timers):
+                                                      force=True, timers=self.timers,
+                                                      annotate=lambda _i: {"origin": "confirm"}):
                     self.remeasurements += 1
+                    self._count_origin("confirm", rec, cached=False)
                     if rec.status == "ok" and rec.cost is not None:
                         samples[s].append(rec.cost)
         medians = {s: float(np.median(v)) for s, v in samples.items()}
@@ -784,7 +861,14 @@ class Tuner:
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
             adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over,
             remeasurements=self.remeasurements, confirmed=self.confirmed, saved_s=round(self.saved_s, 6),
-            surrogate=self._surrogate_info)
+            surrogate=self._surrogate_info,
+            origins={o: c["cache_hits"] + c["measured"] for o, c in self._ordered_origins()},
+            origin_split={o: dict(c) for o, c in self._ordered_origins()})
+
+    def _ordered_origins(self) -> list[tuple[str, dict[str, int]]]:
+        """``origin_counts`` in ``ORIGINS`` order (unknown origins last)."""
+        rank = {o: i for i, o in enumerate(ORIGINS)}
+        return sorted(self.origin_counts.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
     def result(self) -> TuneResult:
         """The result so far (a scheduler's view of a run it steps itself; ``total`` is the time
@@ -792,10 +876,12 @@ class Tuner:
         return self._result(self.stopped_by, self.stopped_by == "interrupted",
                             time.perf_counter() - getattr(self, "_t_start", time.perf_counter()))
 
-    def _next_batch(self, pending: list[dict], cap: int | None = None) -> list[dict]:
-        """The next round's candidates: neighbours of the three best configs and the pending
-        seeds, ranked by the model (random order without one), plus an epsilon share of random
-        draws.  Its time, less the model's, counts as ``candidates``."""
+    def _next_batch(self, pending: list[dict], cap: int | None = None) -> tuple[list[dict], list[str]]:
+        """The next round's candidates and their origins: neighbours of the three best configs
+        and the pending seeds, ranked by the model (random order without one), plus an epsilon
+        share of random draws.  A chosen seed config is ``seed``; another config is ``model``
+        when the model or surrogate ranked it, ``random`` when drawn or picked in random order.
+        Its time, less the model's, counts as ``candidates``."""
         t0 = time.perf_counter()
         pred_before = self.timers.get("predict", 0.0)
         try:
@@ -804,12 +890,16 @@ class Tuner:
             self.timers["candidates"] = (self.timers.get("candidates", 0.0) + time.perf_counter() - t0
                                          - (self.timers.get("predict", 0.0) - pred_before))
 
-    def _next_batch_untimed(self, pending: list[dict], cap: int | None = None) -> list[dict]:
+    def _tag(self, cands: list[dict], ranked: str) -> list[str]:
+        """Origins of ``cands`` chosen by ``ranked`` (``model`` / ``random``): seed configs are ``seed``."""
+        return ["seed" if _sig(c) in self._seed_src else ranked for c in cands]
+
+    def _next_batch_untimed(self, pending: list[dict], cap: int | None = None) -> tuple[list[dict], list[str]]:
         b = min(self.opt.batch if cap is None else max(cap, 1), self._remaining())
         if self._use_rgpe and self._surrogate is not None:
             n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon)
             chosen = self._surrogate_batch(pending, b - n_rand)
-            return self._fill_random(chosen, b)
+            return self._fill_random(chosen, b, self._tag(chosen, "model"))
         ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
         pool: dict[str, dict] = {}
         for _, s in ranked[:3]:
@@ -830,13 +920,17 @@ class Tuner:
         if pred is not None:
             order = np.argsort(pred, kind="stable")
             chosen = [cands[i] for i in order[: b - n_rand]]
+            tags = self._tag(chosen, "model")
         else:
             self.rng.shuffle(cands)
             chosen = cands[: b - n_rand]
-        return self._fill_random(chosen, b)
+            tags = self._tag(chosen, "random")
+        return self._fill_random(chosen, b, tags)
 
-    def _fill_random(self, chosen: list[dict], b: int) -> list[dict]:
-        """``chosen`` topped up to ``b`` configs with untried random draws."""
+    def _fill_random(self, chosen: list[dict], b: int, tags: list[str]) -> tuple[list[dict], list[str]]:
+        """``chosen`` (with its origins ``tags``) topped up to ``b`` configs with untried random
+        draws (origin ``random``)."""
+        chosen, tags = list(chosen), list(tags)
         sigs = {_sig(c) for c in chosen}
         tries = 0
         while len(chosen) < b and tries < 50 * b:
@@ -848,8 +942,9 @@ class Tuner:
             s = _sig(c)
             if s not in self.tried and s not in sigs:
                 chosen.append(c)
+                tags.append("random")
                 sigs.add(s)
-        return chosen
+        return chosen, tags
 
 
 def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any], *, budget: int = 16,

@@ -5,12 +5,20 @@ and :func:`entry` (the per-entry page).  Each returns a ``html.Div`` whose id is
 ``view-<name>``; the numbers tests and users look for carry ids (``ov-records``, ...).  Text
 from records (names, workloads, configs) is passed to Dash as text, which it escapes; no HTML
 is built from record content.  Costs and times are shown with units (``fmt_seconds``).
+
+Where evaluations came from (the Tuner's origins, ``tunedb.transfer.search.tuner.ORIGINS``):
+the pipeline reads ``origins`` / ``origin_split`` of the stored run summaries
+(``Snapshot.runs``; a summary without them says "not recorded"), the entry page the ``origin``
+and ``seeded_from`` of each best config's record meta (the page's ``origin`` / ``seeded_from``
+keys when ``data.entry_page`` provides them, else what its ``meta`` text holds).
 """
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -57,6 +65,94 @@ def fmt_us(us: int | None) -> str:
 def opt(v: Any) -> str:
     """A count or ``not recorded``."""
     return "not recorded" if v is None else str(v)
+
+
+def _stored(s: Mapping[str, Any]) -> str:
+    """A summary's ``stored`` as the pipeline rows show it (``YYYY-MM-DD HH:MM:SS``)."""
+    return str(s.get("stored") or "")[:19].replace("T", " ")
+
+
+def run_origins(snap: Snapshot) -> dict[tuple[str, str, int], Mapping[str, Any]]:
+    """(run_id, stored, n) -> the n-th part (``report.run_parts``; a plain run is its own only
+    part) with that run_id of the stored summary stored then, among the snapshot's summaries: a
+    pipeline row's summary part, to read its ``origins`` / ``origin_split``."""
+    from tunedb.transfer.apps.report import run_parts
+
+    out: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for s in snap.runs:
+        seen: dict[str, int] = {}
+        for part in run_parts(s):
+            rid = str(part.get("run_id") or s.get("run_id") or "")
+            n = seen.get(rid, 0)
+            seen[rid] = n + 1
+            out.setdefault((rid, _stored(s), n), part)
+    return out
+
+
+def origin_cells(part: Mapping[str, Any] | None) -> dict[str, int] | None:
+    """A run's evaluation counts by origin for the pipeline, from its summary's ``origins`` and
+    ``origin_split``: ``seed``, ``model``, ``random``, ``default``, ``exact``, ``resume``,
+    ``confirm`` (evaluations; confirm: re-measurements), ``measured`` and ``failed`` (summed over
+    the origins, confirm re-measurements included); None when the summary does not record them."""
+    if part is None:
+        return None
+    origins, split = part.get("origins"), part.get("origin_split")
+    if not isinstance(origins, Mapping):
+        return None
+    out = {k: int(origins.get(k) or 0) for k in ("exact", "resume", "default", "seed", "model", "random",
+                                                  "confirm")}
+    rows = [v for v in (split or {}).values() if isinstance(v, Mapping)]
+    out["measured"] = sum(int(v.get("measured") or 0) for v in rows)
+    out["failed"] = sum(int(v.get("failed") or 0) for v in rows)
+    return out
+
+
+_META_KEYS = ("from_target", "migrated_from", "seeded_from", "run_id")
+_META_SPLIT = re.compile(r"(?:^|, )(" + "|".join(_META_KEYS) + r")=")
+
+
+def meta_parts(text: str) -> dict[str, str]:
+    """The ``key=value`` pieces of an entry page's ``meta`` text (``data.entry_page`` joins
+    them with ``, ``; values may contain ``, ``), by key."""
+    pieces = _META_SPLIT.split(text or "")
+    return {pieces[i]: pieces[i + 1] for i in range(1, len(pieces) - 1, 2)}
+
+
+def best_origin(b: Mapping[str, Any]) -> tuple[str | None, Any, str]:
+    """(origin, seeded_from, the rest of the meta text) of one best config of an entry page:
+    from its ``origin`` / ``seeded_from`` keys when the page has them, else parsed from its
+    ``meta`` text (``seeded_from={...}``; a seeded_from alone means origin ``seed``)."""
+    parts = meta_parts(str(b.get("meta") or ""))
+    sf: Any = b.get("seeded_from")
+    if sf is None and "seeded_from" in parts:
+        try:
+            sf = ast.literal_eval(parts["seeded_from"])
+        except (ValueError, SyntaxError):
+            sf = parts["seeded_from"]
+    origin = b.get("origin")
+    if origin is None and sf is not None:
+        origin = "seed"
+    rest = ", ".join(f"{k}={v}" for k, v in parts.items() if k != "seeded_from")
+    if not parts:
+        rest = str(b.get("meta") or "")
+    return (None if origin is None else str(origin)), sf, rest
+
+
+def fmt_origin(origin: str | None, seeded_from: Any) -> str:
+    """``seed from <target> (workload <key>, similarity s)``, the origin alone, or ``–``."""
+    if origin is None and seeded_from is None:
+        return "–"
+    text = origin or "seed"
+    if isinstance(seeded_from, Mapping):
+        text += f" from {seeded_from.get('target_name') or str(seeded_from.get('target_key') or '?')[:12]}"
+        wk, sim = seeded_from.get("workload_key"), seeded_from.get("similarity")
+        details = ([f"workload {str(wk)[:12]}"] if wk else []) + (
+            [f"similarity {float(sim):.3f}"] if isinstance(sim, (int, float)) else [])
+        if details:
+            text += f" ({', '.join(details)})"
+    elif seeded_from is not None:
+        text += f" from {seeded_from}"
+    return text
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, id: str | None = None,
@@ -142,31 +238,54 @@ def overview(snap: Snapshot) -> html.Div:
 
 
 def pipeline(snap: Snapshot) -> html.Div:
-    """Per recent run (newest first): evaluations answered by lookup, tasks seeded from nearest
-    entries (and from which targets), proposed by the model (tune-model's search evaluations; not
-    recorded for other runs), measured, failed (records of the run's target that failed while it
-    ran), and where the time went (measuring vs T_query), plus the hit rate per run."""
+    """Per recent run (newest first): evaluations answered by lookup (cache hits), seeded from
+    the nearest entries (seed evaluations, the tasks seeded and from which targets), proposed by
+    the model, drawn at random, the target's default, measured and failed, from the summary's
+    ``origins`` / ``origin_split`` (``origin_cells``; the evaluations cell's tooltip adds exact /
+    resume / confirm).  An old summary without origins shows tasks seeded, ``model`` (tune-model:
+    its search evaluations) and ``not recorded`` for random / default, ``failed`` = records of the
+    run's target that failed while it ran.  Then where the time went (measuring vs T_query), plus
+    the hit rate per run."""
     rows = []
+    parts = run_origins(snap)
+    seen: dict[tuple[str, str], int] = {}
     for p in snap.pipeline:
-        seeded = f"{p['seeded_tasks']} task(s)" + (f" from {', '.join(p['seed_sources'])}" if p["seed_sources"] else "")
-        rows.append([p["stored"], p["name"] + (" (interrupted)" if p["interrupted"] else ""), str(p["evaluations"]),
-                     str(p["lookup"]), seeded, opt(p["model"]), opt(p["measured"]), opt(p["failed"]),
+        key = (str(p.get("run_id") or ""), str(p.get("stored") or ""))
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        cells = origin_cells(p if isinstance(p.get("origins"), Mapping) else parts.get((*key, n)))
+        src = f" from {', '.join(p['seed_sources'])}" if p["seed_sources"] else ""
+        if cells is None:
+            seeded, model, rnd, dflt = f"{p['seeded_tasks']} task(s){src}", opt(p["model"]), opt(None), opt(None)
+            measured, failed = opt(p["measured"]), opt(p["failed"])
+            evals: Any = str(p["evaluations"])
+        else:
+            seeded = f"{cells['seed']} ({p['seeded_tasks']} task(s)){src}"
+            model, rnd, dflt = str(cells["model"]), str(cells["random"]), str(cells["default"])
+            measured, failed = str(cells["measured"]), str(cells["failed"])
+            evals = html.Span(str(p["evaluations"]), title=f"exact {cells['exact']}, resume {cells['resume']}, "
+                                                           f"confirm re-measurements {cells['confirm']}")
+        rows.append([p["stored"], p["name"] + (" (interrupted)" if p["interrupted"] else ""), evals,
+                     str(p["lookup"]), seeded, model, rnd, dflt, measured, failed,
                      fmt_s(p["measure_s"]), fmt_s(p["query_s"]), fmt_s(p["wall_s"])])
     active = [[r["target_name"], r["label"], str(r["recent"]), str(r["recent_failed"]), fmt_us(r["last_us"])]
               for r in snap.active]
     return html.Div([
         html.H2("Pipeline"),
         html.P("How the evaluations of the recent tuning runs were answered: by a lookup of a stored measurement, "
-               "seeded from the nearest entries, proposed by the model, or measured (and how many of those "
-               "measurements failed), and where the time went: measuring vs T_query (the database, retrieval, "
-               "the model and the search's own logic).", className="note"),
+               "and why each was evaluated: seeded from the nearest entries, proposed by the model, drawn at "
+               "random or the target's default; how many were measured (and how many of those measurements "
+               "failed), and where the time went: measuring vs T_query (the database, retrieval, the model and "
+               "the search's own logic). Runs stored before origins were recorded say 'not recorded'.",
+               className="note"),
         html.H3("Running now: entries written in the last ten minutes"),
         table(["target", "workload", "records", "failed", "last commit (UTC)"], active, id="pl-active",
               numeric=(2, 3)) if active else html.P("no records committed in the last ten minutes", className="note",
                                                     id="pl-active"),
         html.H3(f"Recent runs (newest first, last {len(rows)})"),
-        table(["stored (UTC)", "run", "evaluations", "lookup", "seeded", "model", "measured", "failed",
-               "measuring", "T_query", "wall"], rows, id="pl-runs", numeric=(2, 3, 5, 6, 7, 8, 9, 10))
+        table(["stored (UTC)", "run", "evaluations", "lookup", "seeded", "model", "random", "default", "measured",
+               "failed", "measuring", "T_query", "wall"], rows, id="pl-runs",
+              numeric=(2, 3, 5, 6, 7, 8, 9, 10, 11, 12))
         if rows else html.P("no tuning run is stored yet ('tunedb tune', 'tune-model', 'warm-start', 'migrate' and "
                             "'demo' store one each)", className="note", id="pl-runs"),
         graph(snap, "time_split", "g-time-split"),
@@ -209,17 +328,20 @@ def trend(snap: Snapshot) -> html.Div:
 
 
 def entry(page: dict | None, target_key: str, workload_key: str) -> html.Div:
-    """One entry: its k best configs with their repeats' spread and provenance, the runs that tuned
-    it and its best-so-far curve."""
+    """One entry: its k best configs with their repeats' spread, provenance and origin (why the
+    search evaluated it, and for a seed the nearest entry it came from: ``best_origin``), the runs
+    that tuned it and its best-so-far curve."""
     if page is None:
         return html.Div([html.H2("Entry"), html.P(f"The database holds no live record of target {target_key[:12]} "
                                                   f"and workload {workload_key[:12]}.", className="note")],
                         id="view-entry")
-    rows = [[str(i + 1), html.Code(b["config"]), fmt_s(b["cost"]), str(b["repeats"]),
-             "–" if b["min"] is None else f"{fmt_s(b['min'])} – {fmt_s(b['max'])}",
-             "–" if b["rel_std"] is None else f"{b['rel_std']:.1%}", str(b["measurements"]),
-             b["provenance"] + (f" ({b['meta']})" if b["meta"] else ""), b["runs"]]
-            for i, b in enumerate(page["best"])]
+    rows = []
+    for i, b in enumerate(page["best"]):
+        origin, seeded_from, rest = best_origin(b)
+        rows.append([str(i + 1), html.Code(b["config"]), fmt_s(b["cost"]), str(b["repeats"]),
+                     "–" if b["min"] is None else f"{fmt_s(b['min'])} – {fmt_s(b['max'])}",
+                     "–" if b["rel_std"] is None else f"{b['rel_std']:.1%}", str(b["measurements"]),
+                     b["provenance"] + (f" ({rest})" if rest else ""), fmt_origin(origin, seeded_from), b["runs"]])
     runs = [[r["stored"], f"{r['kind']} {r['label']}".strip(), r["source"], ", ".join(r["seeded_from"]) or "–",
              opt(r["evaluations"]), fmt_s(r["best"])] for r in page["runs"]]
     curve = page["curve"]
@@ -230,7 +352,8 @@ def entry(page: dict | None, target_key: str, workload_key: str) -> html.Div:
                f"{page['configs']} distinct configs measured ok", id="en-counts"),
         html.H3(f"The {len(rows)} best configs"),
         table(["#", "config", "cost", "repeats", "range of repeats", "spread (std/mean)", "measurements",
-               "where it came from", "tuning runs"], rows, id="en-best", numeric=(0, 2, 3, 5, 6))
+               "where it came from", "origin (seeded from)", "tuning runs"], rows, id="en-best",
+              numeric=(0, 2, 3, 5, 6))
         if rows else html.P("no ok record", className="note", id="en-best"),
         html.H3("Tuning runs of this entry"),
         table(["stored (UTC)", "run", "task", "seeded from", "evaluations", "best"], runs, id="en-runs",
