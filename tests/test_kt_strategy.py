@@ -191,6 +191,10 @@ def test_rerun_answers_from_the_db(db, caches, space_def):
     more, _ = tune(caches, space_def, ws, max_fevals=14)
     assert ws.last_run.db_answers == 10 and ws.last_run.kt_fevals == 4
     assert len(entry_records(db, doc)) == 14
+    # each call stored its run summary (what the dashboard's pipeline view reads)
+    runs = db.runs(kind="kernel-tuner")
+    assert [(r["kt_fevals"], r["db_answers"]) for r in runs] == [(10, 0), (0, 10), (4, 10)]  # oldest first
+    assert ws.last_run.run_id == runs[-1]["run_id"] and all(r["device"] is None for r in runs)  # simulated
 
 
 def test_max_fevals_stop_keeps_everything_and_resume_false_measures_anew(db, caches, space_def):

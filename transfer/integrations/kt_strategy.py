@@ -58,6 +58,7 @@ from tunedb.index.keys import canonical_json
 from tunedb.index.record import Record
 from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, _target, _workload, cache_key, device_of
 from tunedb.transfer.measure.backend import MeasureBackend
+from tunedb.transfer.search import runlog
 from tunedb.transfer.search.space import Constraint, Knob, Space
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
@@ -293,9 +294,30 @@ class RunInfo:
     best_time_s: float | None = None
     wall_s: float = 0.0
     overhead: dict = field(default_factory=dict)
+    #: this machine's GPU that Kernel Tuner ran on, as ``tunedb targets --probe`` describes it
+    #: (``tunedb.index.hardware.probe``); None in simulation mode or when no probed GPU matches
+    device: dict | None = None
+    run_id: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def probed_device(device: str) -> dict | None:
+    """The GPU of this machine whose name is ``device`` (or resolves to the same catalog row),
+    from ``tunedb.index.hardware.probe.probe_gpus``; None when no probed GPU matches."""
+    from tunedb.index.hardware.catalog import resolve
+    from tunedb.index.hardware.probe import probe_gpus
+
+    gpus = probe_gpus()
+    if not gpus:
+        return None
+    want = resolve(device, kind="gpu", warn=False)
+    for g in gpus:
+        name = str(g.get("name") or "")
+        if name == device or (want.row is not None and resolve(name, kind="gpu", warn=False).name == want.name):
+            return g
+    return None
 
 
 class WarmStart:
@@ -341,6 +363,7 @@ class WarmStart:
         kt_budget = tuning_options.budget.get_evaluations_remaining() if "budget" in tuning_options else size
         budget = int(min(kt_budget, size)) if self.resume else size
         opts = replace(self.options, budget=max(budget, 1))
+        watch, before = runlog.Stopwatch(), runlog.records_in(self.db)
         evaluations: list[tuple[dict, Record, bool]] = []  # (config, record, cached), in evaluation order
         tuner = Tuner(self.db, target, workload, space_of(searchspace), backend, opts, progress=self.progress,
                       on_evaluation=lambda cfg, rec, cached, _origin: evaluations.append((cfg, rec, cached)))
@@ -361,10 +384,16 @@ class WarmStart:
             stopped_by = "kernel_tuner"
         res = tuner.result()
         results, db_answers = self._results(evaluations, backend, keys)
+        device = None if simulation else probed_device(str(target.get("name", "")))
+        run_id = runlog.save_tuner_runs(self.db, "kernel-tuner", target, [res], watch, before,
+                                        cold=bool(opts.cold), options={"budget": opts.budget, "seed": opts.seed},
+                                        extra={"interrupted": interrupted, "kt_fevals": len(cost_func.results),
+                                               "db_answers": db_answers, "simulation": simulation,
+                                               "device": device})
         info = RunInfo(target=target, workload=workload, db_answers=db_answers, kt_fevals=len(cost_func.results),
                        committed=res.measurements, evaluations=res.evaluations, stopped_by=stopped_by,
                        seeds=res.seeds, best_config=res.best_config, best_time_s=res.best_cost,
-                       wall_s=time.perf_counter() - t0, overhead=res.overhead)
+                       wall_s=time.perf_counter() - t0, overhead=res.overhead, device=device, run_id=run_id)
         self.last_run, self.last_result = info, res
         msg = (f"tunedb answered {db_answers} configs from the DB (not Kernel Tuner fevals), measured "
                f"{len(cost_func.results)} (Kernel Tuner fevals, each committed to tunedb); stopped by {stopped_by}")
