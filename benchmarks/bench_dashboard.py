@@ -8,7 +8,11 @@ first answer after start-up (cold: an entry page reads its records then) and ``-
 (warm: median, min, max), plus the version poll the page sends every 0.5 s.  On a DB this script
 built, it also commits one record and stores one run summary from another process, and measures
 until the overview shows the record and the pipeline the run (the live-update latencies at that
-size; a DB given with ``--db`` is never written).  It measures; it asserts nothing.
+size; a DB given with ``--db`` is never written).  Before the server, in this process, it times one
+snapshot's record read both ways: the full read (``records(include_stale=False)``, every column:
+what the dashboard read before the column projection) and the projected read the dashboard makes
+(``data.read_snapshot_records``), each with the aggregation (``data.records_part``) after it.
+It measures; it asserts nothing.
 
     python benchmarks/bench_dashboard.py --json                      # builds an empty and a 1M DB
     python benchmarks/bench_dashboard.py --db /path/to/db --json     # an existing DB (read only)
@@ -67,6 +71,33 @@ def build(path: Path, n: int) -> float:
             db.commit(batch)
     db.close()
     return time.perf_counter() - t0
+
+
+def snapshot_read(db_path: Path, repeats: int = 3) -> dict:
+    """Seconds (median of ``repeats``) of one snapshot's record read: full vs projected, and the
+    aggregation of the projected table (see the module docstring)."""
+    import tunedb
+    from tunedb.transfer.apps.dashboard import data
+
+    db = tunedb.open(db_path, create=False)
+    try:
+        full, projected, part = [], [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            t = db.records(include_stale=False)
+            full.append(time.perf_counter() - t0)
+            del t
+            t0 = time.perf_counter()
+            t = data.read_snapshot_records(db)
+            projected.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            data.records_part(db, t)
+            part.append(time.perf_counter() - t0)
+            del t
+        return {"full_read_s": round(statistics.median(full), 3), "projected_read_s": round(statistics.median(projected), 3),
+                "records_part_s": round(statistics.median(part), 3), "columns": len(data.SNAPSHOT_COLUMNS)}
+    finally:
+        db.close()
 
 
 def body(pathname: str, search: str = "", output: str = "page") -> bytes:
@@ -172,6 +203,10 @@ def table(results: dict) -> str:
         lines.append(f"{name}: start-up {r['startup_s']:.2f} s (first snapshot included)"
                      + (f"; a commit shown after {r['commit_to_view_s']:.2f} s, a run summary after "
                         f"{r['run_to_view_s']:.2f} s" if "commit_to_view_s" in r else ""))
+        if "snapshot_read" in r:
+            sr = r["snapshot_read"]
+            lines.append(f"  snapshot read: every column {sr['full_read_s']:.2f} s, the {sr['columns']} columns the "
+                         f"views use {sr['projected_read_s']:.2f} s, aggregation {sr['records_part_s']:.2f} s")
         lines.append(f"  {'view':<14}{'first':>10}{'median':>10}{'min':>10}{'max':>10}")
         for v, s in r["views"].items():
             lines.append(f"  {v:<14}{s['first_s'] * 1e3:>8.1f}ms{s['median_s'] * 1e3:>8.1f}ms"
@@ -197,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
             if path.exists():
                 shutil.rmtree(path)
             built = build(path, n)
+            snap = snapshot_read(path)
             r = measure(path, args.repeats, writable=True)
             r["build_s"] = round(built, 1)
+            r["snapshot_read"] = snap
             results[f"{n} records"] = r
         for d in args.db:
             results[d] = measure(Path(d), args.repeats, writable=False)

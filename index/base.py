@@ -66,7 +66,7 @@ import re
 import uuid
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -274,11 +274,23 @@ class RecordStore(ABC):
 
     # ------------------------------------------------------------------ bulk reads
     @abstractmethod
-    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
+                columns: Sequence[str] | None = None) -> pa.Table:
         """Every record (optionally of one target and/or workload) as a new Arrow table with the
         columns of ``tunedb.index.schema.RECORD_SCHEMA`` (JSON fields as canonical JSON text),
         one row per record_id.  Row order is the backend's (the Parquet store groups rows by
-        target; the memory store keeps commit order): sort by ``committed`` if order matters."""
+        target; the memory store keeps commit order): sort by ``committed`` if order matters.
+
+        ``columns`` (a projection): only those ``RECORD_SCHEMA`` columns, exactly those -- no
+        column is always there, the key columns neither -- in the order given, with the types
+        of ``RECORD_SCHEMA``; the rows (which, how many, their order) are those of the same call
+        without ``columns``, so ``records(..., columns=c)`` equals ``records(...).select(c)``.
+        Backends read only what the projection, the filters and the de-duplication need (the
+        Parquet store reads only those columns of its files; PostgreSQL selects only them), so
+        a narrow projection of a large store is much cheaper than a full read.  ``None`` (the
+        default): every column.  ``ValueError`` (one line) for a name that is not a
+        ``RECORD_SCHEMA`` column, a name given twice, an empty list or a bare ``str`` (see
+        :func:`check_columns`)."""
 
     def iter_records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True
                      ) -> Iterator[Record]:
@@ -379,6 +391,38 @@ class RecordStore(ABC):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def check_columns(columns: Any) -> list[str] | None:
+    """The projection :meth:`RecordStore.records` was given, checked: ``None`` (every column)
+    or a new list of distinct ``RECORD_SCHEMA`` column names in the order given.  ``ValueError``
+    (one line) for an unknown or repeated name, an empty projection or a bare ``str`` (a
+    sequence of characters, not of names)."""
+    if columns is None:
+        return None
+    from tunedb.index.schema import RECORD_SCHEMA
+
+    if isinstance(columns, (str, bytes)) or not isinstance(columns, Iterable):
+        raise ValueError(f"columns must be a sequence of column names, got {type(columns).__name__}")
+    cols = list(columns)
+    if not cols:
+        raise ValueError("columns must name at least one column (None reads every column)")
+    known = set(RECORD_SCHEMA.names)
+    seen: set[str] = set()
+    for c in cols:
+        if not isinstance(c, str) or c not in known:
+            raise ValueError(f"unknown record column {c!r}; the columns are those of RECORD_SCHEMA")
+        if c in seen:
+            raise ValueError(f"column {c!r} is given twice")
+        seen.add(c)
+    return cols
+
+
+def project(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """``table`` (a full :meth:`RecordStore.records` table) with only ``columns`` (checked by
+    :func:`check_columns`; None: unchanged): the default projection, after a full read."""
+    cols = check_columns(columns)
+    return table if cols is None else table.select(cols)
 
 
 def validated_commit(records: Any) -> RecordBatch | list[Record]:
@@ -524,5 +568,5 @@ def is_key(text: Any) -> bool:
 
 
 __all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
-           "k_best_per_config", "validated_commit", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
+           "k_best_per_config", "validated_commit", "check_columns", "project", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
            "decode_run", "check_runs_query", "select_runs"]

@@ -100,6 +100,7 @@ from tunedb.index import tables
 from tunedb.index.base import (
     RecordStore,
     StoreStats,
+    check_columns,
     check_runs_query,
     check_verdicts,
     k_best_per_config,
@@ -114,12 +115,18 @@ from tunedb.index.schema import RECORD_SCHEMA, conform
 MODES = ("ordered", "union")
 
 
-def concat_records(parts: list[pa.Table]) -> pa.Table:
+def concat_records(parts: list[pa.Table], columns: list[str] | None = None) -> pa.Table:
     """Tables of ``RECORD_SCHEMA`` concatenated in order, without repeated record_ids (the first
-    occurrence stays)."""
-    parts = [conform(p).replace_schema_metadata(None) for p in parts if p.num_rows]
+    occurrence stays).  ``columns``: the parts are projections with (at least) those columns,
+    ``rid_hash`` among them; the result has exactly those, in that order."""
+    if columns is None:
+        parts = [conform(p).replace_schema_metadata(None) for p in parts if p.num_rows]
+        if not parts:
+            return RECORD_SCHEMA.empty_table()
+        return tables.first_by_record_id(pa.concat_tables(parts))
+    parts = [p.select(columns).replace_schema_metadata(None) for p in parts if p.num_rows]
     if not parts:
-        return RECORD_SCHEMA.empty_table()
+        return pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()
     return tables.first_by_record_id(pa.concat_tables(parts))
 
 
@@ -193,13 +200,13 @@ class LayeredStore(RecordStore):
                 own: pa.Table | None = None
                 for i, s in enumerate(self.layers):
                     refuted.update(r for r, v in s.verdicts().items() if v == "refuted")
-                    every = s.records(tkey)
+                    every = s.records(tkey, columns=["record_id", "rid_hash", "lookup_key"])
                     rids = every.column("record_id")
                     if i != self.writable:
                         lower.append(every.column("rid_hash").to_numpy())
                     else:
                         own = every
-                    live = s.records(tkey, include_stale=False)
+                    live = s.records(tkey, include_stale=False, columns=["record_id"])
                     if live.num_rows != every.num_rows:
                         stale.update(set(rids.to_pylist()) - set(live.column("record_id").to_pylist()))
                 lr = np.unique(np.concatenate(lower)) if lower else np.zeros(0, np.int64)
@@ -406,14 +413,22 @@ class LayeredStore(RecordStore):
         return select_runs(seen.values(), kind, limit)
 
     # ------------------------------------------------------------------ bulk reads
-    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
+                columns: Sequence[str] | None = None) -> pa.Table:
         """Every layer's records, each record_id once (the most specific layer's row);
-        ``include_stale=False`` leaves out records stale in any layer holding them."""
+        ``include_stale=False`` leaves out records stale in any layer holding them.  A
+        projection (``columns``) reads only those columns of each layer, plus ``rid_hash`` (to
+        keep each record_id once) and ``record_id`` (for the stale filter)."""
+        cols = check_columns(columns)
+        read = None
+        if cols is not None:
+            read = cols + [c for c in ("rid_hash", "record_id") if c not in cols
+                           and (c == "rid_hash" or not include_stale)]
         tkey = self._target_key(target) if target is not None else None
-        t = concat_records([s.records(tkey, workload) for s in self.layers])
+        t = concat_records([s.records(tkey, workload, columns=read) for s in self.layers], read)
         if not include_stale:
             t = tables.rows_with_ids(t, self._view(tkey).stale, keep=False)
-        return t
+        return t if cols is None else t.select(cols)
 
     def find_target(self, name_or_key: str) -> dict | None:
         """The first layer's answer (most specific first)."""

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 from tunedb.index.base import (
     RecordStore,
     StoreStats,
+    check_columns,
     check_forget_options,
     check_runs_query,
     check_verdicts,
@@ -32,11 +33,50 @@ from tunedb.index.base import (
     validated_commit,
 )
 from tunedb.index.batch import RecordBatch
+from tunedb.index.keys import rid_hash
 from tunedb.index.record import Record, target_slug
+from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 
 def _now_us() -> int:
     return time.time_ns() // 1000
+
+
+def _float_or_none(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+#: RECORD_SCHEMA column -> its value of a Record (as ``Record.to_row`` gives it, plus the
+#: columns a store adds); ``committed`` is the store's, not the record's
+_COLUMN_OF: dict[str, Callable[[Record], Any]] = {
+    "record_id": lambda r: r.record_id,
+    "target_key": lambda r: r.target_key,
+    "target_name": lambda r: r.target_name,
+    "target": lambda r: r.target_json,
+    "workload_key": lambda r: r.workload_key,
+    "family": lambda r: r.family,
+    "workload": lambda r: r.workload_json,
+    "config_key": lambda r: r.config_key,
+    "config": lambda r: r.config_json,
+    "costs": lambda r: list(r.costs),
+    "cost": lambda r: r.cost,
+    "status": lambda r: r.status,
+    "error": lambda r: r.error,
+    "compile_s": lambda r: _float_or_none(r.compile_s),
+    "wall_s": lambda r: _float_or_none(r.wall_s),
+    "timestamp": lambda r: r.timestamp,
+    "source": lambda r: r.source,
+    "session": lambda r: r.session,
+    "meta": lambda r: r.meta_json,
+    "lookup_key": lambda r: r.lookup_key,
+    "entry_key": lambda r: r.entry_key,
+    "tunedb_version": lambda r: TUNEDB_VERSION,
+    "schema_version": lambda r: SCHEMA_VERSION,
+    "target_slug": lambda r: target_slug(r.target_name, r.target_key),
+    "rid_hash": lambda r: rid_hash(r.record_id),
+    "host": lambda r: r.host,
+    "origin": lambda r: r.origin,
+}
 
 
 class MemoryStore(RecordStore):
@@ -49,7 +89,9 @@ class MemoryStore(RecordStore):
         self._committed: list[int] = []      # commit time of each, integer microseconds (UTC)
         self._rids: set[str] = set()
         self._by_lookup: dict[int, int] = {}  # lookup_key -> index of the latest record
-        self._by_entry: dict[int, list[int]] = {}
+        self._by_entry: dict[int, list[int]] = {}  # entry_key -> indices of its records, ascending
+        self._by_target: dict[str, list[int]] = {}  # target_key -> indices, ascending
+        self._by_workload: dict[str, list[int]] = {}  # workload_key -> indices, ascending
         self._invalidated: dict[str, int] = {}  # target_key -> invalidation time (us)
         self._verdicts: dict[str, str] = {}  # record_id -> latest verdict
         self._runs: dict[str, str] = {}  # run_id -> its summary's JSON text (see add_run)
@@ -79,8 +121,7 @@ class MemoryStore(RecordStore):
                 i = len(self._recs)
                 self._recs.append(r)
                 self._committed.append(now)
-                self._by_lookup[r.lookup_key] = i
-                self._by_entry.setdefault(r.entry_key, []).append(i)
+                self._index(r, i)
                 new += 1
             self._version += 1
         return new
@@ -123,6 +164,13 @@ class MemoryStore(RecordStore):
         decoded = (decode_run(t, f"{self.location} run {rid}") for rid, t in texts)
         return select_runs([d for d in decoded if d is not None], kind, limit)
 
+    def _index(self, r: Record, i: int) -> None:
+        """Enter record ``r`` at index ``i`` (the next one) into the lookup and filter maps."""
+        self._by_lookup[r.lookup_key] = i
+        self._by_entry.setdefault(r.entry_key, []).append(i)
+        self._by_target.setdefault(r.target_key, []).append(i)
+        self._by_workload.setdefault(r.workload_key, []).append(i)
+
     def _rewrite(self, keep: np.ndarray) -> dict:
         """Keep the records where ``keep`` is true (indices of ``self._recs``) and rebuild the maps."""
         before = len(self._recs)
@@ -130,10 +178,10 @@ class MemoryStore(RecordStore):
         committed = [c for c, k in zip(self._committed, keep) if k]
         self._recs, self._committed = [], []
         self._rids, self._by_lookup, self._by_entry = set(), {}, {}
+        self._by_target, self._by_workload = {}, {}
         for r, c in zip(recs, committed):
             self._rids.add(r.record_id)
-            self._by_lookup[r.lookup_key] = len(self._recs)
-            self._by_entry.setdefault(r.entry_key, []).append(len(self._recs))
+            self._index(r, len(self._recs))
             self._recs.append(r)
             self._committed.append(c)
         self._version += 1
@@ -196,30 +244,56 @@ class MemoryStore(RecordStore):
                      and not self._refuted(i)]
         return k_best_per_config(cands, k)
 
-    def _table(self, indices: Iterable[int]) -> Any:
+    def _table(self, indices: Iterable[int], columns: list[str] | None = None) -> Any:
+        """The records at ``indices`` (in that order) as a ``RECORD_SCHEMA`` table, or with only
+        ``columns`` (checked names, in that order): only those columns are built."""
         import pyarrow as pa
 
-        from tunedb.index.keys import rid_hash
         from tunedb.index.schema import RECORD_SCHEMA
 
-        rows = []
-        for i in indices:
-            r = self._recs[i]
-            row = r.to_row()
-            row.update(target_slug=target_slug(r.target_name, r.target_key), rid_hash=rid_hash(r.record_id),
-                       committed=pa.scalar(self._committed[i], pa.timestamp("us", tz="UTC")).as_py(),
-                       session=r.session)
-            rows.append(row)
-        return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA)
+        idx = list(indices)
+        names = RECORD_SCHEMA.names if columns is None else columns
+        arrays = []
+        for c in names:
+            typ = RECORD_SCHEMA.field(c).type
+            if c == "committed":
+                arrays.append(pa.array([self._committed[i] for i in idx], pa.int64()).cast(typ))
+            else:
+                get = _COLUMN_OF[c]
+                arrays.append(pa.array([get(self._recs[i]) for i in idx], typ))
+        schema = RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
+        return pa.Table.from_arrays(arrays, schema=schema)
 
-    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> Any:
+    def _matching(self, tkey: str | None, wkey: str | None) -> list[int]:
+        """Indices (ascending: commit order) of the records of ``tkey`` and/or ``wkey`` (every
+        record when both are None), found through the filter maps: the cost is proportional to
+        the records of the smaller map entry, not to the store."""
+        from tunedb.index.keys import hash64
+
+        if tkey is None and wkey is None:
+            return list(range(len(self._recs)))
+        if tkey is not None and wkey is not None:
+            cand = self._by_entry.get(hash64(tkey, wkey), ())
+        elif tkey is not None:
+            return list(self._by_target.get(tkey, ()))
+        else:
+            return list(self._by_workload.get(wkey, ()))
+        # (an entry_key is a 64-bit hash: keep only the records that really are of the pair)
+        return [i for i in cand if self._recs[i].target_key == tkey and self._recs[i].workload_key == wkey]
+
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
+                columns: Sequence[str] | None = None) -> Any:
+        """See ``RecordStore.records``; commit order.  A filtered read costs time proportional
+        to the matching records (the store keeps its record indices by target, workload and
+        entry); a projection builds only the columns asked for."""
+        cols = check_columns(columns)
         tkey = self._target_key(target) if target is not None else None
         wkey = self._other_key(workload, "workload") if workload is not None else None
         with self._lock:
-            idx = [i for i, r in enumerate(self._recs)
-                   if (tkey is None or r.target_key == tkey) and (wkey is None or r.workload_key == wkey)
-                   and (include_stale or not self._stale(i))]
-            return self._table(idx)
+            idx = self._matching(tkey, wkey)
+            if not include_stale and self._invalidated:
+                idx = [i for i in idx if not self._stale(i)]
+            return self._table(idx, cols)
 
     def targets(self) -> list[dict]:
         with self._lock:

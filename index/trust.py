@@ -31,12 +31,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.base import RecordStore, StoreStats
+from tunedb.index.base import RecordStore, StoreStats, check_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -311,10 +311,20 @@ class TrustedStore(RecordStore):
         return out
 
     # ------------------------------------------------------------------ bulk reads (filtered)
-    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
-        """The inner store's :meth:`records` rows that the policy trusts (same columns and order)."""
-        t = self.inner.records(target, workload, include_stale=include_stale)
-        return t.filter(self.policy.mask(t, self._verdicts() if self.policy.verified else None))
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
+                columns: Sequence[str] | None = None) -> pa.Table:
+        """The inner store's :meth:`records` rows that the policy trusts (same columns and order).
+        A projection reads from the inner store only ``columns`` and what the policy looks at
+        (``source``; ``host`` with host patterns; ``record_id`` with ``verified``)."""
+        cols = check_columns(columns)
+        read = None
+        if cols is not None:
+            need = ["source"] + (["host"] if self.policy.hosts else []) + \
+                (["record_id"] if self.policy.verified else [])
+            read = cols + [c for c in need if c not in cols]
+        t = self.inner.records(target, workload, include_stale=include_stale, columns=read)
+        t = t.filter(self.policy.mask(t, self._verdicts() if self.policy.verified else None))
+        return t if cols is None else t.select(cols)
 
     def targets(self) -> list[dict]:
         """Every target of the inner store (not filtered: a target stays resolvable by name)."""

@@ -287,3 +287,210 @@ def test_context_manager_closes_and_keeps_data(tmp_path):
     with tunedb.open("memory:") as m:
         m.commit(recs(2))
         assert len(m) == 2  # a memory store lives as long as its handle
+
+
+# --------------------------------------------------------------------- column projection
+#: projections the tests read: one column, a few in another order than RECORD_SCHEMA's, the
+#: columns a filter or the de-duplication would need left out, schema-2 columns, every column
+PROJECTIONS = [["cost"], ["status", "record_id", "cost"], ["workload", "config", "costs", "timestamp"],
+               ["committed", "session", "meta"], ["host", "origin", "source"], ["entry_key", "lookup_key"],
+               list(reversed(RECORD_SCHEMA.names))]
+
+
+def mixed_records(tag: str = "") -> list:
+    """Records of two targets and two workloads: ok ones, a failed one (null cost), provenance
+    columns set, a record measured twice."""
+    out = recs(5) + recs(2, target=T2) + recs(3, workload=W2, base=2e-3)
+    out.append(tunedb.Record(T1, W, {"tile": 90 + len(tag)}, [], status="runtime_error", error="segfault " + tag))
+    out.append(tunedb.Record(T2, W2, {"tile": 7}, [4e-3], source="imported:csv", origin="x.csv" + tag,
+                             host="elsewhere", meta={"run": tag}, compile_s=1.5))
+    out.append(tunedb.Record(T1, W, {"tile": 0}, [9e-4], meta={"again": tag}))
+    return out
+
+
+def assert_projections_match(s: RecordStore, **filters) -> None:
+    """For every projection: ``records(**filters, columns=c)`` equals ``records(**filters).select(c)``
+    (same rows in the same order, exactly the columns asked for, RECORD_SCHEMA types)."""
+    full = s.records(filters.get("target"), filters.get("workload"),
+                     include_stale=filters.get("include_stale", True))
+    for cols in PROJECTIONS:
+        got = s.records(filters.get("target"), filters.get("workload"),
+                        include_stale=filters.get("include_stale", True), columns=cols)
+        assert got.column_names == cols, (cols, filters)
+        assert got.schema.equals(pa.schema([RECORD_SCHEMA.field(c) for c in cols])), (cols, filters)
+        assert got.num_rows == full.num_rows, (cols, filters)
+        assert got.equals(full.select(cols)), (cols, filters)
+    # (a tuple is a sequence of names too)
+    assert s.records(filters.get("target"), filters.get("workload"), include_stale=filters.get("include_stale", True),
+                     columns=("record_id",)).column("record_id").to_pylist() == full.column("record_id").to_pylist()
+
+
+FILTERS = [{}, {"target": T1}, {"target": "beta"}, {"target": T1, "workload": W}, {"workload": W2},
+           {"target": T2, "workload": W2}, {"target": T2, "workload": {"family": "conv"}},
+           {"include_stale": False}, {"target": T1, "include_stale": False},
+           {"target": T1, "workload": W, "include_stale": False}]
+
+
+def test_records_projection_equals_full_read(store):
+    for f in FILTERS[:2]:
+        assert_projections_match(store, **f)  # an empty store: empty tables of those columns
+    store.commit(mixed_records())
+    store.commit(recs(80, target=T2, workload=W2, base=3e-3))  # (Parquet: a part file, not the journal)
+    for f in FILTERS:
+        assert_projections_match(store, **f)
+    assert store.records(T1, W, columns=["cost"]).num_rows == 7  # 5 + failed + the repeat
+    assert store.records(T2, W2, columns=["cost"]).num_rows == 81
+
+
+def test_records_projection_with_stale_targets(store):
+    store.commit(mixed_records())
+    store.invalidate(T1)
+    time.sleep(0.002)
+    store.commit(tunedb.Record(T1, W, {"tile": 3}, [7e-4]))  # after the invalidation: live
+    live = store.records(T1, include_stale=False, columns=["config", "cost"])
+    assert live.num_rows == 1 and live.column("cost").to_pylist() == [7e-4]
+    assert store.records(T1, columns=["cost"]).num_rows == 11
+    for f in FILTERS:
+        assert_projections_match(store, **f)
+    store.compact()
+    for f in FILTERS:
+        assert_projections_match(store, **f)
+
+
+def test_records_projection_refuses_bad_columns(store):
+    store.commit(recs(2))
+    for bad in (["nope"], ["cost", "nope"], [], "cost", ["cost", "cost"], [1], ["Cost"]):
+        for f in ({}, {"target": T1, "workload": W}, {"include_stale": False}):
+            with pytest.raises(ValueError) as e:
+                store.records(f.get("target"), f.get("workload"), include_stale=f.get("include_stale", True),
+                              columns=bad)
+            assert "\n" not in str(e.value)
+    assert store.records(columns=None).schema.names == RECORD_SCHEMA.names  # None: every column
+
+
+@pytest.fixture(params=BACKENDS)
+def two_handles(request, tmp_path):
+    """Two handles of one store: a second open of the same directory / database; for the
+    layered store two LayeredStores over the same layers' places (the memory layer is one
+    object: it lives in one handle); for the memory store the same handle twice."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        a, b = tunedb.open(url), tunedb.open(url)
+    elif request.param == "parquet":
+        a, b = tunedb.open(tmp_path / "db"), tunedb.open(tmp_path / "db")
+    elif request.param == "layered":
+        from tunedb.index.layered import LayeredStore
+
+        lower = tunedb.open("memory:lower")
+        lower.commit(recs(3, workload=W2, base=5e-3))
+        a = LayeredStore([tunedb.open(tmp_path / "top"), lower])
+        b = LayeredStore([tunedb.open(tmp_path / "top"), lower])
+    else:
+        a = tunedb.open("memory:test")
+        b = a
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_records_projection_sees_commits_of_another_handle(two_handles):
+    a, b = two_handles
+    a.commit(recs(4))
+    assert_projections_match(a)
+    b.commit(mixed_records("b"))  # small: the Parquet store journals it
+    b.commit(recs(100, target=T2, base=6e-3))  # large: a part file
+    a.refresh()
+    for f in FILTERS:
+        assert_projections_match(a, **f)
+    full = a.records()
+    assert a.records(columns=["record_id"]).num_rows == full.num_rows == b.records(columns=["rid_hash"]).num_rows
+    assert set(a.records(T2, columns=["origin"]).column("origin").to_pylist()) == {"", "x.csvb"}
+    b.invalidate(T2)
+    a.refresh()
+    assert a.records(T2, include_stale=False, columns=["cost"]).num_rows == 0
+    assert a.records(T2, columns=["cost"]).num_rows == full.filter(
+        pa.compute.equal(full.column("target_key"), tunedb.Record(T2, W, {}).target_key)).num_rows
+    for f in FILTERS:
+        assert_projections_match(a, **f)
+
+
+@pytest.mark.parametrize(("policy", "trusted"), [("measured", 12), ("measured,host:elsewhere", 13), ("verified", 2),
+                                                 ("imported", 1)])
+def test_trusted_view_projection_equals_its_full_read(tmp_path, policy, trusted):
+    from tunedb.index.trust import TrustedStore
+
+    inner = tunedb.open(tmp_path / "db")
+    rs = mixed_records()
+    inner.commit(rs)
+    inner.mark({rs[1].record_id: "verified", rs[-2].record_id: "verified"})
+    view = TrustedStore(inner, policy)
+    assert inner.records().num_rows == 13 and view.records().num_rows == trusted
+    assert view.records(columns=["cost"]).num_rows == trusted  # (the policy's columns are read, then dropped)
+    for f in FILTERS:
+        assert_projections_match(view, **f)
+    with pytest.raises(ValueError):
+        view.records(columns=["nope"])
+
+
+def test_memory_store_filtered_read_costs_the_matching_records_not_the_store(capsys):
+    """MemoryStore keeps its records' indices by target, workload and entry: a filtered read
+    answers the same rows as a scan of every record, in commit order, and does not touch the
+    other targets' records (the timing ratio is printed, not asserted)."""
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.memory import MemoryStore
+
+    s = MemoryStore()
+    many = [tunedb.Record({"kind": "cpu", "name": f"t{i % 40}"}, {"family": "mm", "M": i % 7}, {"i": i}, [1e-3])
+            for i in range(20_000)]
+    s.commit(RecordBatch.from_records(many))
+    mine = recs(5) + recs(3, workload=W2)
+    s.commit(mine[:4])
+    s.commit(recs(2, target=T2))
+    s.commit(mine[4:])
+    # the same rows, in commit order, as a full scan filtered afterwards
+    full = s.records()
+    for tgt, wl in ((T1, W), (T1, None), (None, W2), (T2, W), (T1, {"family": "conv"})):
+        got = s.records(tgt, wl)
+        m = pa.array([True] * full.num_rows)
+        if tgt is not None:
+            m = pa.compute.and_(m, pa.compute.equal(full.column("target_key"), tunedb.Record(tgt, W, {}).target_key))
+        if wl is not None:
+            m = pa.compute.and_(m, pa.compute.equal(full.column("workload_key"), tunedb.Record(T1, wl, {}).workload_key))
+        assert got.equals(full.filter(m)), (tgt, wl)
+    assert s.records(T1, W).column("record_id").to_pylist() == [r.record_id for r in mine[:5]]
+    # still right after a rewrite of the maps (dedup/forget rebuild them) and an invalidation
+    s.forget(target=T2)
+    assert s.records(T2).num_rows == 0 and s.records(T1, W2).num_rows == 3
+    s.invalidate(T1)
+    assert s.records(T1, include_stale=False).num_rows == 0 and s.records(T1).num_rows == 8
+    # cost: one entry among 20k records of other targets vs a full read
+    t0 = time.perf_counter()
+    for _ in range(20):
+        s.records(T1, W)
+    one = (time.perf_counter() - t0) / 20
+    t0 = time.perf_counter()
+    s.records()
+    every = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\nMemoryStore, 20k records: records(target, workload) of 5 records {one * 1e3:.3f} ms, "
+              f"records() {every * 1e3:.1f} ms (ratio {every / one:.0f}x)")
+
+
+def test_parquet_projection_of_a_schema1_db_reads_missing_columns_as_unknown(tmp_path):
+    """A schema-1 DB's files (and journal) lack host/origin: a projection of them reads ``""``
+    (unknown), as the full read does, without failing on the missing column."""
+    import shutil
+    from pathlib import Path
+
+    from tunedb.index.parquet.store import TuningDB
+
+    src = Path(__file__).resolve().parent / "data" / "db-schema1"
+    shutil.copytree(src, tmp_path / "db")
+    with TuningDB.open(tmp_path / "db") as db:
+        assert db.schema_version == 1
+        full = db.records()
+        assert full.num_rows > 0
+        for f in ({}, {"include_stale": False}, {"target": full.column("target_key")[0].as_py()}):
+            assert_projections_match(db, **f)
+        got = db.records(columns=["origin", "host"])
+        assert set(got.column("host").to_pylist()) == {""} and set(got.column("origin").to_pylist()) == {""}

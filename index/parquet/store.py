@@ -79,7 +79,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats, check_forget_options, check_runs_query, prepare_run, select_runs
+from tunedb.index.base import (
+    RecordStore,
+    StoreStats,
+    check_columns,
+    check_forget_options,
+    check_runs_query,
+    prepare_run,
+    select_runs,
+)
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
 from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts, verdicts
@@ -110,10 +118,67 @@ from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import TableCache, record_at
 from tunedb.index.record import Record
 from tunedb.index.retention import dedup_mask, retention_mask
-from tunedb.index.schema import RECORD_SCHEMA, conform
+from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS, conform
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _read_file(path: str, columns: list[str] | None) -> pa.Table:
+    """One record file, every column or only ``columns`` (those the file has: a schema-1 file
+    lacks ``host`` and ``origin``; :func:`_conform_columns` fills them in)."""
+    if not columns:
+        return pq.read_table(path)
+    f = pq.ParquetFile(path)
+    present = set(f.schema_arrow.names)
+    return f.read(columns=[c for c in columns if c in present], use_threads=False)
+
+
+#: files read at once by one records read (pyarrow decodes without the GIL)
+READ_THREADS = 4
+
+
+def _read_files(paths: list[str], columns: list[str] | None) -> list[pa.Table]:
+    """:func:`_read_file` of each of ``paths``, in order; several at once when there are many.
+    ``FileNotFoundError`` when one is gone (a compaction replaced it: the caller refreshes)."""
+    if len(paths) < 2 * READ_THREADS:
+        return [_read_file(p, columns) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="tunedb-read") as ex:
+        return list(ex.map(lambda p: _read_file(p, columns), paths))
+
+
+def _drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
+    """``tables.drop_stale`` (the rows committed after their target's invalidation), with the
+    invalidation time looked up once per distinct target_key, not once per row."""
+    if not invalidated or not t.num_rows:
+        return t
+    enc = pc.dictionary_encode(t.column("target_key")).combine_chunks()
+    per_key = pa.array([invalidated.get(k, -1) for k in enc.dictionary.to_pylist()], pa.int64())
+    inv = pc.fill_null(pc.take(per_key, enc.indices), -1)  # (no target_key: never invalidated)
+    return t.filter(pc.greater(t.column("committed").cast(pa.int64()), inv))
+
+
+def _conform_columns(table: pa.Table, columns: list[str]) -> pa.Table:
+    """``table`` with exactly ``columns`` (RECORD_SCHEMA names), in that order and with their
+    RECORD_SCHEMA types: what :func:`~tunedb.index.schema.conform` does for every column."""
+    if table.column_names == columns and all(table.schema.field(c).type == RECORD_SCHEMA.field(c).type
+                                             for c in columns):
+        return table
+    n = table.num_rows
+    arrays, fields = [], []
+    for c in columns:
+        f = RECORD_SCHEMA.field(c)
+        if c in table.column_names:
+            col = table.column(c)
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        elif c in SCHEMA2_COLUMNS:
+            arrays.append(pa.repeat(pa.scalar("", f.type), n))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+        fields.append(f)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 @atexit.register
@@ -925,37 +990,62 @@ class TuningDB(RecordStore):
         with self._lock:
             return [k for p in selected() for k in p.live]
 
-    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
+                columns: Sequence[str] | None = None) -> pa.Table:
         """All records (optionally of one target and/or workload) as a new pyarrow Table,
         de-duplicated by record_id, with the columns of ``tunedb.index.schema.RECORD_SCHEMA``.
-        With a ``target``, only that target's files are read."""
+        With a ``target``, only that target's files are read.  ``columns`` (see
+        ``RecordStore.records``): only those columns are read from the files (Parquet column
+        projection) and from the journals' rows, plus the few the filters and the
+        de-duplication need (``rid_hash``; ``target_key``/``workload_key`` to filter;
+        ``committed`` for the stale filter), which are dropped again before returning."""
+        cols = check_columns(columns)
         tkey = self._target_key(target) if target is not None else None
-        t = self._read_live(tkey[:16] if tkey else None)
+        wkey = self._workload_key(workload) if workload is not None else None
+        stale_cols = ["target_key", "committed"]
+        while True:
+            read_cols = None
+            if cols is not None:
+                need = ["rid_hash"] + (["target_key"] if tkey is not None else []) + \
+                    (["workload_key"] if wkey is not None else []) + \
+                    (stale_cols if not include_stale and self._invalidated else [])
+                read_cols = cols + [c for c in dict.fromkeys(need) if c not in cols]
+            t = self._read_live(tkey[:16] if tkey else None, read_cols)
+            if include_stale or not self._invalidated or all(c in t.column_names for c in stale_cols):
+                break
+            # (a refresh while reading brought the first invalidation: read again with its columns)
         if tkey is not None:
             t = t.filter(pc.equal(t.column("target_key"), tkey))
-        if workload is not None:
-            t = t.filter(pc.equal(t.column("workload_key"), self._workload_key(workload)))
-        t = tables.first_by_record_id(t)
+        if wkey is not None:
+            t = t.filter(pc.equal(t.column("workload_key"), wkey))
+        if t.num_rows > 1:
+            rh = np.sort(t.column("rid_hash").to_numpy())
+            if (rh[1:] == rh[:-1]).any():  # (a plain sort first: repeats are rare, first_by_record_id's is slower)
+                t = tables.first_by_record_id(t)
         if not include_stale:
-            t = tables.drop_stale(t, self._invalidated)
-        return t
+            t = _drop_stale(t, self._invalidated)
+        return t if cols is None else t.select(cols)
 
     def _read_live(self, prefix: str | None, columns: list[str] | None = None) -> pa.Table:
         """The rows (not de-duplicated) of every live file and journal, or of one target-key
-        prefix's; ``columns``: only those (else every ``RECORD_SCHEMA`` column)."""
+        prefix's; ``columns``: only those (else every ``RECORD_SCHEMA`` column), in that order,
+        with their ``RECORD_SCHEMA`` types (a schema-1 file's missing ``host``/``origin`` read
+        as ``""``, as in :func:`~tunedb.index.schema.conform`)."""
         with file_lock(self.path / "_lock", shared=True):
             for _attempt in range(20):
                 paths = self._live_paths(prefix)
                 try:
-                    read = [self._mem[p].select(columns) if columns and p in self._mem else
-                            self._mem[p] if p in self._mem else pq.read_table(p, columns=columns) for p in paths]
+                    files = _read_files([p for p in paths if p not in self._mem], columns)
+                    got = iter(files)
+                    read = [self._mem[p].select([c for c in columns if c in self._mem[p].column_names])
+                            if columns and p in self._mem else
+                            self._mem[p] if p in self._mem else next(got) for p in paths]
                     break
                 except FileNotFoundError:
                     self.refresh()
             else:
                 raise RuntimeError("DB kept changing while reading")
-        if not columns:
-            read = [conform(x) for x in read]
+        read = [conform(x) if not columns else _conform_columns(x, columns) for x in read]
         if not read:
             return RECORD_SCHEMA.empty_table() if not columns else \
                 pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()

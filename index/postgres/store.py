@@ -27,7 +27,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import pyarrow.csv as pacsv
 from tunedb.index.base import (
     RecordStore,
     StoreStats,
+    check_columns,
     check_forget_options,
     check_runs_query,
     check_verdicts,
@@ -392,34 +393,46 @@ class PostgresStore(RecordStore):
         return [_record_of(r) for r in rows]
 
     # ------------------------------------------------------------------ bulk reads
-    def _read(self, conn: Any, where: str = "", params: tuple = ()) -> pa.Table:
+    def _read(self, conn: Any, where: str = "", params: tuple = (), columns: list[str] | None = None) -> pa.Table:
         """The ``RECORD_SCHEMA`` table of the rows matching ``where`` (a constant SQL condition
-        over ``r`` with ``%s`` placeholders), in commit order, streamed as CSV."""
-        query = f"COPY (SELECT {_SELECT} FROM records r {'WHERE ' + where if where else ''} " \
+        over ``r`` with ``%s`` placeholders), in commit order, streamed as CSV; ``columns``
+        (checked names): only those are selected and returned, in that order."""
+        names = _READ_NAMES if columns is None else columns
+        select = ", ".join(_READ[n][0] for n in names)
+        query = f"COPY (SELECT {select} FROM records r {'WHERE ' + where if where else ''} " \
                 "ORDER BY r.committed, r.seq) TO STDOUT (FORMAT csv)"
         buf = io.BytesIO()
         with conn.cursor() as cur, cur.copy(query, params or None) as copy:
             for chunk in copy:
                 buf.write(chunk)
         if buf.tell() == 0:
-            return RECORD_SCHEMA.empty_table()
+            return RECORD_SCHEMA.empty_table() if columns is None else \
+                pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()
         buf.seek(0)
-        t = pacsv.read_csv(buf, read_options=pacsv.ReadOptions(column_names=_READ_NAMES),
-                           parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        t = pacsv.read_csv(buf, read_options=pacsv.ReadOptions(column_names=names),
+                           parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
                            convert_options=pacsv.ConvertOptions(
-                               column_types={n: _READ[n][1] for n in _READ_NAMES}, strings_can_be_null=False,
+                               column_types={n: _READ[n][1] for n in names}, strings_can_be_null=False,
                                quoted_strings_can_be_null=False))
         cols = {}
-        for n in _READ_NAMES:
+        for n in names:
             c = t.column(n).combine_chunks()
             if n == "costs":
                 c = _parse_costs(c)
             elif n in ("timestamp", "committed"):
                 c = c.cast(_TS)
             cols[n] = c
-        return conform(pa.table(cols))
+        if columns is None:
+            return conform(pa.table(cols))
+        fields = [RECORD_SCHEMA.field(n) for n in names]
+        return pa.Table.from_arrays([cols[n] if cols[n].type == f.type else cols[n].cast(f.type)
+                                     for n, f in zip(names, fields)], schema=pa.schema(fields))
 
-    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True) -> pa.Table:
+    def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
+                columns: Sequence[str] | None = None) -> pa.Table:
+        """See ``RecordStore.records``: commit order; the filters run in the database and a
+        projection selects only its columns (the others never leave the server)."""
+        cols = check_columns(columns)
         conds, params = [], []
         if target is not None:
             conds.append("r.target_key = %s")
@@ -430,7 +443,7 @@ class PostgresStore(RecordStore):
         if not include_stale:
             conds.append("NOT " + _STALE)
         with self._db() as conn:
-            return self._read(conn, " AND ".join(conds), tuple(params))
+            return self._read(conn, " AND ".join(conds), tuple(params), cols)
 
     def targets(self) -> list[dict]:
         with self._db() as conn:

@@ -6,7 +6,8 @@ polls it every ``poll_s`` seconds: ``refresh()`` (see other processes' commits),
 :class:`Snapshot` computed (one bulk read of the live records, aggregated with pyarrow and
 numpy; every curve and table capped), so a request never reads the records: the views render
 from the latest snapshot, and a per-entry page reads only that entry's records (remembered
-per snapshot).  The cache key of a snapshot is ``(change_token(), run ids and stored times)``.
+per snapshot).  Both read only the record columns they use (``records(columns=...)``: at 1M
+records a snapshot's read is a fraction of a full one).  The cache key of a snapshot is ``(change_token(), run ids and stored times)``.
 
 Read-only: the store's ``records``, ``runs``, ``verdicts``, ``change_token`` and ``refresh``
 are the only calls made (and ``stats()`` for stores other than the Parquet directory, whose
@@ -112,7 +113,7 @@ def _target_name(db: Any, target_key: str) -> str:
     """The name of a target the live records do not name (an invalidated one): from its own
     records (stale ones included; only that target's are read), else its key's first digits."""
     try:
-        t = db.records(target_key).select(["target_name"])
+        t = db.records(target_key, columns=["target_name"])
     except (ValueError, KeyError):
         t = None
     return str(t.column("target_name")[0].as_py() or target_key[:12]) if t is not None and t.num_rows else \
@@ -133,6 +134,8 @@ def _split_by_source(t: pa.Table, when: np.ndarray) -> dict[str, np.ndarray]:
     enc = pc.dictionary_encode(t.column("source").fill_null("?")).combine_chunks()
     codes = enc.indices.to_numpy(zero_copy_only=False)
     names = enc.dictionary.to_pylist()
+    if len(names) == 1:  # (one source, the common case: no sort)
+        return {str(names[0]) or "?": when}
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
     return {str(names[i]) or "?": when[order[bounds[i]:bounds[i + 1]]] for i in range(len(names))
@@ -175,52 +178,102 @@ def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------ snapshot
+#: the record columns :func:`records_part` uses (the entries summary's, and commit time, status,
+#: cost and source): a snapshot reads only these (``RecordStore.records(columns=...)``), not the
+#: configs, costs lists, metadata and errors that make up most of a record
+SNAPSHOT_COLUMNS = ["target_key", "target_name", "workload_key", "family", "workload", "entry_key", "status",
+                    "cost", "committed", "source"]
+
+#: the record columns :func:`entry_page` uses
+ENTRY_PAGE_COLUMNS = ["record_id", "config_key", "config", "costs", "cost", "status", "source", "origin", "meta",
+                      "timestamp", "committed", "target_name", "workload", "host"]
+
+
+def read_snapshot_records(db: Any) -> pa.Table:
+    """The live records as :func:`records_part` reads them: only :data:`SNAPSHOT_COLUMNS`,
+    stale records left out."""
+    return db.records(include_stale=False, columns=SNAPSHOT_COLUMNS)
+
+
+def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray) -> list[dict]:
+    """One dict per entry of ``t`` (grouped by ``entry_key``, a hash of target_key and
+    workload_key, so one integer group-by instead of two string columns): target_key,
+    target_name, workload_key, family, workload (of its first row), records, ok_records,
+    best_cost (seconds, None when none ok), last_us (its latest commit), recent and
+    recent_failed (records, and failed ones, committed in the last ACTIVE_WINDOW_S); sorted by
+    (target_name, workload_key) as ``tables.entries`` sorts."""
+    n = t.num_rows
+    if n == 0:
+        return []
+    ok = pc.equal(t.column("status"), "ok")
+    ok_known = np.asarray(pc.fill_null(ok, False))
+    g = pa.table({"e": t.column("entry_key"), "i": pa.array(np.arange(n, dtype=np.int64)),
+                  "ok": pc.cast(ok, pa.int64()),
+                  "okcost": pc.if_else(ok, t.column("cost"), pa.scalar(None, pa.float64())),
+                  "c": pa.array(committed), "r": pa.array(recent_mask.astype(np.int64)),
+                  "f": pa.array((~ok_known & recent_mask).astype(np.int64))})
+    agg = g.group_by("e", use_threads=False).aggregate([
+        ("i", "min"), ("ok", "count"), ("ok", "sum"), ("okcost", "min"), ("c", "max"), ("r", "sum"), ("f", "sum")])
+    agg = agg.take(pc.sort_indices(agg.column("i_min")))  # (entries in the order of their first rows)
+    first = np.zeros(n, bool)
+    first[agg.column("i_min").to_numpy()] = True  # (a filter, chunk by chunk: cheaper than a take)
+    meta = t.select(["target_key", "target_name", "workload_key", "family", "workload"]).filter(pa.array(first))
+    cols = {c: meta.column(c).to_pylist() for c in meta.column_names}
+    stats = {k: agg.column(c).to_pylist() for k, c in (("records", "ok_count"), ("ok_records", "ok_sum"),
+                                                         ("best_cost", "okcost_min"), ("last_us", "c_max"),
+                                                         ("recent", "r_sum"), ("recent_failed", "f_sum"))}
+    rows = [{"target_key": cols["target_key"][j], "target_name": cols["target_name"][j],
+             "workload_key": cols["workload_key"][j], "family": cols["family"][j], "workload": cols["workload"][j],
+             "records": stats["records"][j], "ok_records": stats["ok_records"][j],
+             "best_cost": stats["best_cost"][j], "last_us": stats["last_us"][j], "entry_key": None,
+             "_recent": (stats["recent"][j], stats["recent_failed"][j])}
+            for j in range(agg.num_rows)]
+    for r, e in zip(rows, agg.column("e").to_pylist()):
+        r["entry_key"] = e
+    rows.sort(key=lambda r: (r["target_name"] or "", r["workload_key"] or ""))
+    return rows
+
+
 def records_part(db: Any, t: pa.Table) -> dict:
-    """The record-derived part of a snapshot from the live records ``t``: overview counts, the
+    """The record-derived part of a snapshot from the live records ``t`` (at least the columns
+    of :data:`SNAPSHOT_COLUMNS`; see :func:`read_snapshot_records`): overview counts, the
     entries table, active entries, failed records (for the pipeline) and the figure specs of
     records over time and best so far per entry."""
-    from tunedb.index import tables
-
     n = t.num_rows
-    ent = tables.entries(t)
     committed = t.column("committed").cast(pa.int64()).fill_null(0).to_numpy().astype(np.int64)
     tk = t.column("target_key")
-    wk = t.column("workload_key")
-    # per entry: when it was last written, and its recent records (by commit time)
+    # per entry: its counts, when it was last written, and its recent records (by commit time)
     now_us = int(time.time() * 1e6)
     recent_mask = committed >= now_us - ACTIVE_WINDOW_S * 1_000_000
-    last: dict[tuple[str, str], int] = {}
+    rows = _entry_summary(t, committed, recent_mask)
     recent: dict[tuple[str, str], list[int]] = {}
-    if n:
-        g = pa.table({"t": tk, "w": wk, "c": pa.array(committed), "r": pa.array(recent_mask.astype(np.int64)),
-                      "f": pa.array((~np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False))
-                                     & recent_mask).astype(np.int64))})
-        agg = g.group_by(["t", "w"], use_threads=False).aggregate([("c", "max"), ("r", "sum"), ("f", "sum")])
-        for a, b, c, r, f in zip(*(agg.column(x).to_pylist() for x in ("t", "w", "c_max", "r_sum", "f_sum"))):
-            last[(a, b)] = c
-            if r:
-                recent[(a, b)] = [r, f]
-    rows = ent.to_pylist()
+    entry_keys: dict[tuple[str, str], int] = {}
     for r in rows:
-        r["last_us"] = last.get((r["target_key"], r["workload_key"]), 0)
-        del r["target"]
+        cnt, failed_n = r.pop("_recent")
+        entry_keys[(r["target_key"], r["workload_key"])] = r.pop("entry_key")
+        if cnt:
+            recent[(r["target_key"], r["workload_key"])] = [cnt, failed_n]
     by_records = sorted(rows, key=lambda r: (-r["records"], -r["last_us"]))
-    for r in by_records[:MAX_ENTRY_ROWS] + [r for r in rows if (r["target_key"], r["workload_key"]) in recent]:
+    shown_active = sorted((r for r in rows if (r["target_key"], r["workload_key"]) in recent),
+                          key=lambda r: -r["last_us"])[:MAX_ACTIVE_ROWS]
+    for r in by_records[:MAX_ENTRY_ROWS] + shown_active:
         r["label"] = figures.short_workload(json.loads(r["workload"]), 70)  # (only the rows shown)
     active = []
-    for r in sorted((r for r in rows if (r["target_key"], r["workload_key"]) in recent),
-                    key=lambda r: -r["last_us"])[:MAX_ACTIVE_ROWS]:
+    for r in shown_active:
         cnt, failed = recent[(r["target_key"], r["workload_key"])]
         active.append({**r, "recent": cnt, "recent_failed": failed})
     # figures: records over time per source, best so far of the biggest entries over time
     by_src = _split_by_source(t, committed)  # (the DB's growth: commit times, not measurement times)
     curves = []
     if n:
+        ek = t.column("entry_key").to_numpy()
         ok = np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False))
         cost = t.column("cost").fill_null(math.inf).to_numpy().astype(np.float64)
         cost = np.where(ok & np.isfinite(cost), cost, math.inf)
         for r in [r for r in by_records if r["best_cost"] is not None][:TREND_ENTRIES]:
-            m = np.asarray(pc.and_(pc.equal(tk, r["target_key"]), pc.equal(wk, r["workload_key"])))
+            if "label" not in r:  # (an entry drawn but not in a table)
+                r["label"] = figures.short_workload(json.loads(r["workload"]), 70)
+            m = ek == entry_keys[(r["target_key"], r["workload_key"])]
             order = np.argsort(committed[m], kind="stable")
             ts, cs = committed[m][order], np.minimum.accumulate(cost[m][order])
             change = np.flatnonzero(np.isfinite(cs) & np.r_[True, cs[1:] < cs[:-1]])
@@ -231,8 +284,8 @@ def records_part(db: Any, t: pa.Table) -> dict:
     names = {r["target_key"]: r["target_name"] for r in rows}
     stale = _stale_target_keys(db)
     overview = {
-        "records": n, "targets": len(names), "workloads": len(set(ent.column("workload_key").to_pylist())),
-        "entries": ent.num_rows, "entries_with_ok": sum(1 for r in rows if r["best_cost"] is not None),
+        "records": n, "targets": len(names), "workloads": len({r["workload_key"] for r in rows}),
+        "entries": len(rows), "entries_with_ok": sum(1 for r in rows if r["best_cost"] is not None),
         "size_bytes": _store_size(db), "failed_records": int(failed_mask.sum()),
         "stale_targets": [names.get(k) or _target_name(db, k) for k in stale],
         "latest_us": int(committed.max()) if n else None,
@@ -334,12 +387,11 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
     records left out) with the spread of their repeats, their provenance (measured / imported /
     migrated, and the warm runs whose best it was with the entries that seeded them), and its
     best-so-far curve.  Reads only this entry's records."""
-    t = db.records(target_key, workload_key, include_stale=False)
+    t = db.records(target_key, workload_key, include_stale=False, columns=ENTRY_PAGE_COLUMNS)
     if t.num_rows == 0:
         return None
     refuted = {rid for rid, v in db.verdicts().items() if v == "refuted"}
-    rows = t.select(["record_id", "config_key", "config", "costs", "cost", "status", "source", "origin", "meta",
-                     "timestamp", "committed", "target_name", "workload", "host"]).to_pylist()
+    rows = t.to_pylist()
     ok = [r for r in rows if r["status"] == "ok" and r["cost"] is not None and math.isfinite(r["cost"])
           and r["record_id"] not in refuted]
     by_cfg: dict[str, list[dict]] = {}
@@ -386,7 +438,9 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
                      "rel_std": float(np.std(reps) / np.mean(reps)) if len(reps) > 1 and np.mean(reps) > 0 else None,
                      "measurements": len(all_meas), "provenance": _provenance(r),
                      "meta": ", ".join(extra), "runs": "; ".join(seeded.get(r["config_key"], [])) or "–",
-                     "record_id": r["record_id"], "host": r["host"] or ""})
+                     "record_id": r["record_id"], "host": r["host"] or "",
+                     "origin": meta.get("origin") if isinstance(meta, dict) else None,
+                     "seeded_from": meta.get("seeded_from") if isinstance(meta, dict) else None})
     when = _when(t)
     order = np.argsort(when, kind="stable")
     st = np.asarray(t.column("status").to_pylist(), dtype=object)[order]
@@ -460,7 +514,7 @@ class DashboardData:
                 self._set_runs(summaries, runs_key)
                 self._publish(t0)
             if token != self._records_token or self._records is None:
-                table = self.db.records(include_stale=False)
+                table = read_snapshot_records(self.db)
                 self._records = records_part(self.db, table)
                 del table
                 self._records_token = token
