@@ -169,3 +169,24 @@ def test_replay_hits_imported_records_of_the_same_file(mislabelled: dict[str, Pa
     assert res["cache_hits"] == 10 and res["measurements"] == 0  # A100's own imported records
     data = ReplayData(mislabelled["A100"], device="X")
     assert res["best"]["cost"] == pytest.approx(data.results[canonical_json(res["best"]["config"])].cost, rel=1e-12)
+
+
+def test_migrate_to_a_replay_answers_only_from_its_file(mislabelled: dict[str, Path], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """``migrate --replay`` is a replay too: other files' records on the same target never answer."""
+    from tunedb.transfer.migration.migrate import migrate
+
+    db = tmp_path / "db"
+    assert cli_main(["import", "kernel-tuner", str(KT / "A4000.json.gz"), "--db", str(db), "--json"]) == 0
+    others = [str(mislabelled[g]) for g in ("A6000", "W6600")]
+    assert cli_main(["import", "kernel-tuner", *others, "--device", "X", "--db", str(db), "--json"]) == 0
+    capsys.readouterr()
+    data = ReplayData(mislabelled["A100"], device="X")
+    with TuningDB.open(db) as s:
+        src = next(t for t in s.targets() if t["target_name"] != "X")["target_name"]
+        rep = migrate(s, src, data, top_k=3)
+        assert rep.totals["migrated"] == 1 and rep.totals["cache_hits"] == 0 < rep.totals["measurements"], rep.totals
+        mine = [r for r in s.iter_records(data.target, data.workload) if r.source.startswith("migrated")]
+    assert mine and all(r.meta.get("replay_file") == "A100.json.gz" for r in mine)
+    for r in mine:  # every candidate's cost is the replayed file's own
+        assert tuple(r.costs) == tuple(data.results[canonical_json(r.config)].costs)

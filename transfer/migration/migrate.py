@@ -234,6 +234,10 @@ def migrate(db: RecordStore, src_target: Any, dst_target_or_replay: Any,
     own = not isinstance(executor, Executor)
     ex = make_executor(executor) if own else executor
     report = MigrationReport(src=src_name, dst=dst_name, executor=ex.name)
+    if replay is not None:  # a replay answers only from its own file's records, never another file's on DST
+        from tunedb.transfer.measure.replay import isolated_store
+
+        db = isolated_store(db, replay)
     run = _Run(db, ex, dst, new_run_id(), f"migrated:{src_name}", f"migrate:{src_name}->{dst_name}", budget, seed,
                progress, total=sum(len(p.candidates) + (budget if p.job is not None else 0) for p in plans),
                workloads=len(plans))
