@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -424,3 +425,39 @@ def test_a_port_in_use_is_one_line_exit_2(filled):
         p = run_cli("dashboard", "--db", str(filled[0]), "--port", str(port), timeout=60)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [f"tunedb: error: cannot serve on 127.0.0.1:{port}: Address already in use"]
+
+
+COMMIT_AND_DIE = """
+import os, signal, sys, tunedb
+from tunedb.index import Record
+db = tunedb.open(sys.argv[1], create=False)
+db.commit(Record({"kind": "gpu", "name": "killed-gpu"}, {"family": "matmul", "m": 8}, {"i": 1}, [1e-3]))
+print("committed", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # its journal stays unfolded: a crashed writer's
+"""
+
+
+def test_a_crashed_writers_journal_is_read_in_place_not_folded(tmp_path):
+    """Read-only means read-only even after a crash: the dashboard shows a SIGKILLed writer's
+    acknowledged record without folding its journal (which any writable open would do)."""
+    from tunedb.index.parquet.store import TuningDB
+
+    path = tmp_path / "db"
+    TuningDB.open(path).close()
+    p = subprocess.run([sys.executable, "-c", COMMIT_AND_DIE, str(path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGKILL and "committed" in p.stdout, p.stderr
+    before = tree_state(path)
+    assert any(k.startswith("journal") for k in before), before
+    proc, url = start_dashboard(path)
+    try:
+        assert int(text(find(post_page(url, "/"), "ov-records"))) == 1  # the acknowledged record is shown
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert tree_state(path) == before  # nothing folded, removed or added
+    ro = TuningDB.open(path, read_only=True)
+    assert len(ro.records()) == 1
+    with pytest.raises(ValueError, match="read-only"):
+        ro.commit(Record({"kind": "gpu", "name": "x"}, {"family": "matmul", "m": 8}, {"i": 2}, [1e-3]))
+    TuningDB.open(path).close()  # a writable open finishes what the crash left
+    assert tree_state(path) != before

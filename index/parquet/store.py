@@ -239,14 +239,23 @@ class TuningDB(RecordStore):
         self._entries_memo: tuple | None = None  # (change_token, entries table)
         self._refreshes = 0
         self._compact_due: set = set()
+        self.read_only = False
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, create: bool = True) -> "TuningDB":
+    def open(cls, path: str | os.PathLike, *, create: bool = True, read_only: bool = False) -> "TuningDB":
         """Open the DB at ``path`` (created when missing and ``create``; any number of
         processes may create the same new DB at once, see ``layout.prepare``).  Finishes
-        what a crashed process left: folds abandoned journals, deletes superseded files."""
-        p = layout.prepare(path, create)
+        what a crashed process left: folds abandoned journals, deletes superseded files.
+
+        ``read_only``: the handle never writes to the directory (the dashboard's promise): the
+        DB must exist, nothing crashed processes left is finished (their journals are read in
+        place, superseded and temporary files ignored, as on a read-only medium), and every
+        method that would write raises ValueError.  Derived caches a read builds (``entries``,
+        ``stats``, ``best``) are the exception: don't call those on a read-only handle when
+        nothing may change."""
+        p = layout.prepare(path, False if read_only else create)
         db = cls(p, layout.schema_version(p))
+        db.read_only = read_only
         db.refresh()
         _OPEN_HANDLES.add(db)
         return db
@@ -285,7 +294,10 @@ class TuningDB(RecordStore):
         return self.schema_version >= SCHEMA_VERSION
 
     def _check_writable(self) -> None:
-        """ValueError (one line) when the DB's schema is older than this tunedb writes."""
+        """ValueError (one line) when the handle is read-only or the DB's schema is older than
+        this tunedb writes."""
+        if self.read_only:
+            raise ValueError(f"{self.path} is open read-only; open it without read_only to write to it")
         if not self.writable_schema:
             raise ValueError(f"{self.path} is a tunedb schema {self.schema_version} database; "
                              f"run `tunedb upgrade --db {self.path}` to write to it")
@@ -357,13 +369,13 @@ class TuningDB(RecordStore):
                         time.sleep(0.005 * (attempt + 1))
                 else:
                     self._refresh_once()
-                if self._superseded:
+                if self._superseded and not self.read_only:
                     self._remove_superseded()
 
     def _refresh_once(self) -> None:
         self._refreshes += 1
         files_by_dir, temps = parts.scan_partitions(self.records_dir)
-        for t in temps:
+        for t in temps if not self.read_only else ():
             remove_dead_temp(t)
         keys: dict[str, set[str]] = {}
         for d, files in files_by_dir.items():
@@ -470,8 +482,8 @@ class TuningDB(RecordStore):
     def _fold_abandoned_journals(self, strict: bool = False) -> None:
         """Fold the journals of writers that are gone (``strict``: raise OSError when one cannot
         be written, else warn and leave it; see ``journal_fold.fold_abandoned``)."""
-        if not self.writable_schema:
-            return  # an older schema's journals are read in place (see module docstring)
+        if not self.writable_schema or self.read_only:
+            return  # an older schema's (or a read-only handle's) journals are read in place
         own = self._journal.path if self._journal is not None else None
         journal_fold.fold_abandoned(self.journal_dir, own, lambda p: self._fold(p, recovering=True), strict=strict)
 

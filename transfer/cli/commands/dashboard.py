@@ -33,7 +33,9 @@ def register(sub, common) -> None:
 
 def _open_read_only(args):
     """The store ``--db`` names, opened without creating anything: a Parquet directory must
-    exist and be a tunedb DB; URLs (and layers) open as usual."""
+    exist and be a tunedb DB and opens read-only (``TuningDB.open(read_only=True)``: nothing in
+    it is written, not even the fold of a crashed writer's journal); URLs (and layers) open as
+    usual."""
     from tunedb.index.parquet.layout import MARKER
     from tunedb.index.stores import open_store
 
@@ -45,8 +47,9 @@ def _open_read_only(args):
             raise UserError(f"no tunedb database at {loc}")
         if not os.path.isfile(os.path.join(loc, MARKER)):
             raise UserError(f"{loc} is not a tunedb database (no {MARKER})")
-    try:
-        return open_store(loc, create=False)
+    directory = "://" not in loc and not loc.startswith("memory:")
+    try:  # a Parquet directory opens read-only: not even a dead writer's journal is folded
+        return open_store(loc, create=False, read_only=True) if directory else open_store(loc, create=False)
     except (OSError, ValueError) as e:
         text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).strip().splitlines()
         raise UserError(f"cannot open database {loc}: {text[0] if text else type(e).__name__}") from None
