@@ -36,7 +36,9 @@ def test_parse_target_string() -> None:
     assert parse_target_string("cuda -model=titanx")["keys"] == ["cuda", "gpu"]
     assert parse_target_string("llvm -mcpu=skylake-avx512")["mcpu"] == "skylake-avx512"
     assert parse_target_string("opencl -model=1080ti -keys=opencl,gpu")["keys"] == ["opencl", "gpu"]
-    for bad in ("", "   ", "-model=x", "cuda model=x", "cuda -model=a -model=b"):
+    quoted = parse_target_string('vulkan -device_name="AMD Radeon Graphics (RADV RENOIR)" -keys=vulkan,gpu')
+    assert quoted["device_name"] == "AMD Radeon Graphics (RADV RENOIR)" and quoted["keys"] == ["vulkan", "gpu"]
+    for bad in ("", "   ", "-model=x", "cuda model=x", "cuda -model=a -model=b", 'cuda -model="titanx'):
         with pytest.raises(ValueError):
             parse_target_string(bad)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -91,7 +92,10 @@ def parse_target_string(text: str) -> dict:
     """
     if not isinstance(text, str):
         raise ValueError(f"target must be a string, got {type(text).__name__}")
-    toks = text.split()
+    try:  # an option value may be quoted and hold spaces: -device_name="AMD Radeon Graphics (RADV RENOIR)"
+        toks = shlex.split(text) if any(q in text for q in "\"'") else text.split()
+    except ValueError as e:  # an unbalanced quote
+        raise ValueError(f"bad target string {text[:80]!r}: {e}") from None
     if not toks:
         raise ValueError("empty target string")
     kind = toks[0]
