@@ -256,6 +256,16 @@ def test_sigkill_during_upgrade(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_during_upgrade_many(tmp_path: Path) -> None:
-    c = _kill_runs(tmp_path, runs=24, seed=int(os.environ.get("TUNEDB_KILL_SEED", "2")))
-    assert c["runs"] == c["exact_after_kill"] == c["exact_after_rerun"] == 24
-    assert c["killed"] >= 8 and c["mid-upgrade"] >= 1
+    # Kill moments are random over the upgrade's span and the part-way window is a small share of
+    # it (seen: 0 of 24 on one CI machine, 2 of 24 on another), so more batches run until at least
+    # one kill lands part-way: every run's answers are checked either way.
+    seed = int(os.environ.get("TUNEDB_KILL_SEED", "2"))
+    totals: dict = {}
+    for batch in range(4):
+        c = _kill_runs(tmp_path / f"b{batch}", runs=24, seed=seed + 1000 * batch)
+        assert c["runs"] == c["exact_after_kill"] == c["exact_after_rerun"] == 24
+        for k, v in c.items():
+            totals[k] = totals.get(k, 0) + v
+        if totals["mid-upgrade"] >= 1:
+            break
+    assert totals["killed"] >= 8 and totals["mid-upgrade"] >= 1, totals
