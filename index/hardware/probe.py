@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,18 @@ def _text(v: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------- NVIDIA
+def _asker(lib: Any) -> Callable[..., Any]:
+    """``ask(fn, *args)``: ``lib.fn(*args)``, or None when that call fails (a query this GPU or
+    driver does not support must not hide the rest of the description)."""
+    def ask(fn: str, *a: Any) -> Any:
+        try:
+            return getattr(lib, fn)(*a)
+        except Exception:  # noqa: BLE001 - not supported on this GPU/driver
+            return None
+
+    return ask
+
+
 def probe_nvidia(reasons: dict | None = None) -> list[dict]:
     """NVIDIA GPUs through NVML (``pynvml``, from the optional ``nvidia-ml-py``).  A missing
     library, or ``nvmlInit`` failing (no driver, no device), gives ``[]`` and
@@ -125,12 +138,7 @@ def probe_nvidia(reasons: dict | None = None) -> list[dict]:
         return []
     out: list[dict] = []
     try:
-        def ask(fn: str, *a: Any) -> Any:
-            try:
-                return getattr(pynvml, fn)(*a)
-            except Exception:  # noqa: BLE001 - not supported on this GPU/driver
-                return None
-
+        ask = _asker(pynvml)
         driver = ask("nvmlSystemGetDriverVersion")
         cuda = ask("nvmlSystemGetCudaDriverVersion")
         n = ask("nvmlDeviceGetCount") or 0
@@ -258,12 +266,7 @@ def probe_amd_smi(reasons: dict | None = None) -> list[dict]:
         return []
     out: list[dict] = []
     try:
-        def ask(fn: str, *a: Any) -> Any:
-            try:
-                return getattr(amdsmi, fn)(*a)
-            except Exception:  # noqa: BLE001 - not supported on this GPU/driver
-                return None
-
+        ask = _asker(amdsmi)
         for i, h in enumerate(ask("amdsmi_get_processor_handles") or []):
             asic = ask("amdsmi_get_gpu_asic_info", h) or {}
             vram = ask("amdsmi_get_gpu_vram_info", h) or {}

@@ -295,7 +295,9 @@ def _split_disagreeing(f: Format, records: list[Record], per_file: list[tuple[Pa
         first = records[per_file[files[0]][1]:per_file[files[0]][2]]
         claimed = next((r.target.get("name") for r in first if r.target_key == pair[0]), "") or ""
         for g in groups:
-            stem = _file_stem(per_file[g[0]][0])
+            from tunedb.transfer.interop.kernel_tuner import _stem  # (it imports this module)
+
+            stem = _stem(per_file[g[0]][0])
             for i in g:  # every file of a contested target is reported (against: [] = none directly)
                 used = claimed if device else f"{claimed} [{stem}]"
                 report.conflicts.append({"file": str(per_file[i][0]), "kind": "disagreeing-times",
@@ -318,14 +320,6 @@ def _split_disagreeing(f: Format, records: list[Record], per_file: list[tuple[Pa
         # the same file again, its target renamed (issues were counted in the first pass)
         out.extend(item for item in f.parse(path, device=device, label=relabel[i]) if isinstance(item, Record))
     return out
-
-
-def _file_stem(path: Path) -> str:
-    name = path.name
-    for suf in (".json.gz", ".json", ".gz"):
-        if name.endswith(suf):
-            return name[: -len(suf)]
-    return path.stem
 
 
 # ---------------------------------------------------------------------------- helpers for parsers
