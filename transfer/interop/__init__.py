@@ -295,9 +295,8 @@ def _split_disagreeing(f: Format, records: list[Record], per_file: list[tuple[Pa
         first = records[per_file[files[0]][1]:per_file[files[0]][2]]
         claimed = next((r.target.get("name") for r in first if r.target_key == pair[0]), "") or ""
         for g in groups:
-            from tunedb.transfer.interop.kernel_tuner import _stem  # (it imports this module)
 
-            stem = _stem(per_file[g[0]][0])
+            stem = file_stem(per_file[g[0]][0])
             for i in g:  # every file of a contested target is reported (against: [] = none directly)
                 used = claimed if device else f"{claimed} [{stem}]"
                 report.conflicts.append({"file": str(per_file[i][0]), "kind": "disagreeing-times",
@@ -323,6 +322,15 @@ def _split_disagreeing(f: Format, records: list[Record], per_file: list[tuple[Pa
 
 
 # ---------------------------------------------------------------------------- helpers for parsers
+
+def file_stem(path: Path) -> str:
+    """A file's name without ``.json``, ``.json.gz`` or ``.gz`` (``A100.json.gz`` -> ``A100``)."""
+    name = path.name
+    for suf in (".json.gz", ".json", ".gz"):
+        if name.endswith(suf):
+            return name[: -len(suf)]
+    return path.stem
+
 
 def where(path: Path, line: int | str) -> str:
     return f"{path.name}:{line}"

@@ -52,6 +52,7 @@ from tunedb.transfer.interop import (
     ImportIssue,
     Prepared,
     fast_normalise,
+    file_stem,
     make_record,
     merge_device_fields,
     read_text,
@@ -80,14 +81,6 @@ UNIT_TO_S = {"milliseconds": 1e-3, "miliseconds": 1e-3, "ms": 1e-3, "seconds": 1
 
 
 # ---------------------------------------------------------------------------------------- loading
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suf in (".json.gz", ".json", ".gz"):
-        if name.endswith(suf):
-            return name[: -len(suf)]
-    return path.stem
-
 
 def load_cache(path: str | Path) -> dict:
     """Read a cache (or T4 results) file as a dict; closes a cache left unterminated by a run.
@@ -325,10 +318,10 @@ def device_choice(doc: Mapping[str, Any], path: Path, device: str | None = None)
         why = host_like_device_name(claimed) if is_gpu_cache(doc) else None
         if why is None:
             return claimed, None
-        stem = _stem(path)
+        stem = file_stem(path)
         return stem, {"file": str(path), "kind": "host-device-name", "device_claimed": claimed,
                       "target_used": stem, "evidence": {"reason": why, "gpu_kernel_cache": True}}
-    return _stem(path), None
+    return file_stem(path), None
 
 
 def device_of(doc: Mapping[str, Any], path: Path, device: str | None = None) -> str:
