@@ -12,6 +12,8 @@ Methods
                      (``tunedb.index.memory.MemoryStore``, one per device and seed) holding every
                      record of the other five devices (imported with the Kernel Tuner importer);
                      Tuner options: the Tuner's defaults except ``patience=None`` and ``seed``
+  warm_mean          the same with ``acquisition="mean"``: proposals ordered by the RGPE ensemble's
+                     prediction instead of expected improvement (tunedb's previous version)
   diy                the transfer a user could script without tunedb: measure the union of the other
                      devices' best configs (round robin: each device's best, then each one's second
                      best, ...), then random configs (``DIYTransfer`` below)
@@ -66,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
 KERNELS = ("convolution_milo", "dedispersion_milo")
 KT_METHODS = ("random_sample", "genetic_algorithm", "dual_annealing", "bayes_opt", "greedy_ils", "pso")
-METHODS = ("warm", "diy") + KT_METHODS
+METHODS = ("warm", "warm_mean", "diy") + KT_METHODS
 BUDGETS = (5, 10, 20, 50)
 SOURCE = "__global__ void {name}(float *a, float *b, float *c) {{}}"  # simulation mode never compiles it
 
@@ -157,11 +159,12 @@ def run_case(data: Path, kernel: str, held: str, docs: dict, records: dict, cach
             np.random.seed(s)
             random.seed(s)
             info: dict[str, Any] = {}
-            if m == "warm":
+            if m.startswith("warm"):
                 db = MemoryStore()
                 for d in others:
                     db.commit(records[d])
-                inner: Any = WarmStart(db, TuneOptions(patience=None, seed=s))
+                acq = "mean" if m == "warm_mean" else "ei"
+                inner: Any = WarmStart(db, TuneOptions(patience=None, seed=s, acquisition=acq))
             elif m == "diy":
                 inner = DIYTransfer(rankings)
             else:
@@ -179,7 +182,7 @@ def run_case(data: Path, kernel: str, held: str, docs: dict, records: dict, cach
                 fr[b].append(c[b])
             over.append(strat.seconds / max(n, 1))
             evals.append(n)
-            if m == "warm":
+            if m.startswith("warm"):
                 run = inner.last_run
                 base = float(run.overhead.get("model_base") or 0.0)
                 info = {"db_answers": run.db_answers, "kt_fevals": run.kt_fevals, "model_base_s": base,
@@ -210,11 +213,12 @@ def summarise(cases: dict, methods: list[str], budgets: tuple) -> dict:
 
 
 def goal(summary: dict, budgets: tuple) -> dict:
-    """Whether warm is >= every other method (median and worst, every budget) and > diy's worst at 10, 20."""
+    """Whether warm is >= every other method (median and worst, every budget) and > diy's worst at
+    10, 20 (the issue's goal; warm_mean, tunedb's previous ordering, is not a rival)."""
     if "warm" not in summary:
         return {}
     w = summary["warm"]
-    rivals = [m for m in summary if m != "warm"]
+    rivals = [m for m in summary if not m.startswith("warm")]
     short = []
     for b in budgets:
         for stat in ("median", "worst"):

@@ -17,6 +17,7 @@ from tunedb.index import TuningDB
 from tunedb.index.memory import MemoryStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
+from tunedb.transfer.search.surrogate import RGPESurrogate
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
 from helpers import ROOT, kernel_tuner_file, replay_history_db, run_cli
@@ -365,6 +366,33 @@ def test_rgpe_surrogate_stops_following_a_source_that_ranks_the_device_backwards
     model = Tuner(db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
                   TuneOptions(budget=12, seed=0, surrogate="model")).run()
     assert model.surrogate == {}
+
+
+def test_ei_acquisition_leaves_a_refuted_region_and_a_bad_acquisition_is_one_error(history_db, replay):
+    """With ``acquisition="ei"`` (default) the run records the Gaussian process it fitted, proposes
+    configs the ensemble mean alone would not, and both orders reach the same budget; an unknown
+    acquisition is refused before anything is measured."""
+    held = replay[HELD]
+    runs = {}
+    for acq in ("ei", "mean"):
+        mem = MemoryStore()
+        mem.commit([r for r in history_db.iter_records() if r.target_name != held.target.get("name")])
+        t = Tuner(mem, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+                  TuneOptions(budget=20, seed=0, epsilon=0.0, acquisition=acq))
+        runs[acq] = (t.run(), [json.dumps(c, sort_keys=True) for c in t.configs.values()])
+    ei, mean = runs["ei"][0], runs["mean"][0]
+    assert ei.evaluations == mean.evaluations == 20
+    gp = ei.surrogate["gp"]
+    assert gp["length_scale"] in RGPESurrogate.LENGTH_SCALES and gp["noise"] in RGPESurrogate.NOISES
+    assert gp["b"] >= 0 and "gp" not in mean.surrogate
+    # the same seeds first, then different proposals
+    assert runs["ei"][1][:6] == runs["mean"][1][:6] and runs["ei"][1] != runs["mean"][1]
+    mem = MemoryStore()
+    mem.commit([r for r in history_db.iter_records() if r.target_name != held.target.get("name")])
+    with pytest.raises(ValueError, match="acquisition must be 'ei' or 'mean'"):
+        Tuner(mem, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+              TuneOptions(budget=5, acquisition="ucb")).run()
+    assert len(mem.records(held.target)) == 0
 
 
 def test_union_of_bests_round_robins_the_other_devices_bests_then_goes_random(replay):

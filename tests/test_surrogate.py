@@ -72,6 +72,38 @@ def test_target_model_takes_over_when_no_source_ranks_the_target():
     assert sur.weights_[-1] > 0.9
 
 
+def test_posterior_predicts_what_was_measured_next_to_it_and_is_unsure_far_away():
+    X, y = _synthetic()
+    # the sources' favourite region (their 30 fastest configs) is slow on this target
+    region = np.zeros(len(X), bool)
+    region[np.argsort(y)[:30]] = True
+    target = np.where(region, y.max(), y)
+    rng = np.random.default_rng(5)
+    obs = np.concatenate([rng.choice(np.flatnonzero(region), 6, replace=False),
+                          rng.choice(np.flatnonzero(~region), 3, replace=False)])
+    sur = RGPESurrogate(random_state=0).fit(X[obs], target[obs], [(X, y), (X, y + 0.01)])
+    mean, sd = sur.posterior_z(X)
+    zt = (target - sur.mean_) / sur.std_
+    # at the observations: about what was measured, with a small std
+    assert np.max(np.abs(mean[obs] - zt[obs])) < 0.5 and np.all(sd[obs] < 0.35)
+    # far from every observation the std is the prior's, larger than anywhere near one
+    assert np.max(sd) > 2.5 * np.max(sd[obs])
+    ei = sur.expected_improvement(X)
+    assert ei.shape == (len(X),) and np.all(ei >= 0)
+    # the ensemble mean proposes more of the refuted region; EI proposes outside it
+    untried = np.setdiff1d(np.arange(len(X)), obs)
+    assert region[untried[np.argmin(sur.predict(X[untried]))]]
+    assert not region[untried[np.argmax(ei[untried])]]
+    assert region[untried[np.argsort(-ei[untried])[:10]]].sum() <= 2
+
+
+def test_expected_improvement_without_target_data_follows_the_ensemble():
+    X, y = _synthetic()
+    sur = RGPESurrogate().fit(np.zeros((0, 3)), np.zeros(0), [(X, y), (X, y)])
+    ei = sur.expected_improvement(X[:20])
+    assert np.array_equal(np.argsort(-ei), np.argsort(sur.predict_z(X[:20])))
+
+
 def test_source_model_looks_up_what_it_holds_and_interpolates_the_rest():
     X, y = _synthetic()
     y = y.copy()
