@@ -16,6 +16,7 @@ import tunedb
 from tunedb.datasets.models import load_model
 from tunedb.transfer.apps.tune_model import ModelInterrupted, ModelOptions, tune_model
 from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
+from tunedb.transfer.search.tuner import ORIGINS
 
 TARGET = "cpu-x86-64-t1"
 SMALL = "bert_block_256@16"    # 7 tasks: 5 GEMMs, a batched GEMM pair, a softmax
@@ -121,6 +122,9 @@ def test_run_summary_is_stored_with_the_seeds_accounting(tuned):
     assert sum(v for k, v in s["origins"].items() if k != "confirm") == s["search_evaluations"]
     assert s["origins"].get("confirm", 0) == s["remeasurements"] > 0
     assert s["origins"] == {k: sum(t["origins"].get(k, 0) for t in s["tasks"]) for k in s["origins"]}
+    # every record this run made says where it came from, the default-config references included
+    recs = list(tunedb.open(path).iter_records())
+    assert recs and all(r.meta.get("origin") in ORIGINS for r in recs)
     # tune-model's own fields are unchanged beside them
     assert {"tasks_hit", "tasks_warm", "tasks_cold", "search_evaluations", "default_measurements"} <= set(s)
 

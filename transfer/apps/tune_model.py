@@ -71,7 +71,8 @@ def _default_cost(db: RecordStore | None, job: Any) -> tuple[float | None, Any, 
     """The default config's record (DB first, else measured and committed): (cost or None, record, cached)."""
     from tunedb.transfer.measure.backend import measure
 
-    rec, cached = measure(job.target, job.workload, job.defaults, db=db, backend=job.backend)
+    rec, cached = measure(job.target, job.workload, job.defaults, db=db, backend=job.backend,
+                          annotate={"origin": "default", "reference": True})
     return (rec.cost if rec.status == "ok" else None), rec, cached
 
 

@@ -368,25 +368,27 @@ class _Positions:
 
 
 def measure(target: Mapping[str, Any], workload: Mapping[str, Any], config: Mapping[str, Any],
-            db: RecordStore | None = None, backend: MeasureBackend | None = None, force: bool = False
-            ) -> tuple[Record, bool]:
+            db: RecordStore | None = None, backend: MeasureBackend | None = None, force: bool = False,
+            annotate: Mapping[str, Any] | None = None) -> tuple[Record, bool]:
     """Measure one config, DB first: return ``(record, cached)``.
 
     With ``db``: a stored record of the triple (the latest one, whatever its status) is
     returned with ``cached=True`` and nothing runs, unless ``force``; a new record is committed.
     ``backend`` defaults to ``LocalBackend()``.  Raises ValueError for an unknown family, a bad
     workload or a target the backend cannot serve; an invalid config is an ``invalid`` record.
+    ``annotate``: keys added to a new record's ``meta`` (e.g. ``{"origin": "default"}``).
     """
-    (out,) = measure_many(target, workload, [config], db=db, backend=backend, force=force)
+    (out,) = measure_many(target, workload, [config], db=db, backend=backend, force=force,
+                          annotate=None if annotate is None else (lambda _i: annotate))
     return out
 
 
 def measure_many(target: Mapping[str, Any], workload: Mapping[str, Any], configs: Iterable[Mapping[str, Any]],
-                 db: RecordStore | None = None, backend: MeasureBackend | None = None, force: bool = False
-                 ) -> list[tuple[Record, bool]]:
+                 db: RecordStore | None = None, backend: MeasureBackend | None = None, force: bool = False,
+                 annotate: Callable[[int], Mapping[str, Any] | None] | None = None) -> list[tuple[Record, bool]]:
     """``measure`` for several configs (:func:`lookup_or_measure`): DB hits are returned as they
     are; the rest are built in parallel and run one by one (each committed as soon as it is
     measured).  Order is kept; a config given twice is measured once."""
     w = normalise_workload(workload, backend)
     cfgs = _check_configs(configs)
-    return lookup_or_measure(db, backend or LocalBackend(), target, w, cfgs, force=force)
+    return lookup_or_measure(db, backend or LocalBackend(), target, w, cfgs, force=force, annotate=annotate)
