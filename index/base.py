@@ -418,13 +418,6 @@ def check_columns(columns: Any) -> list[str] | None:
     return cols
 
 
-def project(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
-    """``table`` (a full :meth:`RecordStore.records` table) with only ``columns`` (checked by
-    :func:`check_columns`; None: unchanged): the default projection, after a full read."""
-    cols = check_columns(columns)
-    return table if cols is None else table.select(cols)
-
-
 def validated_commit(records: Any) -> RecordBatch | list[Record]:
     """What :meth:`RecordStore.commit` was given, checked before anything is stored: a
     RecordBatch (``check()``-ed) as it is, else a list of Records, each validated.  ``ValueError``
@@ -568,5 +561,5 @@ def is_key(text: Any) -> bool:
 
 
 __all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
-           "k_best_per_config", "validated_commit", "check_columns", "project", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
+           "k_best_per_config", "validated_commit", "check_columns", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
            "decode_run", "check_runs_query", "select_runs"]

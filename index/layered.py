@@ -110,7 +110,7 @@ from tunedb.index.base import (
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64, rid_hash
 from tunedb.index.record import Record
-from tunedb.index.schema import RECORD_SCHEMA, conform
+from tunedb.index.schema import conform, record_schema
 
 MODES = ("ordered", "union")
 
@@ -119,14 +119,10 @@ def concat_records(parts: list[pa.Table], columns: list[str] | None = None) -> p
     """Tables of ``RECORD_SCHEMA`` concatenated in order, without repeated record_ids (the first
     occurrence stays).  ``columns``: the parts are projections with (at least) those columns,
     ``rid_hash`` among them; the result has exactly those, in that order."""
-    if columns is None:
-        parts = [conform(p).replace_schema_metadata(None) for p in parts if p.num_rows]
-        if not parts:
-            return RECORD_SCHEMA.empty_table()
-        return tables.first_by_record_id(pa.concat_tables(parts))
-    parts = [p.select(columns).replace_schema_metadata(None) for p in parts if p.num_rows]
+    parts = [(conform(p) if columns is None else p.select(columns)).replace_schema_metadata(None)
+             for p in parts if p.num_rows]
     if not parts:
-        return pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()
+        return record_schema(columns).empty_table()
     return tables.first_by_record_id(pa.concat_tables(parts))
 
 

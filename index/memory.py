@@ -34,48 +34,19 @@ from tunedb.index.base import (
 )
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import rid_hash
-from tunedb.index.record import Record, target_slug
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.record import ROW_VALUES, Record, target_slug
 
 
 def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _float_or_none(x: Any) -> float | None:
-    return None if x is None else float(x)
-
-
-#: RECORD_SCHEMA column -> its value of a Record (as ``Record.to_row`` gives it, plus the
-#: columns a store adds); ``committed`` is the store's, not the record's
+#: RECORD_SCHEMA column -> its value of a Record: ``Record.to_row``'s columns plus those a store
+#: adds (``committed`` is the store's, not the record's)
 _COLUMN_OF: dict[str, Callable[[Record], Any]] = {
-    "record_id": lambda r: r.record_id,
-    "target_key": lambda r: r.target_key,
-    "target_name": lambda r: r.target_name,
-    "target": lambda r: r.target_json,
-    "workload_key": lambda r: r.workload_key,
-    "family": lambda r: r.family,
-    "workload": lambda r: r.workload_json,
-    "config_key": lambda r: r.config_key,
-    "config": lambda r: r.config_json,
-    "costs": lambda r: list(r.costs),
-    "cost": lambda r: r.cost,
-    "status": lambda r: r.status,
-    "error": lambda r: r.error,
-    "compile_s": lambda r: _float_or_none(r.compile_s),
-    "wall_s": lambda r: _float_or_none(r.wall_s),
-    "timestamp": lambda r: r.timestamp,
-    "source": lambda r: r.source,
-    "session": lambda r: r.session,
-    "meta": lambda r: r.meta_json,
-    "lookup_key": lambda r: r.lookup_key,
-    "entry_key": lambda r: r.entry_key,
-    "tunedb_version": lambda r: TUNEDB_VERSION,
-    "schema_version": lambda r: SCHEMA_VERSION,
+    **ROW_VALUES,
     "target_slug": lambda r: target_slug(r.target_name, r.target_key),
     "rid_hash": lambda r: rid_hash(r.record_id),
-    "host": lambda r: r.host,
-    "origin": lambda r: r.origin,
 }
 
 
@@ -249,7 +220,7 @@ class MemoryStore(RecordStore):
         ``columns`` (checked names, in that order): only those columns are built."""
         import pyarrow as pa
 
-        from tunedb.index.schema import RECORD_SCHEMA
+        from tunedb.index.schema import RECORD_SCHEMA, record_schema
 
         idx = list(indices)
         names = RECORD_SCHEMA.names if columns is None else columns
@@ -261,8 +232,7 @@ class MemoryStore(RecordStore):
             else:
                 get = _COLUMN_OF[c]
                 arrays.append(pa.array([get(self._recs[i]) for i in idx], typ))
-        schema = RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
-        return pa.Table.from_arrays(arrays, schema=schema)
+        return pa.Table.from_arrays(arrays, schema=record_schema(columns))
 
     def _matching(self, tkey: str | None, wkey: str | None) -> list[int]:
         """Indices (ascending: commit order) of the records of ``tkey`` and/or ``wkey`` (every

@@ -47,16 +47,25 @@ PUBLIC_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_
                   "timestamp", "source", "session", "host", "origin")
 
 
-def conform(table: pa.Table) -> pa.Table:
+def record_schema(columns: list[str] | None = None) -> pa.Schema:
+    """``RECORD_SCHEMA``, or its fields ``columns`` (RECORD_SCHEMA names) in that order: the
+    schema of a ``RecordStore.records(columns=...)`` projection."""
+    return RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
+
+
+def conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     """``table`` (record columns of any schema version this tunedb reads) with exactly the
-    columns of ``RECORD_SCHEMA``, in its order: a column the table lacks (``host``/``origin``
-    of a schema-1 file) is filled with ``""`` (unknown), other missing columns with nulls;
-    columns RECORD_SCHEMA does not know are dropped.  Schema metadata is kept."""
-    if table.schema.names == RECORD_SCHEMA.names:
+    columns of ``RECORD_SCHEMA`` (or of :func:`record_schema` ``(columns)``, a projection), in
+    that order and with those types: a column the table lacks (``host``/``origin`` of a
+    schema-1 file) is filled with ``""`` (unknown), other missing columns with nulls; columns
+    not asked for are dropped.  Schema metadata is kept (not for a projection)."""
+    schema = record_schema(columns)
+    if table.schema.names == schema.names and (columns is None or all(
+            table.schema.field(c).type == schema.field(c).type for c in columns)):
         return table
     n = table.num_rows
     cols = []
-    for f in RECORD_SCHEMA:
+    for f in schema:
         if f.name in table.column_names:
             c = table.column(f.name)
             cols.append(c if c.type == f.type else c.cast(f.type))
@@ -64,4 +73,6 @@ def conform(table: pa.Table) -> pa.Table:
             cols.append(pa.repeat(pa.scalar("", f.type), n))
         else:
             cols.append(pa.nulls(n, f.type))
+    if columns is not None:
+        return pa.Table.from_arrays(cols, schema=schema)
     return pa.Table.from_arrays(cols, schema=RECORD_SCHEMA.with_metadata(table.schema.metadata or {}))

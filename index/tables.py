@@ -37,9 +37,12 @@ def rows_with_ids(t: pa.Table, ids, *, keep: bool = True) -> pa.Table:
 def drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
     """Rows of ``t`` committed after their target's invalidation (all rows of targets never
     invalidated)."""
-    if not invalidated:
+    if not invalidated or not t.num_rows:
         return t
-    inv = pa.array([invalidated.get(k, -1) for k in t.column("target_key").to_pylist()], pa.int64())
+    # the invalidation time looked up once per distinct target_key, not once per row
+    enc = pc.dictionary_encode(t.column("target_key")).combine_chunks()
+    per_key = pa.array([invalidated.get(k, -1) for k in enc.dictionary.to_pylist()], pa.int64())
+    inv = pc.fill_null(pc.take(per_key, enc.indices), -1)  # (no target_key: never invalidated)
     return t.filter(pc.greater(t.column("committed").cast(pa.int64()), inv))
 
 

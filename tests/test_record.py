@@ -90,6 +90,20 @@ def test_provenance_host_and_origin() -> None:
         raise AssertionError("origin=None validated")
 
 
+def test_row_values_give_what_to_row_gives() -> None:
+    """``ROW_VALUES`` (the per-column view the memory store builds projections from) and the
+    written-out ``to_row`` hold the same columns and values, and together with the columns a
+    store adds they are RECORD_SCHEMA's."""
+    from tunedb.index.record import ROW_VALUES
+    from tunedb.index.schema import RECORD_SCHEMA
+
+    recs = [Record(T, W, {"a": 1}, [1.0, 2.0], compile_s=1, wall_s=0.5, meta={"origin": "seed"}, origin="x.json"),
+            Record(T, W, {"a": 2}, [], status="compile_error", error="boom")]
+    for r in recs:
+        assert {c: get(r) for c, get in ROW_VALUES.items()} == r.to_row()
+    assert set(ROW_VALUES) | {"target_slug", "rid_hash", "committed"} == set(RECORD_SCHEMA.names)
+
+
 def test_batch_carries_host_and_origin() -> None:
     from tunedb.index.batch import RecordBatch
     from tunedb.index.record import Record as R

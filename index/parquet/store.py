@@ -118,7 +118,7 @@ from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import TableCache, record_at
 from tunedb.index.record import Record
 from tunedb.index.retention import dedup_mask, retention_mask
-from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS, conform
+from tunedb.index.schema import conform, record_schema
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
@@ -126,7 +126,7 @@ _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
 
 def _read_file(path: str, columns: list[str] | None) -> pa.Table:
     """One record file, every column or only ``columns`` (those the file has: a schema-1 file
-    lacks ``host`` and ``origin``; :func:`_conform_columns` fills them in)."""
+    lacks ``host`` and ``origin``; ``schema.conform`` fills them in)."""
     if not columns:
         return pq.read_table(path)
     f = pq.ParquetFile(path)
@@ -147,38 +147,6 @@ def _read_files(paths: list[str], columns: list[str] | None) -> list[pa.Table]:
 
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="tunedb-read") as ex:
         return list(ex.map(lambda p: _read_file(p, columns), paths))
-
-
-def _drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
-    """``tables.drop_stale`` (the rows committed after their target's invalidation), with the
-    invalidation time looked up once per distinct target_key, not once per row."""
-    if not invalidated or not t.num_rows:
-        return t
-    enc = pc.dictionary_encode(t.column("target_key")).combine_chunks()
-    per_key = pa.array([invalidated.get(k, -1) for k in enc.dictionary.to_pylist()], pa.int64())
-    inv = pc.fill_null(pc.take(per_key, enc.indices), -1)  # (no target_key: never invalidated)
-    return t.filter(pc.greater(t.column("committed").cast(pa.int64()), inv))
-
-
-def _conform_columns(table: pa.Table, columns: list[str]) -> pa.Table:
-    """``table`` with exactly ``columns`` (RECORD_SCHEMA names), in that order and with their
-    RECORD_SCHEMA types: what :func:`~tunedb.index.schema.conform` does for every column."""
-    if table.column_names == columns and all(table.schema.field(c).type == RECORD_SCHEMA.field(c).type
-                                             for c in columns):
-        return table
-    n = table.num_rows
-    arrays, fields = [], []
-    for c in columns:
-        f = RECORD_SCHEMA.field(c)
-        if c in table.column_names:
-            col = table.column(c)
-            arrays.append(col if col.type == f.type else col.cast(f.type))
-        elif c in SCHEMA2_COLUMNS:
-            arrays.append(pa.repeat(pa.scalar("", f.type), n))
-        else:
-            arrays.append(pa.nulls(n, f.type))
-        fields.append(f)
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 @atexit.register
@@ -1035,7 +1003,7 @@ class TuningDB(RecordStore):
             if (rh[1:] == rh[:-1]).any():  # (a plain sort first: repeats are rare, first_by_record_id's is slower)
                 t = tables.first_by_record_id(t)
         if not include_stale:
-            t = _drop_stale(t, self._invalidated)
+            t = tables.drop_stale(t, self._invalidated)
         return t if cols is None else t.select(cols)
 
     def _read_live(self, prefix: str | None, columns: list[str] | None = None) -> pa.Table:
@@ -1057,10 +1025,9 @@ class TuningDB(RecordStore):
                     self.refresh()
             else:
                 raise RuntimeError("DB kept changing while reading")
-        read = [conform(x) if not columns else _conform_columns(x, columns) for x in read]
+        read = [conform(x, columns or None) for x in read]
         if not read:
-            return RECORD_SCHEMA.empty_table() if not columns else \
-                pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()
+            return record_schema(columns or None).empty_table()
         return pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
 
     def entries(self) -> pa.Table:

@@ -52,7 +52,7 @@ from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import migrate
 from tunedb.index.record import Record, target_slug
-from tunedb.index.schema import RECORD_SCHEMA, conform
+from tunedb.index.schema import RECORD_SCHEMA, conform, record_schema
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -406,8 +406,7 @@ class PostgresStore(RecordStore):
             for chunk in copy:
                 buf.write(chunk)
         if buf.tell() == 0:
-            return RECORD_SCHEMA.empty_table() if columns is None else \
-                pa.schema([RECORD_SCHEMA.field(c) for c in columns]).empty_table()
+            return record_schema(columns).empty_table()
         buf.seek(0)
         t = pacsv.read_csv(buf, read_options=pacsv.ReadOptions(column_names=names),
                            parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
@@ -422,11 +421,7 @@ class PostgresStore(RecordStore):
             elif n in ("timestamp", "committed"):
                 c = c.cast(_TS)
             cols[n] = c
-        if columns is None:
-            return conform(pa.table(cols))
-        fields = [RECORD_SCHEMA.field(n) for n in names]
-        return pa.Table.from_arrays([cols[n] if cols[n].type == f.type else cols[n].cast(f.type)
-                                     for n, f in zip(names, fields)], schema=pa.schema(fields))
+        return conform(pa.table(cols), columns)
 
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
                 columns: Sequence[str] | None = None) -> pa.Table:
