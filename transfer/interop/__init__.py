@@ -295,7 +295,6 @@ def _split_disagreeing(f: Format, records: list[Record], per_file: list[tuple[Pa
         first = records[per_file[files[0]][1]:per_file[files[0]][2]]
         claimed = next((r.target.get("name") for r in first if r.target_key == pair[0]), "") or ""
         for g in groups:
-
             stem = file_stem(per_file[g[0]][0])
             for i in g:  # every file of a contested target is reported (against: [] = none directly)
                 used = claimed if device else f"{claimed} [{stem}]"

@@ -71,6 +71,12 @@ def _pair_losses(pred: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray
     return np.sum(pp != tp[None], axis=(2, 3))
 
 
+def _rbf(A: np.ndarray, B: np.ndarray, var0: float, length_scale: float) -> np.ndarray:
+    """RBF kernel matrix ``var0 * exp(-|a - b|^2 / (2 length_scale^2))`` of rows ``A`` (m, d) and ``B`` (n, d)."""
+    d2 = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
+    return var0 * np.exp(-d2 / (2.0 * length_scale ** 2))
+
+
 class SourceModel:
     """One source's log costs: exact lookup of the configs it holds, kNN for the rest.
 
@@ -260,7 +266,7 @@ class RGPESurrogate:
         interpolated by an RBF kernel ``v * exp(-d^2 / (2 l^2))`` on the scaled columns (each
         knob's range = 1), ``v`` the residuals' mean square; the length scale ``l`` and the noise
         variance come from ``LENGTH_SCALES`` x ``NOISES`` by the highest log marginal likelihood
-        (``gp_`` after the first call: a, b, length_scale, noise).  So a config next to measured
+        (``gp_``: a, b, length_scale, noise).  So a config next to measured
         ones is predicted near what was measured there, with a small std, and one far from every
         observation keeps the ensemble's prediction with the full std: an acquisition on it
         explores where the sources' promise is untested, where the ensemble mean alone keeps
@@ -270,8 +276,7 @@ class RGPESurrogate:
         if self.n_targets_ == 0:
             return m, np.ones(len(X))
         g = self._gp()
-        Ks = g["var0"] * np.exp(-(((X / self.scale_)[:, None, :] - g["A"][None, :, :]) ** 2).sum(-1)
-                                / (2.0 * g["length_scale"] ** 2))
+        Ks = _rbf(X / self.scale_, g["A"], g["var0"], g["length_scale"])  # (m, n)
         mean = g["a"] + g["b"] * m + Ks @ g["alpha"]
         v = np.linalg.solve(g["L"], Ks.T)
         var = np.maximum(g["var0"] - (v ** 2).sum(0), 1e-12)
@@ -279,7 +284,7 @@ class RGPESurrogate:
 
     def _gp(self) -> dict:
         """The posterior's fitted pieces (see :meth:`posterior_z`), computed once per ``fit``."""
-        if getattr(self, "_gp_cache", None) is not None:
+        if self._gp_cache is not None:
             return self._gp_cache
         n = self.n_targets_
         zt = (self.y_ - self.mean_) / self.std_
@@ -291,12 +296,11 @@ class RGPESurrogate:
                 b, a = 0.0, float(np.mean(zt))
         r = zt - (a + b * mo)
         A = self.X_ / self.scale_
-        d2 = ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1)
         best = None
         for noise in self.NOISES:
             var0 = max(float(np.mean(r ** 2)), noise)
             for ls in self.LENGTH_SCALES:
-                K = var0 * np.exp(-d2 / (2.0 * ls ** 2))
+                K = _rbf(A, A, var0, ls)
                 K[np.diag_indices(n)] += noise
                 L = np.linalg.cholesky(K)
                 alpha = np.linalg.solve(L.T, np.linalg.solve(L, r))
@@ -306,8 +310,16 @@ class RGPESurrogate:
         _, ls, noise, var0, L, alpha = best
         self._gp_cache = {"a": a, "b": b, "length_scale": ls, "noise": noise, "var0": var0, "A": A, "L": L,
                           "alpha": alpha}
-        self.gp_ = {"a": a, "b": b, "length_scale": ls, "noise": noise}
         return self._gp_cache
+
+    @property
+    def gp_(self) -> dict:
+        """The posterior's calibration and kernel (see :meth:`posterior_z`): a, b, length_scale,
+        noise; ``{}`` without target observations (the posterior is then the ensemble's)."""
+        if self.n_targets_ == 0:
+            return {}
+        g = self._gp()
+        return {k: g[k] for k in ("a", "b", "length_scale", "noise")}
 
     def expected_improvement(self, X: np.ndarray) -> np.ndarray:
         """Expected improvement below the best observation (standardised units, >= 0, larger =

@@ -221,15 +221,14 @@ def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray) 
     cols = {c: meta.column(c).to_pylist() for c in meta.column_names}
     stats = {k: agg.column(c).to_pylist() for k, c in (("records", "ok_count"), ("ok_records", "ok_sum"),
                                                          ("best_cost", "okcost_min"), ("last_us", "c_max"),
-                                                         ("recent", "r_sum"), ("recent_failed", "f_sum"))}
+                                                         ("recent", "r_sum"), ("recent_failed", "f_sum"),
+                                                         ("entry_key", "e"))}
     rows = [{"target_key": cols["target_key"][j], "target_name": cols["target_name"][j],
              "workload_key": cols["workload_key"][j], "family": cols["family"][j], "workload": cols["workload"][j],
              "records": stats["records"][j], "ok_records": stats["ok_records"][j],
-             "best_cost": stats["best_cost"][j], "last_us": stats["last_us"][j], "entry_key": None,
+             "best_cost": stats["best_cost"][j], "last_us": stats["last_us"][j], "entry_key": stats["entry_key"][j],
              "_recent": (stats["recent"][j], stats["recent_failed"][j])}
             for j in range(agg.num_rows)]
-    for r, e in zip(rows, agg.column("e").to_pylist()):
-        r["entry_key"] = e
     rows.sort(key=lambda r: (r["target_name"] or "", r["workload_key"] or ""))
     return rows
 
