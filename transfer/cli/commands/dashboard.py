@@ -42,12 +42,12 @@ def _open_read_only(args):
     loc = args.db
     if getattr(args, "db_extra", None) or getattr(args, "also", None):
         return open_db(args, must_exist=True)
-    if "://" not in loc and not loc.startswith("memory:"):
+    directory = "://" not in loc and not loc.startswith("memory:")
+    if directory:
         if not os.path.isdir(loc):
             raise UserError(f"no tunedb database at {loc}")
         if not os.path.isfile(os.path.join(loc, MARKER)):
             raise UserError(f"{loc} is not a tunedb database (no {MARKER})")
-    directory = "://" not in loc and not loc.startswith("memory:")
     try:  # a Parquet directory opens read-only: not even a dead writer's journal is folded
         return open_store(loc, create=False, read_only=True) if directory else open_store(loc, create=False)
     except (OSError, ValueError) as e:
