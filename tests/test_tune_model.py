@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -147,6 +148,27 @@ def test_second_model_reuses_hits_and_warm_starts_the_rest(tuned):
     again = tune_model(db, wider, tunedb.local_target(TARGET), options=ModelOptions(budget=2 * len(wider.tasks)))
     assert again["eta"] == 1.0 and again["measurements"] == 0 and again["search_evaluations"] == 0
     assert again["latency"] <= out["latency"] * (1 + 1e-9)
+
+
+def test_a_hit_tasks_default_reference_is_measured_and_says_so(tmp_path):
+    """A task that is a hit without its default config among its records (here: one random
+    config measured by ``tunedb.measure``) gets its default measured once as the latency
+    reference (step 5): that record is tagged ``origin: default`` and ``reference: true``."""
+    from tunedb.transfer.measure.backend import measure
+    from tunedb.transfer.search.jobs import local_job
+
+    db = tunedb.open(tmp_path / "db")
+    model = load_model(SMALL)
+    target = tunedb.local_target(TARGET)
+    job = local_job(target, model.tasks[0].workload)
+    rng = random.Random(0)
+    cfg = next(c for c in (job.space.sample(rng) for _ in range(50)) if c != job.defaults)
+    measure(job.target, job.workload, cfg, db=db, backend=job.backend)
+    out = tune_model(db, model, target, options=ModelOptions(budget=2 * len(model.tasks)))
+    assert out["tasks"][0]["source"] == "hit" and out["default_measurements"] >= 1
+    refs = [r for r in db.iter_records(job.target, job.workload) if r.config == job.defaults]
+    assert len(refs) == 1 and refs[0].meta.get("origin") == "default" and refs[0].meta.get("reference") is True
+    assert all(r.meta.get("origin") in ORIGINS for r in db.iter_records() if r.config != cfg)
 
 
 def test_budget_below_the_tasks_to_tune_is_one_clear_error(tmp_path):
