@@ -16,7 +16,8 @@ def open_store(location: str | os.PathLike, *, create: bool = True, **options: A
     migrated on open; ``ValueError`` with one line when psycopg is missing -- install
     ``tunedb[postgres]`` -- or the server cannot be reached); anything else is a Parquet
     directory (created when missing and ``create``).  ``ValueError`` with one line when the
-    location cannot be a store (e.g. a non-empty directory that is not one)."""
+    location cannot be a store (e.g. a non-empty directory that is not one).  ``options`` go to
+    the backend; ``read_only=True`` (Parquet and PostgreSQL) opens a handle that writes nothing."""
     text = os.fspath(location)
     if isinstance(text, str) and text.startswith(("postgresql://", "postgres://")):
         from tunedb.index.postgres.store import PostgresStore

@@ -461,3 +461,79 @@ def test_a_crashed_writers_journal_is_read_in_place_not_folded(tmp_path):
         ro.commit(Record({"kind": "gpu", "name": "x"}, {"family": "matmul", "m": 8}, {"i": 2}, [1e-3]))
     TuningDB.open(path).close()  # a writable open finishes what the crash left
     assert tree_state(path) != before
+
+
+def _schema_tables(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                                           "ORDER BY tablename").fetchall()]
+
+
+def test_postgres_is_served_read_only_by_the_server_itself(filled, postgres_url):
+    """On PostgreSQL the dashboard's handle migrates nothing and its sessions are read-only, so the
+    server refuses any write; an empty database is one line, exit 2, and stays empty."""
+    from tunedb.index.postgres.store import PostgresStore
+
+    p = run_cli("dashboard", "--db", postgres_url, "--port", "0", timeout=60)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "no tunedb schema" in p.stderr and _schema_tables(postgres_url) == []  # nothing was created
+    with pytest.raises(ValueError, match="no tunedb database"):
+        PostgresStore(postgres_url, read_only=True)
+
+    src = tunedb.open(filled[0], create=False)
+    rw = tunedb.open(postgres_url)
+    _copy(src, rw)
+    token = rw.change_token()
+    ro = PostgresStore(postgres_url, read_only=True)
+    assert ro.records().num_rows == rw.records().num_rows and len(ro.runs()) == len(rw.runs())
+    rec = Record({"kind": "gpu", "name": "x"}, {"family": "matmul", "m": 8}, {"i": 1}, [1e-3])
+    for write in (lambda: ro.commit(rec), lambda: ro.invalidate(STALE), lambda: ro.add_run({"kind": "x"}),
+                  lambda: ro.mark({}), ro.dedup, ro.compact):
+        with pytest.raises(ValueError, match="read-only"):
+            write()
+    import psycopg
+
+    with ro._db() as conn, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        conn.execute("UPDATE tunedb_changes SET n = n + 1")  # the server itself says no
+    proc, url = start_dashboard(postgres_url)
+    try:
+        a4000 = tunedb.open(filled[0], create=False).records(include_stale=False).to_pylist()
+        some = next(r for r in a4000 if r["target_name"] == "NVIDIA RTX A4000")
+        for view, search in (("/", ""), ("/pipeline", ""), ("/comparison", ""), ("/trend", ""),
+                             ("/entry", f"?t={some['target_key']}&w={some['workload_key']}")):
+            assert post_page(url, view, search), view
+        assert int(text(find(post_page(url, "/"), "ov-records"))) == rw.records(include_stale=False).num_rows
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert rw.change_token() == token  # nothing was written while every view was served
+    rw.close()
+    ro.close()
+
+
+def test_layers_are_served_read_only(filled, tmp_path):
+    """``--db A --also B``: both layers open read-only: the top layer's crashed writer's journal
+    is read in place, not folded (a writable open of the top layer would fold it)."""
+    from tunedb.index.parquet.store import TuningDB
+
+    top = tmp_path / "top"
+    TuningDB.open(top).close()
+    p = subprocess.run([sys.executable, "-c", COMMIT_AND_DIE, str(top)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    assert any(k.startswith("journal") for k in tree_state(top))
+    before = (tree_state(top), tree_state(filled[0]))
+    proc = subprocess.Popen([sys.executable, "-m", "tunedb", "dashboard", "--db", str(top), "--also", str(filled[0]),
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        m = re.search(r"http://\S+", proc.stdout.readline())
+        assert m is not None, proc.stderr.read()[:500]
+        lower = tunedb.open(filled[0], create=False).records(include_stale=False).num_rows
+        assert int(text(find(post_page(m.group(0), "/"), "ov-records"))) == lower + 1
+        for view in ("/pipeline", "/comparison", "/trend"):
+            assert post_page(m.group(0), view), view
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert (tree_state(top), tree_state(filled[0])) == before

@@ -18,6 +18,7 @@ from tunedb.transfer.apps.report import (
     fit_saturation,
     gain_model,
     load_runs,
+    saturation,
     saturation_fit_reason,
 )
 from tunedb.transfer.interop import collect
@@ -200,6 +201,16 @@ def test_fit_saturation_needs_three_distinct_n():
         assert fit_saturation(n, g) is None
         reason = saturation_fit_reason(n, g)
         assert reason is not None and why in reason and "at least 3" in reason
+
+
+def test_no_fit_when_no_run_gained_anything():
+    # replayed runs whose queries cost more than the replay's measuring time: G < 0 throughout
+    n, g = [300, 312, 343, 400], [-590.0, -20.0, -1260.0, 0.0]
+    fit, reason = saturation(n, g)
+    assert fit is None and fit_saturation(n, g) is None
+    assert reason == saturation_fit_reason(n, g) and "G <= 0 in all 4" in reason
+    fit, reason = saturation(n, [*g[:3], 0.05])      # one run that gained: the fit is tried
+    assert reason is None and fit is not None and 0 <= fit["g_max"] <= 1.5
 
 
 def _history(costs: list[float | None]) -> list[list]:

@@ -50,7 +50,7 @@ from tunedb.index.base import (
 )
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64
-from tunedb.index.postgres.schema import migrate
+from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version
 from tunedb.index.record import Record, target_slug
 from tunedb.index.schema import RECORD_SCHEMA, conform, record_schema
 
@@ -163,12 +163,18 @@ class PostgresStore(RecordStore):
     ``url`` is a libpq URL (``postgresql://user[:password]@host[:port]/dbname[?options]``).
     Opening connects, migrates the schema (``tunedb.index.postgres.schema.migrate``) and reads
     the database's identity.  ``ValueError`` (one line) when psycopg is missing, the server
-    cannot be reached or the schema is newer than this code."""
+    cannot be reached or the schema is newer than this code.
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+    ``read_only``: the handle never writes (the dashboard's promise): nothing is migrated (a
+    database without tunedb's schema, or with another version of it, is a ``ValueError``), every
+    session is ``default_transaction_read_only`` so the server itself refuses a write, and the
+    store's write methods raise ``ValueError`` before sending anything."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, read_only: bool = False) -> None:
         self._psycopg = _import_psycopg()
         self._url = url
         self._connect_timeout = connect_timeout
+        self.read_only = bool(read_only)
         self._lock = threading.RLock()
         self._conn: Any = None
         self._pid = 0
@@ -176,8 +182,27 @@ class PostgresStore(RecordStore):
         self.lookups = 0
         self.hits = 0
         with self._db() as conn:
-            migrate(conn)
+            if self.read_only:
+                self._check_schema(conn)
+            else:
+                migrate(conn)
             self._identity = conn.execute("SELECT value FROM tunedb_meta WHERE key = 'identity'").fetchone()[0]
+
+    def _check_schema(self, conn: Any) -> None:
+        """A read-only handle reads only a database whose schema is this code's version."""
+        found = schema_version(conn)
+        if found == 0:
+            raise ValueError(f"no tunedb database at {redact(self._url)} (no tunedb schema; a read-only "
+                             "open creates nothing)")
+        if found != CURRENT_VERSION:
+            raise ValueError(f"the database's tunedb schema is version {found}, this tunedb reads version "
+                             f"{CURRENT_VERSION}: open it once for writing (any writing tunedb command migrates "
+                             "it) or use a matching tunedb")
+
+    def _check_writable(self) -> None:
+        """ValueError (one line) on a read-only handle."""
+        if self.read_only:
+            raise ValueError(f"{self.location} is open read-only; open it without read_only to write to it")
 
     @classmethod
     def open(cls, url: str, **options: Any) -> PostgresStore:
@@ -192,6 +217,8 @@ class PostgresStore(RecordStore):
         except pg.OperationalError as e:
             raise ValueError(f"cannot connect to {redact(self._url)}: {_one_line(e)}") from None
         conn.execute("SET TIME ZONE 'UTC'")
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
         return conn
 
     @contextlib.contextmanager
@@ -218,6 +245,7 @@ class PostgresStore(RecordStore):
         """Validate everything (``ValueError``, nothing stored), then one transaction: COPY the
         rows into a temporary table and insert the ones whose record_id is new.  Returns how many
         were new; durable when it returns."""
+        self._check_writable()
         given = validated_commit(records)
         if isinstance(given, RecordBatch):
             table = given.table
@@ -259,6 +287,7 @@ class PostgresStore(RecordStore):
         return out.getvalue()
 
     def invalidate(self, target: Any) -> str:
+        self._check_writable()
         tkey = self._target_key(target)
         with self._db() as conn, conn.transaction():
             row = conn.execute("SELECT target_name, max(committed) FROM records WHERE target_key = %s "
@@ -272,6 +301,7 @@ class PostgresStore(RecordStore):
         return tkey
 
     def mark(self, verdicts: dict[str, str]) -> int:
+        self._check_writable()
         check_verdicts(verdicts)
         if not verdicts:
             return 0
@@ -302,6 +332,7 @@ class PostgresStore(RecordStore):
         records)."""
         import datetime as _dt
 
+        self._check_writable()
         run_id, kind, stored, text = prepare_run(summary)
         with self._db() as conn, conn.transaction():
             conn.execute("INSERT INTO tunedb_runs (run_id, stored, kind, summary) VALUES (%s, %s, %s, %s) "
@@ -330,6 +361,7 @@ class PostgresStore(RecordStore):
         """Delete the rows (of ``where``) that ``keep_of(table)`` (a boolean mask over the
         ``RECORD_SCHEMA`` table of those rows, in commit order) does not keep; one transaction
         that blocks commits meanwhile."""
+        self._check_writable()
         with self._db() as conn, conn.transaction():
             conn.execute("LOCK TABLE records IN EXCLUSIVE MODE")
             before = conn.execute("SELECT count(*) FROM records").fetchone()[0]
@@ -345,6 +377,7 @@ class PostgresStore(RecordStore):
     def compact(self) -> dict:
         """``VACUUM ANALYZE`` of the tables (reclaims deleted rows, refreshes the planner's
         statistics); reads return the same."""
+        self._check_writable()
         with self._db() as conn:
             for table in (*_TABLES, "tunedb_runs"):
                 conn.execute("VACUUM ANALYZE " + table)  # constant identifiers

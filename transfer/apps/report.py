@@ -442,8 +442,10 @@ def _fit_pairs(n: Iterable[Any], g: Iterable[Any]) -> tuple[np.ndarray, np.ndarr
 
 def saturation_fit_reason(n: Iterable[Any], g: Iterable[Any]) -> str | None:
     """Why :func:`fit_saturation` cannot fit these points (one line), or None when it can try:
-    it needs at least MIN_FIT_POINTS points (finite n >= 0, finite G) with distinct n."""
-    x, _ = _fit_pairs(n, g)
+    it needs at least MIN_FIT_POINTS points (finite n >= 0, finite G) with distinct n, and a run
+    with G > 0 (G_max is bounded below by 0: points all below it would fit G_max = 0, a level
+    that says nothing)."""
+    x, y = _fit_pairs(n, g)
     distinct = len(set(x.tolist()))
     if len(x) < MIN_FIT_POINTS:
         return (f"{len(x)} run(s) with a gain and records_before; the fit of G(n) needs at least "
@@ -451,7 +453,19 @@ def saturation_fit_reason(n: Iterable[Any], g: Iterable[Any]) -> str | None:
     if distinct < MIN_FIT_POINTS:
         return (f"the {len(x)} runs with a gain started with only {distinct} distinct number(s) of records "
                 f"in the database (n); the fit of G(n) needs at least {MIN_FIT_POINTS}")
+    if not np.any(y > 0):
+        return (f"no run gained time from the database (G <= 0 in all {len(x)}: its queries cost more than its "
+                "answers saved), so there is no saturation level to fit")
     return None
+
+
+def saturation(n: Iterable[Any], g: Iterable[Any]) -> tuple[dict | None, str | None]:
+    """(:func:`fit_saturation`'s dict, None) or (None, why there is no fit: one line)."""
+    reason = saturation_fit_reason(n, g)
+    fit = None if reason else fit_saturation(n, g)
+    if fit is None and reason is None:
+        reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+    return fit, reason
 
 
 def fit_saturation(n: Iterable[Any], g: Iterable[Any]) -> dict | None:
@@ -813,10 +827,7 @@ def _gain_section(page: _Page, runs: RunsData) -> tuple[dict | None, str | None]
     parameters (or why there is none) below it; returns (fit, reason) for the summary."""
     points = gain_points(runs.summaries)
     ns, gs = [q.n for q in points], [q.gain for q in points]
-    reason = saturation_fit_reason(ns, gs)
-    fit = None if reason else fit_saturation(ns, gs)
-    if fit is None and reason is None:
-        reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+    fit, reason = saturation(ns, gs)
     drawn = plot_gain_saturation(points, fit, page.out / "gain_saturation.png")
     page.figure("gain_saturation.png", "Saturation: gain of the database against its size",
                 "Each point is one stored tuning run (or part of a demo): its gain <i>G</i> = 1 − (measuring time + "

@@ -99,6 +99,22 @@ def _open_location(location: str, *, create: bool, lower: bool):
         raise UserError(f"cannot open {what} {location}: {text[0] if text else type(e).__name__}") from None
 
 
+def checked_locations(args) -> list[str]:
+    """:func:`db_locations`, checked: a location given twice, or a lower layer directory that
+    does not exist, is a user error (one line)."""
+    locs = db_locations(args)
+    seen: set[str] = set()
+    for loc in locs:
+        norm = os.path.realpath(loc) if _is_directory_location(loc) else loc
+        if norm in seen and not loc.startswith("memory:"):
+            raise UserError(f"layer {loc} is given twice")
+        seen.add(norm)
+    for loc in locs[1:]:
+        if _is_directory_location(loc) and not os.path.isdir(loc):
+            raise UserError(f"no tunedb database at {loc} (a lower layer must exist)")
+    return locs
+
+
 def db_locations(args) -> list[str]:
     """The locations the global options name, most specific first: ``--db`` (the written one),
     further ``--db`` values, then ``--also`` values."""
@@ -112,19 +128,10 @@ def open_db(args, *, must_exist: bool = False):
     ``--also``) - a ``LayeredStore`` over them in ``args.layers`` mode (default ordered), written
     through the first.  Lower layers are opened with ``create=False``: a missing one is a user
     error (one line), as is a location given twice."""
-    locs = db_locations(args)
+    locs = checked_locations(args)
     path = locs[0]
     if must_exist and _is_directory_location(path) and not os.path.isdir(path):
         raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
-    seen: set[str] = set()
-    for loc in locs:
-        norm = os.path.realpath(loc) if _is_directory_location(loc) else loc
-        if norm in seen and not loc.startswith("memory:"):
-            raise UserError(f"layer {loc} is given twice")
-        seen.add(norm)
-    for loc in locs[1:]:
-        if _is_directory_location(loc) and not os.path.isdir(loc):
-            raise UserError(f"no tunedb database at {loc} (a lower layer must exist)")
     top = _open_location(path, create=True, lower=False)
     if len(locs) == 1:
         return top

@@ -306,10 +306,9 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
         _part_name,
         _part_totals,
         add_summaries,
-        fit_saturation,
         gain_points,
         run_parts,
-        saturation_fit_reason,
+        saturation,
     )
 
     data = RunsData()
@@ -346,10 +345,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
             })
     points = gain_points(summaries)
     ns, gs = [q.n for q in points], [q.gain for q in points]
-    reason = saturation_fit_reason(ns, gs)
-    fit = None if reason else fit_saturation(ns, gs)
-    if fit is None and reason is None:
-        reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+    fit, reason = saturation(ns, gs)
     split = [{"label": p["name"], "measure_s": p["measure_s"], "query_s": p["query_s"]}
              for p in reversed(pipeline)]
     return {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tunedb.transfer.cli.util import UserError, emit, open_db
+from tunedb.transfer.cli.util import UserError, emit
 
 DEFAULT_PORT = 8050
 
@@ -32,24 +32,34 @@ def register(sub, common) -> None:
 
 
 def _open_read_only(args):
-    """The store ``--db`` names, opened without creating anything: a Parquet directory must
-    exist and be a tunedb DB and opens read-only (``TuningDB.open(read_only=True)``: nothing in
-    it is written, not even the fold of a crashed writer's journal); URLs (and layers) open as
-    usual."""
+    """The store(s) ``--db`` (and ``--also``) name, opened read-only, creating nothing: a Parquet
+    directory must exist and be a tunedb DB (``TuningDB.open(read_only=True)``: nothing in it is
+    written, not even the fold of a crashed writer's journal); a PostgreSQL URL must hold tunedb's
+    schema (``PostgresStore(read_only=True)``: no migration, the server refuses writes); several
+    locations are a ``LayeredStore`` with no writable layer."""
+    from tunedb.index.layered import LayeredStore
+    from tunedb.transfer.cli.util import checked_locations
+
+    locs = checked_locations(args)
+    layers = [_open_one_read_only(loc) for loc in locs]
+    if len(layers) == 1:
+        return layers[0]
+    return LayeredStore(layers, writable=None, mode=getattr(args, "layers", None) or "ordered")
+
+
+def _open_one_read_only(loc: str):
     from tunedb.index.parquet.layout import MARKER
     from tunedb.index.stores import open_store
 
-    loc = args.db
-    if getattr(args, "db_extra", None) or getattr(args, "also", None):
-        return open_db(args, must_exist=True)
-    directory = "://" not in loc and not loc.startswith("memory:")
+    memory = loc.startswith("memory:")
+    directory = "://" not in loc and not memory
     if directory:
         if not os.path.isdir(loc):
             raise UserError(f"no tunedb database at {loc}")
         if not os.path.isfile(os.path.join(loc, MARKER)):
             raise UserError(f"{loc} is not a tunedb database (no {MARKER})")
-    try:  # a Parquet directory opens read-only: not even a dead writer's journal is folded
-        return open_store(loc, create=False, read_only=True) if directory else open_store(loc, create=False)
+    try:  # a new in-memory store has nothing to protect
+        return open_store(loc, create=False) if memory else open_store(loc, create=False, read_only=True)
     except (OSError, ValueError) as e:
         text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).strip().splitlines()
         raise UserError(f"cannot open database {loc}: {text[0] if text else type(e).__name__}") from None

@@ -26,7 +26,8 @@ def register(sub, common) -> None:
     g.add_argument("--to", dest="dst", metavar="DST", help="destination: a local preset of this machine")
     g.add_argument("--replay", metavar="FILE", help="destination: the device of a Kernel Tuner cache file, "
                                                     "measurements answered from the file")
-    p.add_argument("--device", help="device name for the replay file (overrides an empty device_name)")
+    p.add_argument("--device", help="device name of the replay file's target: overrides the file's device name, "
+                                    "empty or not")
     p.add_argument("--workloads", metavar="FILE", help="only these workloads: JSON list or one spec per line")
     p.add_argument("--top-k", type=int, default=3, help="SRC's best configs migrated per workload (default 3)")
     p.add_argument("--budget", type=int, default=0, help="local-search evaluations per workload on DST "

@@ -42,7 +42,8 @@ def register(sub, common) -> None:
                    help="only this workload (family:key=value,... or JSON file); repeatable")
     p.add_argument("--top-k", type=int, default=3, metavar="K", help="best configs per entry to check (default 3)")
     p.add_argument("--replay", metavar="FILE", help="measure by replaying this Kernel Tuner cache of the device")
-    p.add_argument("--device", help="device name for the replay file (overrides an empty device_name)")
+    p.add_argument("--device", help="device name of the replay file's target: overrides the file's device name, "
+                                    "empty or not")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="X",
                    help=f"claimed cost may lie X relatively outside the measured [min, max] (default {DEFAULT_TOLERANCE:g})")
     p.add_argument("--attempts", type=int, default=DEFAULT_ATTEMPTS, metavar="N",
@@ -66,7 +67,7 @@ def _backend(args, target: dict, workloads: list[dict] | None):
             raise UserError(f"cannot replay {args.replay}: {str(e).splitlines()[0]}") from None
         if key_of(data.target) != key_of(target):
             raise UserError(f"replay file {args.replay} is of device {data.target.get('name')!r}, not of "
-                            f"target {args.target!r} (give --device if the file names no device)")
+                            f"target {args.target!r} (--device NAME sets the device of a file that names none or another)")
         wkey = key_of(data.workload)
         for w in workloads or []:
             if key_of(w) != wkey:
