@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tunedb.transfer.cli.util import UserError, emit
+from tunedb.transfer.cli.util import UserError, _is_directory_location, emit
 
 DEFAULT_PORT = 8050
 
@@ -52,8 +52,7 @@ def _open_one_read_only(loc: str):
     from tunedb.index.stores import open_store
 
     memory = loc.startswith("memory:")
-    directory = "://" not in loc and not memory
-    if directory:
+    if _is_directory_location(loc):
         if not os.path.isdir(loc):
             raise UserError(f"no tunedb database at {loc}")
         if not os.path.isfile(os.path.join(loc, MARKER)):
