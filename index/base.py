@@ -19,6 +19,11 @@ Units
     Costs are seconds per run of the kernel (``Record.costs``, one per repeat; ``Record.cost`` is
     their mean); ``compile_s`` and ``wall_s`` are seconds; timestamps are UTC.
 
+The cost of a config
+    One record is one measurement.  What a config costs is estimated over all its records by
+    one function, ``tunedb.index.estimate`` (median of per-record medians with a confidence
+    interval); :meth:`best_costs` and :meth:`cost` return it and every surface shows it.
+
 Errors
     ``ValueError`` for bad input (an invalid record, an unknown target where one is required),
     with one line saying why; ``OSError`` when the medium fails (disk full, permission): the
@@ -47,7 +52,7 @@ Provenance and verdicts
     ``tunedb_version``.  Records from other people are not trusted blindly: ``tunedb verify``
     re-measures them on the target and stores a *verdict* per record_id (:meth:`mark`).  A
     ``refuted`` record (its cost did not reproduce) never answers :meth:`lookup` or
-    :meth:`best` again; it stays in :meth:`records` (nothing is deleted) and in
+    :meth:`best` again and never counts in :meth:`cost`; it stays in :meth:`records` (nothing is deleted) and in
     :meth:`verdicts`.
 
 Tuning runs
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from tunedb.index.batch import RecordBatch
+    from tunedb.index.estimate import ConfigCost, CostEstimate
     from tunedb.index.record import Record
     from tunedb.index.retrieval.nearest import Match
 
@@ -268,9 +274,36 @@ class RecordStore(ABC):
         return [self.lookup(target, workload, c) for c in configs]
 
     @abstractmethod
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
+        """Every record of (target, workload) that a cost is estimated from: ``ok``, not stale,
+        not ``refuted``; any order.  ``[]`` when there are none.  What :meth:`best`,
+        :meth:`best_costs` and :meth:`cost` are computed from (``tunedb.index.estimate``)."""
+
+    def best_costs(self, target: Any, workload: Any, k: int = 1) -> list[ConfigCost]:
+        """The ``k`` best configs of (target, workload) by the one estimator
+        (``tunedb.index.estimate``: the median of the per-record medians of each config's ok
+        records, confirmation re-measurements only once there are enough of them), ascending
+        by (cost, config_key), each with its interval and a representative record.  ``[]``
+        when there are none or ``k <= 0``."""
+        from tunedb.index.estimate import rank
+
+        if k <= 0:
+            return []
+        return rank(self.entry_records(target, workload), k)
+
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
-        """The ``k`` best ``ok`` records of (target, workload): ascending cost, one per config (its
-        fastest measurement), stale and ``refuted`` records excluded.  ``[]`` when there are none or ``k <= 0``."""
+        """The representative records of :meth:`best_costs` (one per config, best first).  A
+        record's own ``cost`` is one measurement: show ``best_costs(...)[i].estimate`` (or
+        :meth:`cost`) to a user, never ``record.cost``."""
+        return [c.record for c in self.best_costs(target, workload, k)]
+
+    def cost(self, target: Any, workload: Any, config: Any) -> CostEstimate | None:
+        """The estimated cost of one config (``tunedb.index.estimate``), None when it has no
+        ok, live, unrefuted record."""
+        from tunedb.index.estimate import estimate
+
+        ck = self._other_key(config, "config")
+        return estimate(r for r in self.entry_records(target, workload) if r.config_key == ck)
 
     # ------------------------------------------------------------------ bulk reads
     @abstractmethod
@@ -541,25 +574,11 @@ def check_forget_options(keep_top: int | None, older_than_days: float | None, ta
         raise ValueError("keep_top must be >= 0")
 
 
-def k_best_per_config(candidates: Iterable[Record], k: int) -> list[Record]:
-    """The ``k`` fastest of ``candidates`` (ok records), one per config (its fastest), ascending
-    cost: what :meth:`RecordStore.best` returns from the records it considers."""
-    out: list[Record] = []
-    seen: set[str] = set()
-    for r in sorted(candidates, key=lambda r: r.cost):
-        if r.config_key not in seen:
-            seen.add(r.config_key)
-            out.append(r)
-            if len(out) == k:
-                break
-    return out
-
-
 def is_key(text: Any) -> bool:
     """Whether ``text`` is a 32-hex-digit key (target_key, workload_key, config_key)."""
     return isinstance(text, str) and _KEY_RE.fullmatch(text) is not None
 
 
 __all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
-           "k_best_per_config", "validated_commit", "check_columns", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
+           "validated_commit", "check_columns", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
            "decode_run", "check_runs_query", "select_runs"]

@@ -103,7 +103,6 @@ from tunedb.index.base import (
     check_columns,
     check_runs_query,
     check_verdicts,
-    k_best_per_config,
     select_runs,
     validated_commit,
 )
@@ -228,16 +227,6 @@ class LayeredStore(RecordStore):
         i = int(rows[np.flatnonzero(committed == committed.max())[-1]])
         r = Record.from_row(t.slice(i, 1).to_pylist()[0])
         return None if r.record_id in view.hidden else r
-
-    def _layer_best(self, layer: RecordStore, tkey: str, workload: Any, k: int, hidden: set[str]) -> list[Record]:
-        """``layer.best`` without hidden records (when one of the layer's answers is hidden, the
-        entry's records are ranked here, so the config's next measurement can take its place)."""
-        got = layer.best(tkey, workload, k)
-        if all(r.record_id not in hidden for r in got):
-            return got
-        cands = [r for r in layer.iter_records(tkey, workload, include_stale=False)
-                 if r.ok and r.record_id not in hidden]
-        return k_best_per_config(cands, k)
 
     # ------------------------------------------------------------------ writing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -378,20 +367,20 @@ class LayeredStore(RecordStore):
             self.hits += answer is not None
         return answer
 
-    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
-        """Ordered: the first layer with a visible ``ok`` record of the entry answers; union: the
-        ``k`` best configs across layers, each its fastest visible measurement."""
-        if k <= 0:
-            return []
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
+        """Ordered: the visible records of the first layer that has any for the entry; union:
+        every layer's visible records, each record_id once (the most specific layer's copy)."""
         tkey = self._target_key(target)
         hidden = self._view(tkey).hidden
-        merged: list[Record] = []
+        out: list[Record] = []
+        seen: set[str] = set()
         for s in self.layers:
-            got = self._layer_best(s, tkey, workload, k, hidden)
+            got = [r for r in s.entry_records(tkey, workload) if r.record_id not in hidden and r.record_id not in seen]
             if self.mode == "ordered" and got:
                 return got
-            merged.extend(got)
-        return k_best_per_config(merged, k)
+            seen.update(r.record_id for r in got)
+            out.extend(got)
+        return out
 
     # ------------------------------------------------------------------ tuning runs
     def add_run(self, summary: Mapping[str, Any]) -> str:

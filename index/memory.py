@@ -27,7 +27,6 @@ from tunedb.index.base import (
     check_runs_query,
     check_verdicts,
     decode_run,
-    k_best_per_config,
     prepare_run,
     select_runs,
     validated_commit,
@@ -204,16 +203,13 @@ class MemoryStore(RecordStore):
             self.hits += 1
             return self._recs[i]
 
-    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
         from tunedb.index.keys import hash64
 
-        if k <= 0:
-            return []
         ek = hash64(self._target_key(target), self._other_key(workload, "workload"))
         with self._lock:
-            cands = [self._recs[i] for i in self._by_entry.get(ek, ()) if self._recs[i].ok and not self._stale(i)
-                     and not self._refuted(i)]
-        return k_best_per_config(cands, k)
+            return [self._recs[i] for i in self._by_entry.get(ek, ()) if self._recs[i].ok and not self._stale(i)
+                    and not self._refuted(i)]
 
     def _table(self, indices: Iterable[int], columns: list[str] | None = None) -> Any:
         """The records at ``indices`` (in that order) as a ``RECORD_SCHEMA`` table, or with only

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 ENTRY_COLUMNS = ["target_key", "target_name", "target", "workload_key", "family", "workload"]
+#: what ``tunedb.index.estimate.estimate_table`` reads of each record, per config
+ESTIMATE_COLUMNS = ["lookup_key", "status", "costs", "meta"]
 
 
 def first_by_record_id(t: pa.Table) -> pa.Table:
@@ -48,22 +50,39 @@ def drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
 
 def entries(t: pa.Table) -> pa.Table:
     """One row per (target_key, workload_key) of ``t``: target_key, target_name, target,
-    workload_key, family, workload, records, ok_records, best_cost (seconds; null when none
-    ok), sorted by (target_name, workload_key)."""
+    workload_key, family, workload, records, ok_records, best_cost (seconds: the lowest
+    estimated cost of the entry's configs, ``tunedb.index.estimate``; null when none is ok),
+    sorted by (target_name, workload_key).  ``t`` needs :data:`ENTRY_COLUMNS` and
+    :data:`ESTIMATE_COLUMNS`."""
+    from tunedb.index.estimate import estimate_table
+
     cols = ENTRY_COLUMNS
     if t.num_rows == 0:
         return pa.table({c: pa.array([], pa.string()) for c in cols} |
                         {"records": pa.array([], pa.int64()), "ok_records": pa.array([], pa.int64()),
                          "best_cost": pa.array([], pa.float64())})
     ok = pc.equal(t.column("status"), "ok")
-    t2 = t.select(cols).append_column("ok", pc.cast(ok, pa.int64())).append_column(
-        "okcost", pc.if_else(ok, t.column("cost"), pa.scalar(None, pa.float64())))
+    t2 = t.select(cols).append_column("ok", pc.cast(ok, pa.int64()))
     g = t2.group_by(["target_key", "workload_key"], use_threads=False).aggregate([
         ("target_name", "first"), ("target", "first"), ("family", "first"), ("workload", "first"),
-        ("ok", "count"), ("ok", "sum"), ("okcost", "min")])
+        ("ok", "count"), ("ok", "sum")])
     g = g.rename_columns([{"target_name_first": "target_name", "target_first": "target",
                           "family_first": "family", "workload_first": "workload", "ok_count": "records",
-                          "ok_sum": "ok_records", "okcost_min": "best_cost"}
+                          "ok_sum": "ok_records"}
                           .get(c, c) for c in g.column_names])
+    # per config the estimate, per entry the lowest of them
+    est = estimate_table(t.select(["target_key", "workload_key", "lookup_key", "status", "costs", "meta"]),
+                         by=("lookup_key",))
+    if est.num_rows:
+        keys = t.select(["lookup_key", "target_key", "workload_key"])
+        lk = keys.column("lookup_key").to_numpy()
+        _, first = np.unique(lk, return_index=True)
+        kt = keys.take(pa.array(first))
+        est = est.join(kt, "lookup_key")
+        best = est.group_by(["target_key", "workload_key"], use_threads=False).aggregate([("value", "min")]) \
+            .rename_columns(["target_key", "workload_key", "best_cost"])
+        g = g.join(best, ["target_key", "workload_key"], join_type="left outer")
+    else:
+        g = g.append_column("best_cost", pa.nulls(g.num_rows, pa.float64()))
     return g.select(cols + ["records", "ok_records", "best_cost"]).sort_by(
         [("target_name", "ascending"), ("workload_key", "ascending")])

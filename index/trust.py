@@ -274,41 +274,9 @@ class TrustedStore(RecordStore):
         self._count(answers)
         return answers
 
-    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
-        """The ``k`` best trusted ``ok`` records of (target, workload): ascending cost, one per
-        config (its fastest trusted measurement), stale and refuted records excluded."""
-        from tunedb.index.record import Record
-
-        if k <= 0:
-            return []
-        fast = self.inner.best(target, workload, k)
-        if all(self._trusted(r) for r in fast):
-            # the store's k per-config minima are all trusted: no trusted record can beat them
-            return fast
-        import pyarrow.compute as pc
-
-        from tunedb.index import tables
-
-        verdicts = self._verdicts()
-        t = self.inner.records(target, workload, include_stale=False)
-        t = t.filter(self.policy.mask(t, verdicts))
-        t = t.filter(pc.fill_null(pc.and_(pc.equal(t.column("status"), "ok"), pc.is_valid(t.column("cost"))),
-                                  False))
-        t = tables.rows_with_ids(t, {rid for rid, v in verdicts.items() if v == "refuted"}, keep=False)
-        if t.num_rows == 0:
-            return []
-        order = pc.sort_indices(t, sort_keys=[("cost", "ascending")]).to_pylist()
-        ck = t.column("config_key").to_pylist()
-        out: list[Record] = []
-        seen: set[str] = set()
-        for i in order:
-            if ck[i] in seen:
-                continue
-            seen.add(ck[i])
-            out.append(Record.from_row(t.slice(i, 1).to_pylist()[0]))
-            if len(out) == k:
-                break
-        return out
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
+        """The inner store's :meth:`entry_records` that the policy trusts."""
+        return [r for r in self.inner.entry_records(target, workload) if self._trusted(r)]
 
     # ------------------------------------------------------------------ bulk reads (filtered)
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,

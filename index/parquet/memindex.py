@@ -181,22 +181,14 @@ def fresh_mask(rh: np.ndarray, known_sorted: Iterable[np.ndarray], known_set: se
     return keep
 
 
-def best_rows(a: Mapping[str, np.ndarray], by_entry: np.ndarray, entry_sorted: np.ndarray, ek: int,
-              k: int, skip_rids: set[int] | frozenset = frozenset()) -> list[tuple[float, int]]:
-    """(cost, row) of the ``k`` cheapest live ok rows of entry ``ek``, one per lookup_key
-    (config), ascending cost; rows whose rid hash is in ``skip_rids`` (refuted records) are
-    passed over, so a config whose fastest row is refuted answers with its next one."""
+def entry_rows(a: Mapping[str, np.ndarray], by_entry: np.ndarray, entry_sorted: np.ndarray, ek: int,
+               skip_rids: set[int] | frozenset = frozenset()) -> list[int]:
+    """Every live ok row of entry ``ek`` (ascending cost), less the rows whose rid hash is in
+    ``skip_rids`` (refuted records)."""
     lo = int(np.searchsorted(entry_sorted, ek, "left"))
     hi = int(np.searchsorted(entry_sorted, ek, "right"))
-    cands: list[tuple[float, int]] = []
-    seen_cfg: set[int] = set()
-    lks = a["lookup_key"]
-    for j in range(lo, hi):
-        i = int(by_entry[j])
-        if int(lks[i]) in seen_cfg or (skip_rids and int(a["rid_hash"][i]) in skip_rids):
-            continue
-        seen_cfg.add(int(lks[i]))
-        cands.append((float(a["cost"][i]), i))
-        if len(cands) >= k:
-            break
-    return cands
+    rows = by_entry[lo:hi]
+    if skip_rids and len(rows):
+        keep = ~np.isin(a["rid_hash"][rows], np.fromiter(skip_rids, np.int64, len(skip_rids)))
+        rows = rows[keep]
+    return [int(i) for i in rows]

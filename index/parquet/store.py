@@ -921,14 +921,11 @@ class TuningDB(RecordStore):
                 return None
             return rec
 
-    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
-        """The ``k`` best ``ok`` records of (target, workload), ascending cost, one per config
-        (its fastest measurement)."""
-        return self._retrying(self._best, target, workload, k)
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
+        """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""
+        return self._retrying(self._entry_records, target, workload)
 
-    def _best(self, target: Any, workload: Any, k: int) -> list[Record]:
-        if k <= 0:
-            return []
+    def _entry_records(self, target: Any, workload: Any) -> list[Record]:
         tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
         ek = hash64(tkey, wkey)
         # the rows' target and workload are the query's: not read back (their config is)
@@ -938,23 +935,13 @@ class TuningDB(RecordStore):
             if p is None:
                 return []
             ar = self._loaded(p).arrays
-            cands = memindex.best_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, k, self._refuted_hashes)
-            out = [(c, self._materialise(p, i, tw)) for c, i in cands]
-            for r in p.overlay_entries.get(ek, ()):
-                if r.ok:
-                    out.append((r.cost, r))
+            rows = memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, self._refuted_hashes)
+            out = [self._materialise(p, i, tw) for i in rows]
+            seen = {r.record_id for r in out}
+            out.extend(r for r in p.overlay_entries.get(ek, ()) if r.ok and r.record_id not in seen)
             if self._refuted:
-                out = [(c, r) for c, r in out if r.record_id not in self._refuted]
-        out.sort(key=lambda cr: cr[0])
-        res, cfgs = [], set()
-        for _, r in out:
-            if r.config_key in cfgs:
-                continue
-            cfgs.add(r.config_key)
-            res.append(r)
-            if len(res) == k:
-                break
-        return res
+                out = [r for r in out if r.record_id not in self._refuted]
+        return out
 
     def _live_paths(self, prefix: str | None = None) -> list[str]:
         """Live chunk keys (files, journal rows) of every partition, or of one target-key prefix;
@@ -1039,7 +1026,8 @@ class TuningDB(RecordStore):
         memo = self._entries_memo
         if memo is not None and memo[0] == token:
             return memo[1]
-        cached = self.derived_dir / f"entries-{token[1]}.parquet" if token[0] == 0 else None
+        # ("entries2": best_cost is the estimator's, not the fastest record's as in "entries-*" files)
+        cached = self.derived_dir / f"entries2-{token[1]}.parquet" if token[0] == 0 else None
         out = None
         if cached is not None:
             try:
@@ -1047,10 +1035,10 @@ class TuningDB(RecordStore):
             except (OSError, pa.ArrowInvalid):
                 out = None
         if out is None:
-            t = self._read_live(None, tables.ENTRY_COLUMNS + ["status", "cost", "rid_hash", "committed"])
+            t = self._read_live(None, tables.ENTRY_COLUMNS + tables.ESTIMATE_COLUMNS + ["rid_hash", "committed"])
             out = tables.entries(tables.drop_stale(tables.first_by_record_id(t), self._invalidated))
             if cached is not None and self._index_cache is not None:
-                replace_derived(cached, lambda tmp: pq.write_table(out, tmp), "entries-*.parquet")
+                replace_derived(cached, lambda tmp: pq.write_table(out, tmp), "entries*-*.parquet")
         self._entries_memo = (token, out)
         return out
 

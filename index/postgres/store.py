@@ -96,9 +96,9 @@ _ROW_COLS = ["record_id", "target", "workload", "config", "costs", "status", "er
 _ROW_SELECT = ", ".join("r." + ('"timestamp"' if c == "timestamp" else c) for c in _ROW_COLS)
 _LOOKUP = (f"SELECT {_ROW_SELECT}, {_STALE}, {_REFUTED} FROM records r WHERE r.lookup_key = %s "
            "ORDER BY r.committed DESC, r.seq DESC LIMIT 1")
-_BEST = (f"SELECT {_ROW_SELECT} FROM (SELECT DISTINCT ON (r.config_key) r.* FROM records r "
-         f"WHERE r.entry_key = %s AND r.status = 'ok' AND NOT {_STALE} AND NOT {_REFUTED} "
-         "ORDER BY r.config_key, r.cost, r.committed, r.seq) r ORDER BY r.cost, r.committed, r.seq LIMIT %s")
+_ENTRY = (f"SELECT {_ROW_SELECT} FROM records r "
+          f"WHERE r.entry_key = %s AND r.status = 'ok' AND NOT {_STALE} AND NOT {_REFUTED} "
+          "ORDER BY r.committed, r.seq")
 _BUMP = "UPDATE tunedb_changes SET n = n + 1 WHERE id = 1"
 _TABLES = ("records", "invalidations", "verdicts", "tunedb_meta", "tunedb_changes", "tunedb_schema")
 
@@ -417,12 +417,10 @@ class PostgresStore(RecordStore):
             self.hits += 1
         return _record_of(row[:-2])
 
-    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
-        if k <= 0:
-            return []
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
         ek = hash64(self._target_key(target), self._other_key(workload, "workload"))
         with self._db() as conn:
-            rows = conn.execute(_BEST, (ek, int(k))).fetchall()
+            rows = conn.execute(_ENTRY, (ek,)).fetchall()
         return [_record_of(r) for r in rows]
 
     # ------------------------------------------------------------------ bulk reads

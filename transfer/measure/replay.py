@@ -157,6 +157,28 @@ class ReplayStore:
         return answers
 
 
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
+        """The inner store's :meth:`entry_records` that came from the replayed file."""
+        return [r for r in self.inner.entry_records(target, workload) if self.from_file(r)]
+
+    def best_costs(self, target: Any, workload: Any, k: int = 1) -> list:
+        """``RecordStore.best_costs`` over the replayed file's records only."""
+        from tunedb.index.estimate import rank
+
+        return rank(self.entry_records(target, workload), k) if k > 0 else []
+
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        return [c.record for c in self.best_costs(target, workload, k)]
+
+    def cost(self, target: Any, workload: Any, config: Any) -> Any:
+        """``RecordStore.cost`` over the replayed file's records only."""
+        from tunedb.index.estimate import estimate
+        from tunedb.index.keys import canonical_json, key_of_text
+
+        ck = config if isinstance(config, str) else key_of_text(canonical_json(dict(config)))
+        return estimate(r for r in self.entry_records(target, workload) if r.config_key == ck)
+
+
 def isolated_store(db: Any, data: ReplayData) -> Any:
     """``db`` seen by a replay of ``data`` (:class:`ReplayStore`); None stays None."""
     return None if db is None else ReplayStore(db, data)

@@ -1,0 +1,377 @@
+"""The cost of a config: one estimator, used by every surface of tunedb.
+
+"How fast is this config on this target" has exactly one answer in tunedb, computed here and
+nowhere else.  ``best``, ``lookup``-then-cost, the tuner's results, ``tune-model``, migration,
+the Kernel Tuner strategy's DB answers, the TVM database, the report, the dashboard and the
+demo all call :func:`estimate` (records in memory) or :func:`estimate_table` (an Arrow table
+of records); both run the same array code (:func:`estimate_groups`).
+
+Definition (units: seconds per run of the kernel)
+    1. Only ``ok`` records with at least one cost count.
+    2. Each record's value is the **median of its repeats** (``Record.costs``).
+    3. When at least :data:`MIN_CONFIRMED` of a config's records are *confirmation
+       re-measurements* (``meta["origin"] == "confirm"``: measured after a search picked its
+       leaders, interleaved with their rivals), only those count (``basis="confirmed"``): the
+       search's own samples of a winner are biased low (the best of n noisy samples), the
+       re-measurements are not.  Otherwise every ok record counts (``basis="all"``).
+    4. The cost is the **median of those per-record medians** -- never a minimum over
+       measurements taken at different moments.
+    5. Its interval is a distribution-free confidence interval of the median from order
+       statistics (binomial ranks), at :data:`LEVEL` (95 %) where the data allow it: over the
+       per-record medians when there are at least :data:`MIN_CI_UNITS` records, else over all
+       their repeats pooled.  With too few values for 95 %, the widest interval (min..max) is
+       given with the confidence it really has (``coverage``); one value has no interval
+       (``coverage`` 0).
+    6. ``noisy``: the interval's half-width exceeds :data:`NOISY_REL_HALFWIDTH` (10 %) of the
+       cost, or a record used says its repeats were noisy and there is no interval to show it.
+
+A number shown to a user comes with ``records`` (n), the interval and the noisy flag:
+:meth:`CostEstimate.text`.  :func:`fmt_seconds` is the one unit style (seconds with SI
+prefixes, three significant digits).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from tunedb.index.record import Record
+
+#: the confidence level of the intervals
+LEVEL = 0.95
+#: fewer values than this give no 95 % order-statistic interval of the median (6 is the least)
+MIN_CI_UNITS = 6
+#: a config needs this many confirmation re-measurements before only they count
+MIN_CONFIRMED = 2
+#: an estimate whose interval half-width is above this fraction of its value is "noisy"
+NOISY_REL_HALFWIDTH = 0.10
+#: ``meta["origin"]`` of a confirmation re-measurement
+CONFIRM_ORIGIN = "confirm"
+#: canonical JSON of a confirmation record's meta contains this (the table path's test)
+_CONFIRM_TEXT = '"origin":"confirm"'
+
+
+def fmt_seconds(s: float | None, *, missing: str = "-") -> str:
+    """A duration in seconds with an SI prefix and three significant digits: ``1.23 ms``,
+    ``456 us``, ``7.80 ns``, ``2.00 s``; ``missing`` for None or NaN."""
+    if s is None or (isinstance(s, float) and math.isnan(s)):
+        return missing
+    if math.isinf(s):
+        return "inf s"
+    a = abs(s)
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if a >= f * 0.9995:
+            return f"{s / f:#.3g} {unit}".replace(". ", " ")
+    if a == 0:
+        return "0 s"
+    return f"{s * 1e9:#.3g} ns".replace(". ", " ")
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    """The cost of one config on one target (see the module docstring).  Seconds."""
+
+    value: float
+    lo: float
+    hi: float
+    #: ok records it is estimated from (after the confirmed-only rule)
+    records: int
+    #: repeats in those records
+    samples: int
+    #: the confidence of [lo, hi] (LEVEL, less with few values, 0 without an interval)
+    coverage: float
+    #: "confirmed" (only confirmation re-measurements) or "all"
+    basis: str
+    noisy: bool
+    #: confirmation re-measurements among the config's ok records (whether or not only they count)
+    confirmed: int = 0
+
+    @property
+    def rel_halfwidth(self) -> float:
+        """Half the interval's width as a fraction of the value (0 without an interval)."""
+        return (self.hi - self.lo) / 2 / self.value if self.value > 0 else 0.0
+
+    @property
+    def has_interval(self) -> bool:
+        return self.coverage > 0 and self.records + self.samples > 1
+
+    def to_dict(self) -> dict:
+        """Plain JSON: value, lo, hi (seconds), records, samples, coverage, basis, noisy, confirmed."""
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "records": self.records,
+                "samples": self.samples, "coverage": round(self.coverage, 4), "basis": self.basis,
+                "noisy": self.noisy, "confirmed": self.confirmed}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostEstimate:
+        return cls(value=float(d["value"]), lo=float(d["lo"]), hi=float(d["hi"]), records=int(d["records"]),
+                   samples=int(d["samples"]), coverage=float(d["coverage"]), basis=str(d["basis"]),
+                   noisy=bool(d["noisy"]), confirmed=int(d.get("confirmed", 0)))
+
+    def interval_text(self) -> str:
+        """``95% CI 1.20-1.27 ms`` (or ``72% CI ...`` with few values, ``no interval`` with one)."""
+        if not self.has_interval:
+            return "no interval"
+        lo, hi = fmt_seconds(self.lo), fmt_seconds(self.hi)
+        lo_num, lo_unit = lo.rsplit(" ", 1)
+        hi_num, hi_unit = hi.rsplit(" ", 1)
+        span = f"{lo_num}-{hi}" if lo_unit == hi_unit else f"{lo}-{hi}"
+        return f"{self.coverage * 100:.0f}% CI {span}"
+
+    def text(self) -> str:
+        """What a person needs to judge the number: ``1.23 ms (95% CI 1.20-1.27 ms, n=5)``,
+        ``noisy`` appended when it is."""
+        n = f"n={self.records}" if self.records != 1 else f"n=1, {self.samples} repeats"
+        extra = ", confirmed" if self.basis == "confirmed" else ""
+        return f"{fmt_seconds(self.value)} ({self.interval_text()}, {n}{extra})" + (" noisy" if self.noisy else "")
+
+
+@dataclass(frozen=True)
+class ConfigCost:
+    """One config of an entry with its estimate; ``record`` is one of its stored records (the
+    one whose value is nearest the estimate; the latest among equals): its config, keys and
+    provenance.  Compare and show ``estimate``, not ``record.cost``."""
+
+    config_key: str
+    config: dict
+    estimate: CostEstimate
+    record: Record
+
+    @property
+    def cost(self) -> float:
+        """``estimate.value`` (seconds)."""
+        return self.estimate.value
+
+
+# --------------------------------------------------------------------------- the array core
+@lru_cache(maxsize=None)
+def order_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
+    """``(j, coverage)``: the 1-based rank j such that [x_(j), x_(n+1-j)] of n sorted values
+    covers their population median with probability ``coverage`` >= ``level``, j as large as
+    possible; j = 1 (min..max, coverage below ``level``) when n is too small; (1, 0) for n <= 1."""
+    if n <= 1:
+        return 1, 0.0
+    from scipy.stats import binom
+
+    alpha = 1.0 - level
+    j = 1
+    for cand in range(1, n // 2 + 1):
+        if binom.cdf(cand - 1, n, 0.5) <= alpha / 2:
+            j = cand
+        else:
+            break
+    return j, float(1.0 - 2.0 * binom.cdf(j - 1, n, 0.5))
+
+
+def record_medians(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The median of each record's repeats: ``flat`` holds every record's costs one record after
+    another, ``lengths`` how many each has (all >= 1)."""
+    lengths = np.asarray(lengths, np.int64)
+    if len(lengths) == 0:
+        return np.zeros(0)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    rec = np.repeat(np.arange(len(lengths)), lengths)
+    s = np.asarray(flat, np.float64)[np.lexsort((flat, rec))]
+    return (s[starts + (lengths - 1) // 2] + s[starts + lengths // 2]) / 2.0
+
+
+def _group_median_ci(x: np.ndarray, g: np.ndarray, n_groups: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of ``g`` (0..n_groups-1): (count, median, lo, hi, coverage) of the values ``x``."""
+    counts = np.bincount(g, minlength=n_groups).astype(np.int64)
+    nan = np.full(n_groups, np.nan)
+    if len(x) == 0:
+        return counts, nan, nan.copy(), nan.copy(), np.zeros(n_groups)
+    order = np.lexsort((x, g))
+    xs = x[order]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    has = counts > 0
+    med, lo, hi, cov = nan.copy(), nan.copy(), nan.copy(), np.zeros(n_groups)
+    s, n = starts[has], counts[has]
+    med[has] = (xs[s + (n - 1) // 2] + xs[s + n // 2]) / 2.0
+    ranks = np.array([order_rank(int(c)) for c in n], dtype=np.float64).reshape(-1, 2)
+    j = ranks[:, 0].astype(np.int64)
+    lo[has] = xs[s + j - 1]
+    hi[has] = xs[s + n - j]
+    cov[has] = ranks[:, 1]
+    return counts, med, lo, hi, cov
+
+
+def estimate_groups(flat: np.ndarray, lengths: np.ndarray, group: np.ndarray, confirm: np.ndarray,
+                    n_groups: int, noisy_rec: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The estimator over records given as arrays (one entry per ok record with >= 1 cost):
+    ``flat``/``lengths`` their costs (seconds), ``group`` which config (0..n_groups-1) each is
+    of, ``confirm`` whether each is a confirmation re-measurement, ``noisy_rec`` whether each
+    says its repeats were noisy.  Returns per group: value, lo, hi, records, samples, coverage,
+    confirmed (counts), basis_confirmed (bool), noisy (bool); value NaN for an empty group."""
+    lengths = np.asarray(lengths, np.int64)
+    group = np.asarray(group, np.int64)
+    confirm = np.asarray(confirm, bool)
+    med = record_medians(flat, lengths)
+    n_conf = np.bincount(group[confirm], minlength=n_groups).astype(np.int64) if len(group) else \
+        np.zeros(n_groups, np.int64)
+    conf_basis = n_conf >= MIN_CONFIRMED
+    use = ~conf_basis[group] | confirm if len(group) else np.zeros(0, bool)
+    gu, mu = group[use], med[use]
+    n_rec, value, rlo, rhi, rcov = _group_median_ci(mu, gu, n_groups)
+    # pooled repeats of the records used, for groups with too few records for the interval
+    rep_group = np.repeat(group, lengths)
+    rep_use = np.repeat(use, lengths)
+    n_rep, _, plo, phi, pcov = _group_median_ci(np.asarray(flat, np.float64)[rep_use], rep_group[rep_use], n_groups)
+    by_rec = n_rec >= MIN_CI_UNITS
+    lo = np.where(by_rec, rlo, plo)
+    hi = np.where(by_rec, rhi, phi)
+    cov = np.where(by_rec, rcov, pcov)
+    # the interval always contains the estimate (the pooled repeats' range may not: one record)
+    lo = np.fmin(lo, value)
+    hi = np.fmax(hi, value)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(value > 0, (hi - lo) / 2 / value, 0.0)
+    noisy = (cov > 0) & (rel > NOISY_REL_HALFWIDTH)
+    if noisy_rec is not None and len(group):
+        said = np.bincount(group[use & np.asarray(noisy_rec, bool)], minlength=n_groups) > 0
+        noisy |= said & (cov <= 0)
+    return {"value": value, "lo": lo, "hi": hi, "records": n_rec, "samples": n_rep, "coverage": cov,
+            "confirmed": n_conf, "basis_confirmed": conf_basis, "noisy": noisy}
+
+
+def _estimate_at(arrs: dict[str, np.ndarray], i: int) -> CostEstimate | None:
+    v = float(arrs["value"][i])
+    if math.isnan(v):
+        return None
+    return CostEstimate(value=v, lo=float(arrs["lo"][i]), hi=float(arrs["hi"][i]), records=int(arrs["records"][i]),
+                        samples=int(arrs["samples"][i]), coverage=float(arrs["coverage"][i]),
+                        basis="confirmed" if arrs["basis_confirmed"][i] else "all", noisy=bool(arrs["noisy"][i]),
+                        confirmed=int(arrs["confirmed"][i]))
+
+
+# --------------------------------------------------------------------------- records in memory
+def is_confirmation(record: Record) -> bool:
+    """Whether ``record`` is a confirmation re-measurement (``meta["origin"] == "confirm"``)."""
+    return record.meta.get("origin") == CONFIRM_ORIGIN
+
+
+def _usable(records: Iterable[Record]) -> list[Record]:
+    return [r for r in records if r.status == "ok" and r.costs]
+
+
+def _arrays_of(recs: Sequence[Record], group: Sequence[int], n_groups: int) -> dict[str, np.ndarray]:
+    lengths = np.array([len(r.costs) for r in recs], np.int64)
+    flat = np.fromiter((c for r in recs for c in r.costs), np.float64, count=int(lengths.sum()))
+    confirm = np.array([is_confirmation(r) for r in recs], bool)
+    noisy = np.array([bool(r.meta.get("noisy")) for r in recs], bool)
+    return estimate_groups(flat, lengths, np.asarray(group, np.int64), confirm, n_groups, noisy)
+
+
+def estimate(records: Iterable[Record]) -> CostEstimate | None:
+    """The cost of one config from its records (any order; failed ones are ignored): the module
+    docstring's definition.  None when none is ``ok`` with a cost."""
+    recs = _usable(records)
+    if not recs:
+        return None
+    return _estimate_at(_arrays_of(recs, [0] * len(recs), 1), 0)
+
+
+def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:
+    """The configs of ``records`` (one entry's ok records; failed ones ignored), each with its
+    estimate, ascending by (value, config_key); the first ``k`` (all when None)."""
+    recs = _usable(records)
+    if not recs or (k is not None and k <= 0):
+        return []
+    index: dict[str, int] = {}
+    group = [index.setdefault(r.config_key, len(index)) for r in recs]
+    arrs = _arrays_of(recs, group, len(index))
+    meds = record_medians(np.fromiter((c for r in recs for c in r.costs), np.float64),
+                          np.array([len(r.costs) for r in recs], np.int64))
+    rep: dict[int, int] = {}
+    for i, gi in enumerate(group):
+        j = rep.get(gi)
+        v = float(arrs["value"][gi])
+        if j is None or (abs(meds[i] - v), -recs[i].timestamp.timestamp()) <= \
+                (abs(meds[j] - v), -recs[j].timestamp.timestamp()):
+            rep[gi] = i
+    out = []
+    for ck, gi in index.items():
+        est = _estimate_at(arrs, gi)
+        if est is not None:
+            r = recs[rep[gi]]
+            out.append(ConfigCost(config_key=ck, config=r.config, estimate=est, record=r))
+    out.sort(key=lambda c: (c.estimate.value, c.config_key))
+    return out if k is None else out[:k]
+
+
+# --------------------------------------------------------------------------- Arrow tables
+def estimate_table(t: pa.Table, by: Sequence[str] = ("target_key", "workload_key", "config_key")) -> pa.Table:
+    """The estimate of every group of ``t`` (a ``RECORD_SCHEMA`` table or a projection with
+    ``status``, ``costs``, ``meta`` and the ``by`` columns): one row per group that has an ok
+    record with a cost, with the ``by`` columns and value, lo, hi (seconds), records, samples,
+    coverage, confirmed, basis ("confirmed"/"all"), noisy.  Group order: first appearance."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    by = list(by)
+    out_schema = {c: t.schema.field(c).type for c in by}
+    ok = pc.and_(pc.equal(t.column("status"), "ok"), pc.greater(pc.fill_null(pc.list_value_length(t.column("costs")), 0), 0))
+    ok = pc.fill_null(ok, False)
+    u = t.filter(ok)
+    if u.num_rows == 0:
+        return pa.table({**{c: pa.array([], typ) for c, typ in out_schema.items()},
+                         "value": pa.array([], pa.float64()), "lo": pa.array([], pa.float64()),
+                         "hi": pa.array([], pa.float64()), "records": pa.array([], pa.int64()),
+                         "samples": pa.array([], pa.int64()), "coverage": pa.array([], pa.float64()),
+                         "confirmed": pa.array([], pa.int64()), "basis": pa.array([], pa.string()),
+                         "noisy": pa.array([], pa.bool_())})
+    costs = u.column("costs").combine_chunks()
+    lengths = pc.list_value_length(costs).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(costs).to_numpy(zero_copy_only=False).astype(np.float64)
+    meta = u.column("meta")
+    confirm = pc.fill_null(pc.match_substring(meta, _CONFIRM_TEXT), False).to_numpy(zero_copy_only=False)
+    noisy_rec = pc.fill_null(pc.match_substring(meta, '"noisy":true'), False).to_numpy(zero_copy_only=False)
+    if len(by) == 1:
+        enc = pc.dictionary_encode(u.column(by[0])).combine_chunks()
+        group = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        n_groups = len(enc.dictionary)
+        first = np.full(n_groups, len(group), np.int64)
+        np.minimum.at(first, group, np.arange(len(group)))
+    else:
+        keys = [pc.dictionary_encode(u.column(c)).combine_chunks().indices.to_numpy(zero_copy_only=False)
+                .astype(np.int64) for c in by]
+        stacked = np.stack(keys, axis=1)
+        _, first, group = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+        group = group.reshape(-1).astype(np.int64)
+        n_groups = len(first)
+    arrs = estimate_groups(flat, lengths, group, confirm, n_groups, noisy_rec)
+    order = np.argsort(first, kind="stable")
+    rows = u.take(pa.array(first[order]))
+    cols = {c: rows.column(c) for c in by}
+    cols.update({
+        "value": pa.array(arrs["value"][order], pa.float64()),
+        "lo": pa.array(arrs["lo"][order], pa.float64()),
+        "hi": pa.array(arrs["hi"][order], pa.float64()),
+        "records": pa.array(arrs["records"][order], pa.int64()),
+        "samples": pa.array(arrs["samples"][order], pa.int64()),
+        "coverage": pa.array(arrs["coverage"][order], pa.float64()),
+        "confirmed": pa.array(arrs["confirmed"][order], pa.int64()),
+        "basis": pa.array(np.where(arrs["basis_confirmed"][order], "confirmed", "all"), pa.string()),
+        "noisy": pa.array(arrs["noisy"][order], pa.bool_()),
+    })
+    return pa.table(cols)
+
+
+def estimate_of_row(row: dict[str, Any]) -> CostEstimate:
+    """A row of :func:`estimate_table` (as ``to_pylist`` gives it) as a CostEstimate."""
+    return CostEstimate(value=row["value"], lo=row["lo"], hi=row["hi"], records=row["records"],
+                        samples=row["samples"], coverage=row["coverage"], basis=row["basis"], noisy=row["noisy"],
+                        confirmed=row["confirmed"])
+
+
+__all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "estimate_table", "estimate_groups", "estimate_of_row",
+           "record_medians", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
+           "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN"]
