@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -151,7 +151,7 @@ class ConfigCost:
 
 
 # --------------------------------------------------------------------------- the array core
-@lru_cache(maxsize=None)
+@cache
 def order_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
     """``(j, coverage)``: the 1-based rank j such that [x_(j), x_(n+1-j)] of n sorted values
     covers their population median with probability ``coverage`` >= ``level``, j as large as
@@ -256,6 +256,16 @@ def _estimate_at(arrs: dict[str, np.ndarray], i: int) -> CostEstimate | None:
 def is_confirmation(record: Record) -> bool:
     """Whether ``record`` is a confirmation re-measurement (``meta["origin"] == "confirm"``)."""
     return record.meta.get("origin") == CONFIRM_ORIGIN
+
+
+def record_value(record: Record) -> float | None:
+    """One record's value: the median of its repeats (seconds); None for a failed record or one
+    without costs.  (A single measurement: the cost of a config is :func:`estimate`.)"""
+    if record.status != "ok" or not record.costs:
+        return None
+    c = sorted(record.costs)
+    n = len(c)
+    return (c[(n - 1) // 2] + c[n // 2]) / 2.0
 
 
 def _usable(records: Iterable[Record]) -> list[Record]:
@@ -373,5 +383,5 @@ def estimate_of_row(row: dict[str, Any]) -> CostEstimate:
 
 
 __all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "estimate_table", "estimate_groups", "estimate_of_row",
-           "record_medians", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
+           "record_medians", "record_value", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
            "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN"]

@@ -78,11 +78,14 @@ def test_ordered_and_union_answers(two_layers):
     assert ordered.lookup(T1, W, {"tile": 3}).cost == 3e-3  # only the lower layer has it
     assert ordered.lookup(T1, W, {"tile": 9}).status == "timeout"
     assert [(r.config["tile"], r.cost) for r in ordered.best(T1, W, 3)] == [(0, 3e-3), (1, 4e-3), (2, 5e-3)]
-    # union: the best across layers, one per config (its fastest); lookup: the fastest ok answer
+    # union: every layer's records of a config count in its estimate (the median of its
+    # records); lookup: the fastest ok answer
     assert union.lookup(T1, W, {"tile": 1}).cost == 1e-3
     assert union.lookup(T1, W, {"tile": 9}).cost == 9e-3  # ran fine somewhere: not a failure
-    assert [(r.config["tile"], r.cost) for r in union.best(T1, W, 4)] == [(1, 1e-3), (2, 2e-3), (0, 3e-3),
-                                                                       (3, 3e-3)]
+    got = [(c.config["tile"], c.cost, c.estimate.records) for c in union.best_costs(T1, W, 4)]
+    assert got == [(1, pytest.approx(2.5e-3), 2), (0, 3e-3, 1), (3, 3e-3, 1), (2, pytest.approx(3.5e-3), 2)]
+    assert [r.config["tile"] for r in union.best(T1, W, 4)] == [1, 0, 3, 2]
+    assert ordered.cost(T1, W, {"tile": 1}).value == 4e-3 and union.cost(T1, W, {"tile": 1}).records == 2
     assert ordered.lookup(T1, W, {"tile": 77}) is None and union.best(T2, W) == []
     # an entry only the lower layer has answers in both modes
     lower.commit(rec(5, 7e-3, workload=W2))
@@ -140,12 +143,13 @@ def test_refuted_in_a_lower_layer_through_a_top_verdict(two_layers):
     top, lower = two_layers
     db = LayeredStore([top, lower], mode="union")
     fast = lower.lookup(T1, W, {"tile": 1})
-    assert db.best(T1, W)[0].record_id == fast.record_id
+    assert db.best_costs(T1, W)[0].config == {"tile": 1} and db.cost(T1, W, {"tile": 1}).records == 2
     assert db.mark({fast.record_id: "refuted"}) == 1
     assert top.verdicts() == {fast.record_id: "refuted"} and lower.verdicts() == {}  # stored on top
     assert db.verdicts() == {fast.record_id: "refuted"}
     assert db.lookup(T1, W, {"tile": 1}).cost == 4e-3  # the top's measurement of that config
-    assert [r.config["tile"] for r in db.best(T1, W, 2)] == [2, 0]
+    assert db.cost(T1, W, {"tile": 1}).value == 4e-3 and db.cost(T1, W, {"tile": 1}).records == 1
+    assert [r.config["tile"] for r in db.best(T1, W, 2)] == [0, 3]
     assert fast.record_id in db.records().column("record_id").to_pylist() and len(db) == 9
     with pytest.raises(ValueError, match="no such record"):
         db.mark({"0" * 32: "refuted"})
@@ -220,11 +224,12 @@ def test_cli_layers(tmp_path):
     _cli_db(b, [1e-3, 2e-3, 5e-3])
     assert _best("--db", str(a), "--json") == [3e-3, 4e-3]
     assert _best("--db", str(a), "--also", str(b), "--json") == [3e-3, 4e-3]  # ordered: a answers
-    assert _best("--db", str(a), "--also", str(b), "--layers", "union", "--json") == [1e-3, 2e-3]
+    # union: both layers' records of a config count (the median of 3 and 1 ms, of 4 and 2 ms)
+    assert _best("--db", str(a), "--also", str(b), "--layers", "union", "--json") == [2e-3, 3e-3]
     # repeated --db: the others are lower layers; global options before the command too
     p = run_cli("--db", str(a), "--db", str(b), "--layers", "union", "--json", "best", "--target", "alpha",
                 "--workload", WSPEC)
-    assert p.returncode == 0 and json.loads(p.stdout)["records"][0]["cost"] == 1e-3
+    assert p.returncode == 0 and json.loads(p.stdout)["records"][0]["cost"] == 2e-3
     # after the command, the --db list replaces the one before it
     assert _best("--db", str(b), "--json") == [1e-3, 2e-3]
     p = run_cli("--db", str(b), "--json", "best", "--target", "alpha", "--workload", WSPEC, "--db", str(a))

@@ -79,14 +79,36 @@ def test_arguments_by_record_key_name_and_canonical_json(store):
     assert store.lookup_many(T1, W, [{"tile": 7}]) == [None]
 
 
-def test_latest_measurement_answers_and_best_is_fastest_per_config(store):
-    store.commit(tunedb.Record(T1, W, {"tile": 1}, [2.0]))
+def test_latest_measurement_answers_and_best_is_the_estimate_per_config(store):
+    """lookup answers with the latest record; a config's cost is the one estimator's (the median
+    of its records' medians), never its fastest record: best_costs, cost and best agree."""
+    store.commit(tunedb.Record(T1, W, {"tile": 1}, [2.0, 2.2, 1.8]))
     time.sleep(0.002)
     store.commit(tunedb.Record(T1, W, {"tile": 1}, [1.0]))
     time.sleep(0.002)
-    store.commit(tunedb.Record(T1, W, {"tile": 1}, [3.0]))
-    assert store.lookup(T1, W, {"tile": 1}).cost == 3.0
-    assert [r.cost for r in store.best(T1, W, k=5)] == [1.0]  # one per config, its fastest
+    store.commit(tunedb.Record(T1, W, {"tile": 1}, [3.0, 9.0, 3.0]))
+    store.commit(tunedb.Record(T1, W, {"tile": 2}, [2.5]))
+    store.commit(tunedb.Record(T1, W, {"tile": 3}, [1.0], status="runtime_error"))
+    assert store.lookup(T1, W, {"tile": 1}).costs == (3.0, 9.0, 3.0)
+    best = store.best_costs(T1, W, k=5)
+    assert [(c.config["tile"], c.cost, c.estimate.records) for c in best] == [(1, 2.0, 3), (2, 2.5, 1)]
+    assert best[0].estimate == store.cost(T1, W, {"tile": 1}) and best[0].estimate.basis == "all"
+    assert best[0].estimate.lo == 1.0 and best[0].estimate.hi == 9.0  # 7 pooled repeats: their range
+    assert [r.config["tile"] for r in store.best(T1, W, k=5)] == [1, 2]  # one representative record per config
+    assert store.best(T1, W, k=5)[0].costs == (2.0, 2.2, 1.8)  # the record nearest the estimate
+    assert store.cost(T1, W, {"tile": 3}) is None and store.cost(T1, W, {"tile": 4}) is None
+
+
+def test_confirmation_measurements_decide_once_there_are_two(store):
+    """The search's own sample of a winner is biased low: with two or more confirmation
+    re-measurements of a config only they count (every backend, the same estimate)."""
+    store.commit(tunedb.Record(T1, W, {"tile": 1}, [1.0], meta={"origin": "seed"}))
+    store.commit(tunedb.Record(T1, W, {"tile": 1}, [1.6], meta={"origin": "confirm"}))
+    assert store.cost(T1, W, {"tile": 1}).value == pytest.approx(1.3)  # one confirmation: all count
+    store.commit(tunedb.Record(T1, W, {"tile": 1}, [1.4], meta={"origin": "confirm"}))
+    est = store.cost(T1, W, {"tile": 1})
+    assert (est.value, est.records, est.basis, est.confirmed) == (pytest.approx(1.5), 2, "confirmed", 2)
+    assert store.entries().column("best_cost").to_pylist() == [pytest.approx(1.5)]
 
 
 def test_repeated_measurements_of_one_config_are_all_counted(store):
@@ -233,13 +255,14 @@ def test_verdicts_refute_a_record_without_deleting_it(store):
     store.commit([poisoned])
     assert store.lookup(t, w, {"tile": 1}).record_id == poisoned.record_id
     store.commit([real, other])
-    assert [r.record_id for r in store.best(t, w, 2)] == [poisoned.record_id, other.record_id]
+    assert store.cost(t, w, {"tile": 1}).value == pytest.approx((1e-9 + 2e-3) / 2)  # the poisoned one counts
     token = store.change_token()
     assert store.mark({poisoned.record_id: "refuted", other.record_id: "verified"}) == 2
     assert store.change_token() != token
     assert store.verdicts() == {poisoned.record_id: "refuted", other.record_id: "verified"}
-    # the config answers with its next measurement; the refuted one stays in records()
-    assert [(r.config["tile"], r.cost) for r in store.best(t, w, 5)] == [(2, 1e-3), (1, 2e-3)]
+    # the config's cost is its other measurement's; the refuted one stays in records()
+    assert [(c.config["tile"], c.cost) for c in store.best_costs(t, w, 5)] == [(2, 1e-3), (1, 2e-3)]
+    assert [r.record_id for r in store.best(t, w, 5)] == [other.record_id, real.record_id]
     assert store.lookup(t, w, {"tile": 1}).record_id == real.record_id
     assert poisoned.record_id in store.records().column("record_id").to_pylist()
     assert len(store) == 3
@@ -249,7 +272,7 @@ def test_verdicts_refute_a_record_without_deleting_it(store):
         store.mark({real.record_id: "maybe"})
     assert store.verdicts() == {poisoned.record_id: "refuted", other.record_id: "verified"}
     store.mark({poisoned.record_id: "verified"})  # the latest verdict wins
-    assert store.best(t, w, 1)[0].record_id == poisoned.record_id
+    assert store.cost(t, w, {"tile": 1}).value == pytest.approx((1e-9 + 2e-3) / 2)
 
 
 def test_a_refuted_latest_measurement_does_not_answer_lookup(store):

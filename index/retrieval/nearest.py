@@ -13,6 +13,13 @@ which at the default weights is exactly the cosine of the two entries' stored ve
 w_wl * cos_wl`` say how much of it came from each side (they sum to ``similarity``).
 An entry's nearest neighbour is itself with similarity 1.0.
 
+Best configs.  Each match carries its entry's ``best_n`` best configs by the one cost
+estimator (``db.best_costs``, ``tunedb.index.estimate``): :attr:`Match.best_costs`, each a
+``ConfigCost`` with the config's estimate (median of its records' medians, seconds, with n and
+a confidence interval).  :attr:`Match.best` holds their representative records, in the same
+order, for callers that need a record (its config, trace, provenance); a record's own ``cost``
+is one measurement, not the config's cost.
+
 Filters: ``same_family`` (default True: only entries whose workload family equals the
 query's), ``exclude_target`` (True: no entries of the query's own target; or a target key /
 name to exclude), ``min_similarity``; only entries holding at least one ``ok`` record are
@@ -36,12 +43,19 @@ from tunedb.index.retrieval import features, vectors
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
+    from tunedb.index.estimate import ConfigCost
 
 
 @dataclass(frozen=True)
 class Match:
     """One neighbour: its target and workload, the similarity (and the parts that came from
-    hardware and workload) and its ``best`` records (ascending cost, seconds)."""
+    hardware and workload) and its best configs.
+
+    ``best_costs``: the entry's best configs by the estimator (``db.best_costs``), ascending
+    cost; compare and show ``best_costs[i].estimate`` (seconds, with n and interval).
+    ``best``: the representative record of each of them, same order (``best[i] is
+    best_costs[i].record`` when both are filled by :func:`nearest`); kept for callers that need
+    records.  A Match built with ``best`` only has empty ``best_costs``."""
 
     target: dict
     target_name: str
@@ -54,18 +68,33 @@ class Match:
     hw_cosine: float
     wl_cosine: float
     best: list[Record] = field(default_factory=list)
+    best_costs: list[ConfigCost] = field(default_factory=list)
 
     @property
     def family(self) -> str:
         return self.workload.get("family", "")
 
     def to_dict(self) -> dict:
-        """Plain-JSON view (the CLI's ``matches`` items)."""
+        """Plain-JSON view (the CLI's ``matches`` items).  ``best``: one item per best config,
+        ``{"config", "cost" (the estimate's value, seconds), "estimate"
+        (``CostEstimate.to_dict()``: value, lo, hi, records, ...), "record_id" (the
+        representative record)}``; from ``best_costs``, or -- for a Match built with records
+        only -- from ``best`` with each record's own estimate."""
         return {"target_name": self.target_name, "target_key": self.target_key, "target": self.target,
                 "workload": self.workload, "workload_key": self.workload_key,
                 "similarity": self.similarity, "hw_similarity": self.hw_similarity,
                 "wl_similarity": self.wl_similarity, "hw_cosine": self.hw_cosine, "wl_cosine": self.wl_cosine,
-                "best": [{"config": r.config, "cost": r.cost, "record_id": r.record_id} for r in self.best]}
+                "best": [{"config": c.config, "cost": c.estimate.value, "estimate": c.estimate.to_dict(),
+                          "record_id": c.record.record_id} for c in self.config_costs()]}
+
+    def config_costs(self) -> list[ConfigCost]:
+        """``best_costs``, or (a Match built with records only) each ``best`` record's own
+        estimate (``tunedb.index.estimate.rank`` of that one record; failed records left out)."""
+        if self.best_costs or not self.best:
+            return list(self.best_costs)
+        from tunedb.index.estimate import rank
+
+        return [c for r in self.best for c in rank([r])]
 
 
 def parse_weights(weights: Any) -> tuple[float, float]:
@@ -125,7 +154,7 @@ def nearest(db: RecordStore, target: Any, workload: Any, k: int = 5, *, same_fam
 
     ``target``: dict, Record, or a spec string (DB name/key, preset, catalog device, JSON file);
     ``workload``: dict with ``family`` or a Record; ``weights``: see :func:`parse_weights`;
-    ``best_n``: records per match; ``index_kind``: None (auto), ``flat`` or ``hnsw``.
+    ``best_n``: best configs per match (``Match.best_costs``/``best``); ``index_kind``: None (auto), ``flat`` or ``hnsw``.
     Raises ValueError for bad arguments or an unknown target spec."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -172,10 +201,10 @@ def nearest(db: RecordStore, target: Any, workload: Any, k: int = 5, *, same_fam
             continue
         t = json.loads(tjs[e].as_py())
         w = json.loads(wjs[e].as_py())
-        best = db.best(t, w, best_n) if best_n > 0 else []
+        costs = db.best_costs(t, w, best_n) if best_n > 0 else []
         out.append(Match(target=t, target_name=names[e].as_py() or "", target_key=vi.target_keys[r], workload=w,
                          workload_key=vi.workload_keys[r], similarity=sim, hw_similarity=float(w_hw * cos_hw[j]),
                          wl_similarity=float(w_wl * cos_wl[j]), hw_cosine=float(cos_hw[j]),
-                         wl_cosine=float(cos_wl[j]), best=best))
+                         wl_cosine=float(cos_wl[j]), best=[c.record for c in costs], best_costs=costs))
     out.sort(key=lambda m: -m.similarity)
     return out[:k]

@@ -14,7 +14,15 @@
    minute does not crown a winner; each repeat is committed.
 5. Every task's default config is looked up (or measured once, as a reference outside the
    budget) for the default-config latency.
-6. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.  Its tasks and
+6. Tuned vs default: a tuned task whose best config is not its default is compared with the
+   default by interleaved re-measurement rounds (``tunedb.transfer.measure.compare``, question
+   "sign", looks after ``decide_looks`` rounds, 95 % over all looks).  It keeps its tuned config
+   only when the test says it is faster *and* its estimated cost is below the default's; else
+   it keeps the default (``choice: "default"``, with the test's answer in ``versus_default``).
+   So the model latency printed is never above the default-config latency.
+7. Every cost in the result is the one estimator's (``tunedb.index.estimate``, via
+   ``RecordStore.best_costs`` / ``cost``): the same number ``tunedb best`` shows for the entry.
+8. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.  Its tasks and
    totals carry ``origins`` / ``origin_split`` as every Tuner run's do (the same fields as
    ``tune`` / ``warm-start``; a hit or not-started task: ``{}``); step 5's default-config
    references are not evaluations and stay out of them (``default_measurements`` /
@@ -53,7 +61,10 @@ class ModelOptions:
     task's leaders (``Tuner.confirm``; 0 = off); ``hit_configs``: a task is a hit (reused, not
     searched) when the target has ok measurements of at least this many of its configs (1: the
     scheduler may have given a task that barely matters one evaluation only, and that was its
-    tuning; a run interrupted before a task's first round leaves none of it)."""
+    tuning; a run interrupted before a task's first round leaves none of it);
+    ``versus_default``: test each tuned task against its default config (module docstring, step
+    6; off: the tuned config is kept when its estimate is lower); ``decide_looks``: the round
+    counts after which that test may stop (``compare``'s ``looks``)."""
 
     budget: int = 40
     cold: bool = False
@@ -65,21 +76,23 @@ class ModelOptions:
     reuse_hits: bool = True
     hit_configs: int = 1
     label: str = ""
+    versus_default: bool = True
+    decide_looks: tuple = (2, 4, 6)
 
 
-def _default_cost(db: RecordStore | None, job: Any) -> tuple[float | None, Any, bool]:
-    """The default config's record (DB first, else measured and committed): (cost or None, record, cached)."""
+def _default_cost(db: RecordStore | None, job: Any) -> tuple[Any, Any, bool]:
+    """The default config's record (DB first, else measured and committed): (record, cached)."""
     from tunedb.transfer.measure.backend import measure
 
     rec, cached = measure(job.target, job.workload, job.defaults, db=db, backend=job.backend,
                           annotate={"origin": "default", "reference": True})
-    return (rec.cost if rec.status == "ok" else None), rec, cached
+    return rec, cached
 
 
 def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int) -> tuple[Any, float] | None:
-    """(best record, measuring seconds of the entry's records) when the target has ok
-    measurements of at least ``min_configs`` configs of ``workload``, else None."""
-    best = db.best(target, workload, k=max(min_configs, 1))
+    """(the entry's best ConfigCost, measuring seconds of the entry's records) when the target
+    has ok measurements of at least ``min_configs`` configs of ``workload``, else None."""
+    best = db.best_costs(target, workload, k=max(min_configs, 1))
     if len(best) < max(min_configs, 1):
         return None
     saved = 0.0
@@ -89,6 +102,37 @@ def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int) -> tup
     except (ValueError, KeyError):
         pass
     return best[0], saved
+
+
+def _measured_value(db: RecordStore | None, job: Any, cfg: dict) -> float | None:
+    """One confirmation re-measurement of ``cfg`` (committed, ``meta.origin = "confirm"``): its
+    value (median of its repeats, seconds), None when it failed."""
+    from tunedb.index.estimate import record_value
+    from tunedb.transfer.measure.backend import lookup_or_measure
+
+    (rec, _), = lookup_or_measure(db, job.backend, job.target, job.workload, [cfg], force=True,
+                                  annotate=lambda _i: {"origin": "confirm"})
+    return record_value(rec)
+
+
+def versus_default(db: RecordStore | None, job: Any, tuned: dict, looks: tuple = (2, 4, 6)) -> Any:
+    """Is ``tuned`` faster than the job's default config?  Interleaved rounds (tuned first in
+    even rounds), every measurement committed as a confirmation: a ``Comparison`` (question
+    "sign": ratio = tuned / default)."""
+    from tunedb.transfer.measure.compare import compare, interleaved
+
+    return compare(interleaved(lambda: _measured_value(db, job, tuned), lambda: _measured_value(db, job, job.defaults)),
+                   question="sign", looks=looks)
+
+
+def _cost_of(db: RecordStore | None, job: Any, cfg: dict | None) -> Any:
+    """The estimate of ``cfg``'s cost on the job's (target, workload), None without one."""
+    if db is None or cfg is None:
+        return None
+    try:
+        return db.cost(job.target, job.workload, cfg)
+    except ValueError:
+        return None
 
 
 def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, options: ModelOptions | None = None,
@@ -116,6 +160,8 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
     default_meas = default_hits = 0
     default_measure_s = 0.0
     interrupted = False
+    versus: dict[int, Any] = {}
+    from tunedb.index.keys import key_of
 
     def note(event: str, i: int | None = None) -> None:
         lat = model_latency(states, defaults)
@@ -133,11 +179,11 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
             if hit is None:
                 todo.append(i)
                 continue
-            rec, saved = hit
-            states[i].update(rec.cost, 0)
+            best, saved = hit
+            states[i].update(best.cost, 0)
             states[i].alive = False
-            rows[i] = runlog.hit_task(job.workload, rec.cost, weight=task.weight, name=task.name,
-                                      saved_s=saved, best_config=rec.config)
+            rows[i] = runlog.hit_task(job.workload, best.cost, weight=task.weight, name=task.name,
+                                      saved_s=saved, best_config=best.config)
             note("hit", i)
         if todo and opt.budget < len(todo):
             raise ValueError(f"--budget {opt.budget} is less than the {len(todo)} tasks to tune "
@@ -181,24 +227,40 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
         # evaluation: a warm task starts from its seeds, not from its default)
         for i in range(n):
             t0 = time.perf_counter()
-            cost, _rec, cached = _default_cost(db, jobs[i])
+            _rec, cached = _default_cost(db, jobs[i])
             default_measure_s += time.perf_counter() - t0
-            defaults[i] = cost
             default_meas += 0 if cached else 1
             default_hits += 1 if cached else 0
+        # 6. tuned vs default, by interleaved rounds
+        for i in todo:
+            res = tuners[i].result()
+            if res.best_config is None or key_of(res.best_config) == key_of(jobs[i].defaults):
+                continue
+            if not opt.versus_default:
+                continue
+            t0 = time.perf_counter()
+            versus[i] = versus_default(db, jobs[i], res.best_config, tuple(opt.decide_looks))
+            default_measure_s += time.perf_counter() - t0
+            default_meas += 2 * len(versus[i].a)
     except KeyboardInterrupt:
         interrupted = True
 
-    from tunedb.index.keys import key_of
-
     tasks_out = []
     for i, task in enumerate(model.tasks):
+        default_est = _cost_of(db, jobs[i], jobs[i].defaults)
+        defaults[i] = None if default_est is None else default_est.value
         if i in tuners:
             res = tuners[i].result()
             row = runlog.task_summary(res, weight=task.weight, source=rows[i]["source"], default_cost=defaults[i],
                                       name=task.name)
+            row.update(_choose(db, jobs[i], res, default_est, versus.get(i), opt.versus_default))
         elif rows[i] is not None and rows[i]["source"] == "hit":
             row = rows[i]
+            best = db.best_costs(jobs[i].target, jobs[i].workload, 1)  # (the default may have just joined)
+            if best:
+                row.update({"best": best[0].cost, "best_config": best[0].config,
+                            "best_estimate": best[0].estimate.to_dict(),
+                            "choice": "default" if key_of(best[0].config) == key_of(jobs[i].defaults) else "stored"})
             row["default_cost"] = defaults[i]
         else:  # not started (interrupted before it)
             row = {"name": task.name, "workload": jobs[i].workload, "workload_key": key_of(jobs[i].workload),
@@ -206,9 +268,12 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
                    "cache_hits": 0, "remeasurements": 0, "best": None, "best_config": None,
                    "default_cost": defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted",
                    "origins": {}, "origin_split": {}}
+        row["default_estimate"] = None if default_est is None else default_est.to_dict()
         row["layers"] = list(getattr(task, "layers", []) or [])
         tasks_out.append(row)
-    latency = model_latency(states, [None] * n)
+    bests = [r.get("best") for r in tasks_out]
+    latency = (sum(t.weight * b for t, b in zip(model.tasks, bests))
+               if bests and all(b is not None and math.isfinite(b) for b in bests) else None)
     dl = [d for d in defaults]
     default_latency = (sum(t.weight * d for t, d in zip(states, dl))
                        if dl and all(d is not None and math.isfinite(d) for d in dl) else None)
@@ -231,6 +296,33 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
     if interrupted:
         raise ModelInterrupted(summary)
     return summary
+
+
+def _choose(db: RecordStore | None, job: Any, res: Any, default_est: Any, test: Any, use_test: bool) -> dict:
+    """The task's chosen config and cost (module docstring, step 6): the tuned best when the
+    test says it is faster (or, without the test, when nothing says otherwise) and its estimate
+    is below the default's; else the default."""
+    tuned_est = _cost_of(db, job, res.best_config)
+    out: dict[str, Any] = {"versus_default": None if test is None else test.to_dict(),
+                           "tuned_config": res.best_config,
+                           "tuned_estimate": None if tuned_est is None else tuned_est.to_dict()}
+    faster = test is not None and test.verdict == "faster"
+    same = res.best_config is not None and default_est is not None and _key(res.best_config) == _key(job.defaults)
+    keep_tuned = tuned_est is not None and (default_est is None or (
+        not same and tuned_est.value < default_est.value and (faster or not use_test)))
+    if keep_tuned:
+        out.update({"choice": "tuned", "best": tuned_est.value, "best_config": res.best_config,
+                    "best_estimate": tuned_est.to_dict()})
+    elif default_est is not None:
+        out.update({"choice": "default", "best": default_est.value, "best_config": dict(job.defaults),
+                    "best_estimate": default_est.to_dict(), "selection_biased": False})
+    return out
+
+
+def _key(cfg: Any) -> str:
+    from tunedb.index.keys import key_of
+
+    return key_of(dict(cfg))
 
 
 class ModelInterrupted(KeyboardInterrupt):

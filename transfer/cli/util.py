@@ -7,6 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from tunedb.index.estimate import fmt_seconds  # the one unit style (re-exported for the commands)
+
 if TYPE_CHECKING:
     from tqdm import tqdm
 
@@ -149,16 +151,6 @@ def resolve_target(spec: str, db=None) -> dict:
         return _resolve(spec, db)
     except (ValueError, KeyError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
-
-
-def fmt_seconds(s: float | None, *, missing: str = "-", micro: str = "us") -> str:
-    """A duration in seconds with a readable unit (s, ms, ``micro``, ns); ``missing`` for None."""
-    if s is None:
-        return missing
-    for unit, f in (("s", 1.0), ("ms", 1e-3), (micro, 1e-6)):
-        if s >= f:
-            return f"{s / f:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
 
 
 def table_text(headers: list[str], rows: list[list]) -> str:

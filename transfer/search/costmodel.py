@@ -14,6 +14,13 @@ Feature layout (``FeatureSpace``): for each knob name seen in training, in sorte
 column -- log2(1 + |v|) with the sign of v for numbers, 0/1 for booleans, a stable hashed code
 for strings; a list value (AutoTVM splits) gives one column per element (``knob[i]``, up to 4);
 then the workload vector and the hardware vector of ``tunedb.index.retrieval.features`` (fixed layouts).
+
+Sample weights (``record_weight``): a record counts 1.0 in a fit, or :data:`NOISY_WEIGHT` when
+it was measured on a noisy machine -- its meta says ``noisy`` (its repeats' CV was over the
+timing protocol's threshold) or its ``meta["context"]`` shows the machine was loaded
+(``tunedb.transfer.measure.context.context_is_loaded``).  :func:`training_set` carries them in
+``TrainingSet.weights`` and :func:`training_data` returns them with ``with_weights=True``; pass
+them to ``fit`` / ``fit_matrix`` as ``sample_weight`` (and to ``corrected``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
 
 MAX_LIST = 4
+#: sample weight (relative to 1.0) of a record measured on a noisy machine (see ``record_weight``)
+NOISY_WEIGHT = 0.25
 
 
 def _num(v: Any) -> float:
@@ -220,10 +229,12 @@ class _Base:
         """Predicted log seconds of the rows of an already built feature matrix."""
         return self._predict_x(X)
 
-    def corrected(self, X: np.ndarray, y: np.ndarray, *, seed: int = 0) -> "CorrectedModel":
+    def corrected(self, X: np.ndarray, y: np.ndarray, *, seed: int = 0,
+                  sample_weight: Sequence[float] | None = None) -> "CorrectedModel":
         """This model plus a small correction fitted to its residuals on ``X``/``y`` (log
-        seconds; typically the evaluations of the entry being tuned); ``self`` is not changed."""
-        return CorrectedModel(self, X, y, seed=seed)
+        seconds; typically the evaluations of the entry being tuned; ``sample_weight``: one
+        weight per row, None = equal); ``self`` is not changed."""
+        return CorrectedModel(self, X, y, seed=seed, sample_weight=sample_weight)
 
     # persistence (tunedb.transfer.search.modelcache): plain JSON data, exact round trip
     def params(self) -> dict:
@@ -343,7 +354,8 @@ class CorrectedModel:
 
     CORRECTION_ROUNDS = 30
 
-    def __init__(self, base: _Base, X: np.ndarray, y: np.ndarray, *, seed: int = 0):
+    def __init__(self, base: _Base, X: np.ndarray, y: np.ndarray, *, seed: int = 0,
+                 sample_weight: Sequence[float] | None = None):
         self.base = base
         self.features_ = base.features_
         self.n_records_ = int(base.n_records_) + len(y)
@@ -353,17 +365,18 @@ class CorrectedModel:
         if len(y) < 3:
             return
         init = base.predict_log(X)
+        w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
         if isinstance(base, LightGBMCostModel):
             import lightgbm as lgb
 
             params = {"objective": "regression", "learning_rate": 0.1, "num_leaves": 7, "min_data_in_leaf": 3,
                       "min_data_in_bin": 1, "seed": seed, "num_threads": 1, "verbose": -1, "deterministic": True,
                       "force_row_wise": True}
-            ds = lgb.Dataset(X, label=y, init_score=init, free_raw_data=True)
+            ds = lgb.Dataset(X, label=y, init_score=init, weight=w, free_raw_data=True)
             self.correction_ = lgb.train(params, ds, num_boost_round=self.CORRECTION_ROUNDS)
         else:
             r = RidgeCostModel(alpha=10.0)
-            r._fit_xy(X, np.asarray(y, np.float64) - init, None)
+            r._fit_xy(X, np.asarray(y, np.float64) - init, w)
             self.correction_ = r
 
     def predict_log(self, X: np.ndarray) -> np.ndarray:
@@ -390,15 +403,116 @@ def default_model(seed: int = 0) -> _Base:
     return LightGBMCostModel(seed=seed)
 
 
+def record_weight(meta: Any) -> float:
+    """Sample weight of a record with this ``meta`` (a dict, or its JSON text): :data:`NOISY_WEIGHT`
+    when ``meta["noisy"]`` is true (the repeats' CV was over the protocol's threshold) or
+    ``meta["context"]`` says the machine was loaded (``context_is_loaded``, with the record's
+    ``meta["threads"]``), else 1.0 (also for meta that is not an object or not JSON)."""
+    from tunedb.transfer.measure.context import context_is_loaded
+
+    if isinstance(meta, str):
+        import json
+
+        try:
+            meta = json.loads(meta) if meta else {}
+        except ValueError:
+            return 1.0
+    if not isinstance(meta, Mapping):
+        return 1.0
+    if meta.get("noisy") is True:
+        return NOISY_WEIGHT
+    threads = meta.get("threads")
+    if context_is_loaded(meta.get("context"), threads if isinstance(threads, int) else None):
+        return NOISY_WEIGHT
+    return 1.0
+
+
+def meta_weights(meta: Any) -> np.ndarray:
+    """:func:`record_weight` of each row of an Arrow string column (or list) of meta JSON texts
+    (one line each, as the stores hold them), as float64.
+
+    Only rows mentioning ``"noisy":true`` or ``"context":{`` can weigh less than 1; those are
+    parsed at once by Arrow's JSON reader (only the few keys the rule needs; about 0.2 s per
+    100,000 such rows on one core), falling back to :func:`record_weight` row by row when their values are
+    not of the expected types.  tests/test_context.py checks both agree with ``record_weight``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = meta if isinstance(meta, (pa.Array, pa.ChunkedArray)) else pa.array(list(meta), pa.string())
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], pa.string())
+    w = np.ones(len(col), np.float64)
+    if len(col) == 0:
+        return w
+    hit = pc.or_(pc.fill_null(pc.match_substring(col, '"noisy":true'), False),
+                 pc.fill_null(pc.match_substring(col, '"context":{'), False))
+    idx = np.flatnonzero(np.asarray(hit.to_numpy(zero_copy_only=False), bool))
+    if len(idx) == 0:
+        return w
+    sub = col if len(idx) == len(col) else col.take(pa.array(idx))
+    try:
+        w[idx] = _parsed_weights(sub)
+    except (pa.ArrowInvalid, ValueError, TypeError):  # a type the rule does not expect: one by one
+        w[idx] = [record_weight(t) for t in sub.to_pylist()]
+    return w
+
+
+def _parsed_weights(texts: Any) -> np.ndarray:
+    """:func:`record_weight` of each of the meta texts (a string array; a null weighs 1) through
+    Arrow's JSON reader; ArrowInvalid/ValueError when the texts are not one JSON object a line
+    with the types the rule expects."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    from tunedb.transfer.measure.context import LOAD_HEADROOM_CPUS
+
+    texts = pc.fill_null(texts, "{}")
+    lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), "")
+    if not isinstance(lines, pa.StringArray):
+        raise ValueError("not a string column")
+    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
+    data = lines.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    num = pa.float64()
+    ctx_keys = ("loadavg", "loadavg_after", "running", "cpus", "cpus_usable", "cpu_quota")
+    schema = pa.schema([("noisy", pa.bool_()), ("threads", num),
+                        ("context", pa.struct([(k, num) for k in ctx_keys]))])
+    table = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=False),
+                         parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    if table.num_rows != len(texts):
+        raise ValueError("meta texts are not one JSON object a line")
+
+    def values(arr: Any) -> np.ndarray:
+        arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+        return np.asarray(pc.fill_null(arr, np.nan).to_numpy(zero_copy_only=False), np.float64)
+
+    ctx = table.column("context").combine_chunks()
+    f = {k: values(pc.struct_field(ctx, k)) for k in ctx_keys}
+    with np.errstate(invalid="ignore"):
+        n = np.where(np.isfinite(f["cpus_usable"]) & (f["cpus_usable"] != 0), f["cpus_usable"], f["cpus"])
+        quota = f["cpu_quota"]
+        n = np.where(np.isfinite(quota) & (quota > 0), np.fmin(n, quota), n)
+        threads = values(table.column("threads"))
+        own = np.where(np.isfinite(threads) & (threads > 0) & (threads == np.floor(threads)), threads, 1.0)
+        loaded = f["running"] + own > n
+        loaded |= f["loadavg"] >= n + LOAD_HEADROOM_CPUS
+        loaded |= f["loadavg_after"] >= n + LOAD_HEADROOM_CPUS
+        loaded &= np.isfinite(n) & (n > 0)
+    noisy = np.asarray(pc.fill_null(table.column("noisy"), False).to_numpy(zero_copy_only=False), bool)
+    return np.where(noisy | loaded, NOISY_WEIGHT, 1.0)
+
+
 @dataclass
 class TrainingSet:
     """A family's training rows as model input: ``X`` (float32, ``features`` layout), ``y`` (log
-    seconds), the distinct target names, and ``rows``: how many records they are."""
+    seconds), the distinct target names, ``weights`` (one sample weight per row, float64, see
+    :func:`record_weight`; None: all 1), and ``rows``: how many records they are."""
 
     features: FeatureSpace
     X: np.ndarray
     y: np.ndarray
     target_names: list[str]
+    weights: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -462,7 +576,8 @@ def _distinct(column: Any) -> tuple[list, np.ndarray]:
 
 def training_set(db: RecordStore, family: str, *, max_records: int = 200_000, seed: int = 0,
                  entries: Any = None) -> TrainingSet | None:
-    """The rows of :func:`family_table` as a :class:`TrainingSet` (None when there are none).
+    """The rows of :func:`family_table` as a :class:`TrainingSet` (None when there are none),
+    with each row's sample weight (:func:`record_weight`) in ``weights``.
     Each distinct config, workload and target is parsed and featurised once."""
     t = family_table(db, family, entries=entries, max_records=max_records, seed=seed)
     if t is None:
@@ -473,19 +588,29 @@ def training_set(db: RecordStore, family: str, *, max_records: int = 200_000, se
     fs = FeatureSpace.from_configs(cfgs)
     X = fs.matrix_of_codes(cfgs, cc, wls, wc, tgs, tc)
     y = np.log(np.asarray(t.column("cost").to_numpy(zero_copy_only=False), np.float64))
-    return TrainingSet(fs, X, y, sorted({str(x.get("name", "")) for x in tgs}))
+    return TrainingSet(fs, X, y, sorted({str(x.get("name", "")) for x in tgs}), _table_weights(t))
 
 
-def training_data(db: RecordStore, family: str, *, max_records: int = 200_000, seed: int = 0
-                  ) -> tuple[list, list, list, list]:
+def _table_weights(t: Any) -> np.ndarray:
+    """Sample weights of the rows of a records table (all 1 when it has no ``meta`` column)."""
+    if "meta" not in t.column_names:
+        return np.ones(t.num_rows, np.float64)
+    return meta_weights(t.column("meta"))
+
+
+def training_data(db: RecordStore, family: str, *, max_records: int = 200_000, seed: int = 0,
+                  with_weights: bool = False) -> tuple[list, ...]:
     """(configs, workloads, targets, costs) of the family's live ``ok`` records in ``db`` (any
-    record store), sorted by record_id; at most ``max_records`` (a seeded sample)."""
+    record store), in :func:`family_table` order; at most ``max_records`` (a seeded sample).
+    ``with_weights``: a fifth list, each record's sample weight (:func:`record_weight`), to pass
+    to ``fit(..., sample_weight=...)``."""
     t = family_table(db, family, max_records=max_records, seed=seed)
     if t is None:
-        return [], [], [], []
+        return ([], [], [], [], []) if with_weights else ([], [], [], [])
     cfgs, cc = _distinct(t.column("config"))
     wls, wc = _distinct(t.column("workload"))
     tgs, tc = _distinct(t.column("target"))
     # one dict per distinct target and workload (the feature caches key on id()); configs copied per row
     configs = [dict(cfgs[i]) for i in cc.tolist()]
-    return configs, [wls[i] for i in wc.tolist()], [tgs[i] for i in tc.tolist()], t.column("cost").to_pylist()
+    out = (configs, [wls[i] for i in wc.tolist()], [tgs[i] for i in tc.tolist()], t.column("cost").to_pylist())
+    return (*out, _table_weights(t).tolist()) if with_weights else out

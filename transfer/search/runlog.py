@@ -69,6 +69,8 @@ def task_summary(res: TuneResult, *, weight: float = 1.0, source: str | None = N
         "source": source, "evaluations": int(res.evaluations), "measurements": int(res.measurements),
         "cache_hits": int(res.cache_hits), "remeasurements": int(getattr(res, "remeasurements", 0)),
         "best": finite(res.best_cost), "best_config": res.best_config, "default_cost": finite(default_cost),
+        "best_estimate": getattr(res, "best_estimate", None),
+        "selection_biased": bool(getattr(res, "selection_biased", False)),
         "history": [[int(i), finite(b)] for i, b in res.history],
         "seeded_from": [s.get("from_target", "") for s in res.seeds[:8]],
         "stopped_by": res.stopped_by, "measure_s": finite(over.get("measure")) or 0.0,
@@ -90,6 +92,34 @@ def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float =
             "remeasurements": 0, "best": finite(best), "best_config": best_config, "default_cost": finite(default_cost),
             "history": [], "seeded_from": [], "stopped_by": "hit", "measure_s": 0.0, "wall_s": 0.0,
             "saved_s": finite(saved_s) or 0.0, "origins": {}, "origin_split": {}}
+
+
+def counted_runs(summaries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tuning runs among stored ``summaries``, each counted once: a ``demo`` summary is a
+    container of runs (its ``parts``) that are also stored as runs of their own, so it is left
+    out, and its parts are counted where they are stored (a part whose run_id is not stored,
+    from an older demo, is taken from the container)."""
+    summaries = list(summaries)
+    stored = {s.get("run_id") for s in summaries}
+    out: list[Mapping[str, Any]] = []
+    for s in summaries:
+        if s.get("kind") == "demo":
+            out.extend(p for p in (s.get("parts") or []) if isinstance(p, Mapping) and p.get("run_id") not in stored)
+        else:
+            out.append(s)
+    return out
+
+
+def run_hit_rate(summaries: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """(cache hits, evaluations) summed over the tuning runs of ``summaries``, each counted
+    once (:func:`counted_runs`): the *evaluation hit rate* of all stored runs is hits /
+    evaluations (the share of evaluations the DB answered instead of a measurement).  A model
+    run's hit *tasks* take no evaluations; their share is the run's task hit rate (``eta``)."""
+    hits = evals = 0
+    for s in counted_runs(summaries):
+        hits += int(s.get("cache_hits") or 0)
+        evals += int(s.get("evaluations") or 0)
+    return hits, evals
 
 
 #: the per-origin fields of ``origin_split``

@@ -71,6 +71,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tunedb.index.estimate import estimate, record_value
+from tunedb.index.estimate import rank as rank_configs
 from tunedb.index.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
@@ -154,11 +156,19 @@ class TuneResult:
     #: answered (preloaded records included), those measured (new records, failed ones included;
     #: cache_hits + measured = origins[origin]) and, of the measured, those not ``ok``
     origin_split: dict = field(default_factory=dict)
+    #: the estimate of ``best_config``'s cost (``tunedb.index.estimate.CostEstimate.to_dict()``:
+    #: value, lo, hi in seconds, records, samples, coverage, basis, noisy); ``best_cost`` is its value
+    best_estimate: dict | None = None
+    #: True when ``best_cost`` rests on the search's own samples (no confirmation
+    #: re-measurements of the winner): the best of n noisy samples is biased low
+    selection_biased: bool = False
 
     def to_json(self) -> dict:
         return {
             "target": self.target.get("name", ""), "target_json": self.target, "workload": self.workload,
-            "best": None if self.best_config is None else {"config": self.best_config, "cost": self.best_cost},
+            "best": None if self.best_config is None else {"config": self.best_config, "cost": self.best_cost,
+                                                           "estimate": self.best_estimate,
+                                                           "selection_biased": self.selection_biased},
             "measurements": self.measurements, "cache_hits": self.cache_hits, "evaluations": self.evaluations,
             "seeds": self.seeds, "history": self.history, "interrupted": self.interrupted,
             "stopped_by": self.stopped_by, "adapt": self.adapt, "model": self.model,
@@ -230,7 +240,8 @@ class Tuner:
         self.progress = progress
         self.on_evaluation = on_evaluation
         self.rng = random.Random(self.opt.seed)
-        self.evaluated: dict[str, float] = {}   # signature -> cost (inf when failed)
+        self.evaluated: dict[str, float] = {}   # signature -> its first record's value (median of repeats; inf when failed)
+        self.run_records: dict[str, list] = {}  # signature -> this run's ok records of it (evaluations and confirmations)
         self.configs: dict[str, dict] = {}
         self.tried: set[str] = set()
         self.measurements = 0
@@ -346,8 +357,11 @@ class Tuner:
         s = _sig(cfg)
         if s in self.evaluated:
             return
-        cost = rec.cost if rec.status == "ok" and rec.cost is not None else math.inf
+        value = record_value(rec)
+        cost = math.inf if value is None else value
         self.evaluated[s] = cost
+        if value is not None:
+            self.run_records.setdefault(s, []).append(rec)
         self.configs[s] = dict(cfg)
         self._count_origin(origin, rec, cached)
         if cost < math.inf and (self.best is None or cost < self.best[0]):
@@ -831,46 +845,87 @@ class Tuner:
 
     # ---------------------------------------------------------------- confirm
     def confirm(self) -> None:
-        """Noise guard: re-measure the ``confirm_top`` best configs (the incumbent and its
-        closest rivals) ``confirm_rounds`` times, interleaved (A, B, C, A, B, C, ...), so a slow
-        minute of a shared machine hits every candidate alike.  Every repeat is a new record
-        committed to the DB; the winner is the config with the lowest *median* cost over all
-        its measurements, and ``best`` becomes that config with that median.  Repeats are not
-        evaluations (they do not count against the budget); ``remeasurements`` counts them.
-        Nothing to do without a backend that measures (a replay answers the same cost again)
-        or when ``confirm_top`` < 2."""
+        """Noise guard and winner's-curse correction: re-measure the ``confirm_top`` leaders (the
+        incumbent and its closest rivals, by their estimates over this run's records)
+        ``confirm_rounds`` times, interleaved (A, B, C, A, B, C, ...), so a slow minute of a
+        shared machine hits every candidate alike.  Every repeat is a new record committed to the
+        DB with ``meta["origin"] = "confirm"``; with two or more of them a config's cost is
+        estimated from them alone (``tunedb.index.estimate``), so the winner's reported cost is
+        not the sample that selected it.  The winner is the leader with the lowest estimate
+        afterwards.  Repeats are not evaluations (they do not count against the budget);
+        ``remeasurements`` counts them.  Nothing to do without a backend that measures (a replay
+        answers the same cost again) or when ``confirm_top`` < 2."""
         top, rounds = self.opt.confirm_top, self.opt.confirm_rounds
         if top < 2 or rounds < 1 or self.best is None or getattr(self.backend, "name", "") == "replay":
             return
-        ranked = sorted(((c, s) for s, c in self.evaluated.items() if c < math.inf), key=lambda x: x[0])[:top]
+        ranked = self._leaders(top)
         if len(ranked) < 2:
             return
-        samples: dict[str, list[float]] = {s: [c] for c, s in ranked}
+        samples: dict[str, list[float]] = {s: [self.evaluated[s]] for s in ranked}
         for _ in range(rounds):
-            for _, s in ranked:
+            for s in ranked:
                 cfg = self.configs[s]
                 for rec, _cached in lookup_or_measure(self.db, self.backend, self.target, self.workload, [cfg],
                                                       force=True, timers=self.timers,
                                                       annotate=lambda _i: {"origin": "confirm"}):
                     self.remeasurements += 1
                     self._count_origin("confirm", rec, cached=False)
-                    if rec.status == "ok" and rec.cost is not None:
-                        samples[s].append(rec.cost)
-        medians = {s: float(np.median(v)) for s, v in samples.items()}
-        win = min(medians, key=lambda s: (medians[s], s))
+                    v = record_value(rec)
+                    if v is not None:
+                        samples[s].append(v)
+                        self.run_records.setdefault(s, []).append(rec)
+        ests = {s: self._estimate(s) for s in ranked}
+        ests = {s: e for s, e in ests.items() if e is not None}
         self.confirmed = {_sig_short(self.configs[s]): {"config": self.configs[s], "costs": v,
-                                                         "median": medians[s]} for s, v in samples.items()}
-        self.best = (medians[win], dict(self.configs[win]))
+                                                         "estimate": ests[s].to_dict() if s in ests else None}
+                          for s, v in samples.items()}
+        if ests:
+            win = min(ests, key=lambda s: (ests[s].value, s))
+            self.best = (ests[win].value, dict(self.configs[win]))
+
+    def _estimate(self, s: str) -> Any:
+        """The estimate of config ``s``'s cost: the DB's (every stored record of it, the one
+        number every surface shows) when there is a DB, else over this run's records."""
+        if self.db is not None:
+            try:
+                got = self.db.cost(self.target, self.workload, self.configs[s])
+            except ValueError:
+                got = None
+            if got is not None:
+                return got
+        return estimate(self.run_records.get(s, ()))
+
+    def _leaders(self, n: int) -> list[str]:
+        """The ``n`` configs of this run with the lowest estimates over this run's records."""
+        recs = [r for rs in self.run_records.values() for r in rs]
+        by_key = {_sig_short(self.configs[s]): s for s in self.run_records}
+        return [by_key[c.config_key] for c in rank_configs(recs, n) if c.config_key in by_key]
+
+    def _final_best(self) -> tuple[Any, dict] | None:
+        """(estimate, config) of the run's winner: of its leaders (this run's best estimates),
+        the one whose estimate (``_estimate``) is lowest."""
+        if self.best is None:
+            return None
+        cands = list(dict.fromkeys([_sig(self.best[1])] + self._leaders(3)))
+        ests = [(self._estimate(s), s) for s in cands if s in self.configs]
+        ests = [(e, s) for e, s in ests if e is not None]
+        if not ests:
+            return None
+        e, s = min(ests, key=lambda es: (es[0].value, es[1]))
+        return e, dict(self.configs[s])
 
     def _result(self, stopped_by: str, interrupted: bool, total_s: float) -> TuneResult:
         """The TuneResult of this run (``total_s``: its wall time in seconds)."""
         over = {k: round(self.timers.get(k, 0.0), 6) for k in self.OVERHEAD_STEPS if k not in ("other", "total")}
         over["other"] = round(max(total_s - sum(self.timers.values()), 0.0), 6)
         over["total"] = round(total_s, 6)
+        final = self._final_best()
         return TuneResult(
             target=self.target, workload=self.workload,
-            best_config=None if self.best is None else self.best[1],
-            best_cost=None if self.best is None else self.best[0],
+            best_config=None if final is None else final[1],
+            best_cost=None if final is None else final[0].value,
+            best_estimate=None if final is None else final[0].to_dict(),
+            selection_biased=final is not None and final[0].basis != "confirmed",
             measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
             adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over,
@@ -974,6 +1029,9 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     it measures (see the module docstring), so a rerun is all cache hits.  ``trust`` (e.g.
     ``"measured,imported:autotvm"``, see ``tunedb.index.trust``): only records it trusts answer
     look-ups, seeds and the model (``db`` is wrapped in a ``TrustedStore``; commits go to ``db``).
+    Without ``options`` the run re-measures its 2 leaders twice, interleaved, at the end
+    (``confirm_top=2, confirm_rounds=2``), so ``best_cost`` is not the sample that selected the
+    winner (``TuneResult.selection_biased`` is False then).
     The run's summary is stored in ``db`` (``RecordStore.add_run``, kind ``tune``).
     Raises ValueError (one line) for a target that is not a local preset, a workload no kernel
     family accepts or a bad trust policy."""
@@ -982,7 +1040,7 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
 
     db = trusted_view(db, trust)
     job = local_job(target, workload, backend)
-    opts = options or TuneOptions(budget=budget)
+    opts = options or TuneOptions(budget=budget, confirm_top=2, confirm_rounds=2)
     watch, before = runlog.Stopwatch(), runlog.records_in(db)
     res = Tuner(db, job.target, job.workload, job.space, job.backend, opts, **job.tuner_kwargs(), **kw).run()
     # the run's summary beside the records (``RecordStore.runs()``), as the CLI's tune stores it

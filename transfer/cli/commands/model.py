@@ -78,22 +78,49 @@ def run_tune_model(args) -> int:
     return 130 if interrupted else 0
 
 
+def _est_cell(d: dict | None, fallback: float | None) -> str:
+    """A table cell for a cost: the estimate with its interval's half-width and n."""
+    from tunedb.index.estimate import CostEstimate
+
+    if not d:
+        return fmt_seconds(fallback)
+    e = CostEstimate.from_dict(d)
+    pm = f" ±{e.rel_halfwidth * 100:.0f}%" if e.has_interval else ""
+    return f"{fmt_seconds(e.value)}{pm} n={e.records}" + (" noisy" if e.noisy else "")
+
+
+def _choice(t: dict) -> str:
+    v = t.get("versus_default") or {}
+    c = t.get("choice") or ""
+    if c == "default" and v:
+        return f"default kept ({v.get('verdict')})"
+    if c == "tuned" and v:
+        return "tuned (faster)"
+    return {"stored": "stored best", "default": "default"}.get(c, c or "-")
+
+
 def human_summary(out: dict) -> str:
     """The text the CLI prints for a tune-model result."""
     rows = [[t.get("name", ""), t["source"], t["evaluations"], t["measurements"], t["cache_hits"],
-             fmt_seconds(t.get("best")), fmt_seconds(t.get("default_cost")), t["weight"]] for t in out["tasks"]]
-    table = table_text(["task", "source", "evals", "new", "hits", "best", "default", "weight"], rows)
+             _est_cell(t.get("best_estimate"), t.get("best")), _est_cell(t.get("default_estimate"), t.get("default_cost")),
+             _choice(t), t["weight"]] for t in out["tasks"]]
+    table = table_text(["task", "source", "evals", "new", "answered by DB", "cost (chosen)", "default config",
+                        "chosen", "weight"], rows)
     pred = out.get("t_total_predicted_s")
+    hit_rate = (f"task hit rate {out['tasks_hit']}/{out['tasks_total']} ({out['eta'] * 100:.0f} %: tasks the DB "
+                "answered whole)") if out.get("eta") is not None else ""
     lines = [table,
              f"model {out['model']} on {out['target']}: latency {fmt_seconds(out.get('latency'))} "
-             f"(default configs {fmt_seconds(out.get('default_latency'))})",
-             f"tasks {out['tasks_total']}: {out['tasks_hit']} hit, {out['tasks_warm']} warm, {out['tasks_cold']} cold; "
-             f"eta {out['eta']:.2f}" if out.get("eta") is not None else f"tasks {out['tasks_total']}",
-             f"measurements {out['measurements']} new, {out['cache_hits']} cache hits, "
-             f"{out['remeasurements']} re-measurements; budget {out['search_evaluations']}/{out['budget']}",
+             f"(default configs {fmt_seconds(out.get('default_latency'))}); latency = sum of weight x each task's "
+             "chosen cost (median of its records; n, ±: 95% interval half-width)",
+             f"tasks {out['tasks_total']}: {out['tasks_hit']} hit, {out['tasks_warm']} warm, {out['tasks_cold']} cold"
+             + (f"; {hit_rate}" if hit_rate else ""),
+             f"measurements {out['measurements']} new (search, default references and tuned-vs-default rounds), "
+             f"{out['cache_hits']} answered by the DB, "
+             f"{out['remeasurements']} leader re-measurements; search budget {out['search_evaluations']}/{out['budget']}",
              f"time: measuring {fmt_seconds(out.get('measure_s'))}, T_query {fmt_seconds(out.get('query_s'))}; "
              f"T_total {fmt_seconds(out.get('t_total_s'))} measured vs "
-             f"{fmt_seconds(pred) if pred is not None else '-'} predicted (T_full (1 - eta) + T_query)"]
+             f"{fmt_seconds(pred) if pred is not None else '-'} predicted (T_full (1 - task hit rate) + T_query)"]
     if out.get("interrupted"):
         lines.append("interrupted: everything measured is in the DB; rerun to tune the rest")
     if out.get("omitted"):

@@ -53,9 +53,26 @@ def run_init(args) -> None:
 
 
 def run_stats(args) -> None:
+    from tunedb.transfer.search.runlog import run_hit_rate
+
     db = open_db(args, must_exist=True)
     s = db.stats().to_dict()
-    human = "\n".join(f"{k:>14}: {v}" for k, v in s.items() if k not in ("stale_targets",))
+    hits, evals = run_hit_rate(db.runs())
+    s["hit_rate_this_process"] = s.pop("hit_rate")
+    s["lookups_this_process"] = s.pop("lookups")
+    s["hits_this_process"] = s.pop("hits")
+    s["hit_rate_all_runs"] = hits / evals if evals else None
+    s["evaluations_all_runs"] = evals
+    s["cache_hits_all_runs"] = hits
+    labels = {"hit_rate_this_process": "hit rate (this process)", "lookups_this_process": "lookups (this process)",
+              "hits_this_process": "hits (this process)", "hit_rate_all_runs": "hit rate (all stored runs)",
+              "evaluations_all_runs": "evaluations (all runs)", "cache_hits_all_runs": "cache hits (all runs)"}
+
+    def show(k: str, v: object) -> str:
+        if k.startswith("hit_rate"):
+            return "-" if v is None else f"{v * 100:.1f} %"
+        return str(v)
+    human = "\n".join(f"{labels.get(k, k):>26}: {show(k, v)}" for k, v in s.items() if k not in ("stale_targets",))
     emit(args, s, human)
 
 
@@ -75,17 +92,23 @@ def run_best(args) -> None:
     db = trusted(args, lambda: open_db(args, must_exist=True))
     target = _target_in_db(args, db, args.target)
     workload = parse_workload(args.workload)
-    recs = db.best(target, workload, args.k)
-    if not recs:
+    best = db.best_costs(target, workload, args.k)
+    if not best:
         from tunedb.index.keys import key_of
 
         if not any(e == key_of(workload) for e in db.entries().column("workload_key").to_pylist()):
             raise UserError(f"workload {args.workload!r} has no records in {args.db}")
-    rows = [{"config": r.config, "cost": r.cost, "costs": list(r.costs), "status": r.status,
-             "source": r.source, "record_id": r.record_id} for r in recs]
-    human = table_text(["rank", "cost", "source", "config"],
-                       [[i + 1, fmt_seconds(r["cost"]), r["source"], r["config"]] for i, r in enumerate(rows)])
-    emit(args, {"target": target, "workload": workload, "records": rows}, human)
+    rows = [{"config": c.config, "config_key": c.config_key, "cost": c.estimate.value,
+             "estimate": c.estimate.to_dict(), "source": c.record.source, "record_id": c.record.record_id}
+            for c in best]
+    human = table_text(["rank", "cost", "interval", "n", "", "source", "config"],
+                       [[i + 1, fmt_seconds(c.estimate.value), c.estimate.interval_text(), c.estimate.records,
+                         ("noisy" if c.estimate.noisy else "") + (" confirmed" if c.estimate.basis == "confirmed"
+                                                                   else ""),
+                         c.record.source, c.config] for i, c in enumerate(best)])
+    emit(args, {"target": target, "workload": workload, "configs": rows, "records": rows},
+         human + "\ncost: median of the per-record medians of each config's ok records (n records); "
+                 "interval: its confidence interval")
 
 
 def run_compact(args) -> None:

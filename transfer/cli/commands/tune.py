@@ -38,6 +38,7 @@ def register(sub, common) -> None:
                         "--budget is spent)")
     p.add_argument("--exact", action="store_true", help="start from the exact entry's best configs (lookup only)")
     p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
+    _confirm_args(p)
     p.set_defaults(func=run_tune)
 
     p = sub.add_parser("warm-start", parents=[common], help="tune many workloads on a new target from history")
@@ -49,6 +50,7 @@ def register(sub, common) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cold", action="store_true")
     p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
+    _confirm_args(p)
     p.set_defaults(func=run_warm_start)
 
     p = sub.add_parser("predict", parents=[common], help="the cost model's predicted time for a config")
@@ -56,6 +58,27 @@ def register(sub, common) -> None:
     p.add_argument("--workload", required=True)
     p.add_argument("--config", required=True, help="JSON object or file")
     p.set_defaults(func=run_predict)
+
+
+def _confirm_args(p) -> None:
+    p.add_argument("--confirm", type=int, default=2, metavar="K",
+                   help="re-measure the K leaders interleaved at the end, so the winner's cost is not the "
+                        "sample that selected it (default 2; 0: off, the cost is then flagged selection-biased)")
+    p.add_argument("--confirm-rounds", type=int, default=2, metavar="R",
+                   help="interleaved re-measurement rounds of the leaders (default 2)")
+
+
+def best_text(res) -> str:
+    """The winner's cost as a user reads it: the estimate with its interval and n, and whether
+    it is selection-biased (not confirmed by re-measurement)."""
+    from tunedb.index.estimate import CostEstimate
+
+    if res.best_estimate is None:
+        return "-"
+    text = CostEstimate.from_dict(res.best_estimate).text()
+    if res.selection_biased:
+        text += " [selection-biased: the best of this run's samples, not re-measured]"
+    return text
 
 
 def _check_budget(b: int) -> None:
@@ -90,14 +113,18 @@ def _progress(args, label: str, total: int):
 
     def cb(ev: dict) -> None:
         best = fmt_seconds(ev["best"]) if ev["best"] is not None else "-"
-        progress_to(bar, ev["evaluations"], f"best {best}  new {ev['measurements']}  hits {ev['cache_hits']}")
+        progress_to(bar, ev["evaluations"], f"best so far {best}  new {ev['measurements']}  "
+                                            f"answered by DB {ev['cache_hits']}")
     return bar, cb
 
 
 def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = "tune", **opt):
     from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
-    options = TuneOptions(budget=budget, cold=cold, seed=seed, **opt)
+    if getattr(args, "confirm", 2) < 0 or getattr(args, "confirm_rounds", 2) < 0:
+        raise UserError("--confirm and --confirm-rounds must be >= 0")
+    options = TuneOptions(budget=budget, cold=cold, seed=seed, confirm_top=getattr(args, "confirm", 2),
+                          confirm_rounds=getattr(args, "confirm_rounds", 2), **opt)
     bar, cb = _progress(args, label, budget)
     try:
         res = Tuner(db, job.target, job.workload, job.space, job.backend, options, **job.tuner_kwargs(),
@@ -136,8 +163,10 @@ def run_tune(args) -> int:
     out["target"] = job.target.get("name", "")
     out["run_id"] = _store_summary(db, "tune", job.target, [res], watch, before, args, interrupted=res.interrupted)
     lines = [f"target {out['target']}  workload {json.dumps(job.workload)}",
-             f"best {fmt_seconds(res.best_cost)}  config {json.dumps(res.best_config)}",
-             f"measurements {res.measurements} new, {res.cache_hits} cache hits, stopped by {res.stopped_by}"]
+             f"best {best_text(res)}",
+             f"     config {json.dumps(res.best_config)}",
+             f"measurements {res.measurements} new + {res.remeasurements} re-measurements, "
+             f"{res.cache_hits} answered by the DB, stopped by {res.stopped_by}"]
     if res.seeds:
         lines.append("seeded from: " + ", ".join(f"{s['from_target']} ({s['similarity']:.3f})" for s in res.seeds[:5]))
     emit(args, out, "\n".join(lines))
@@ -190,16 +219,17 @@ def run_warm_start(args) -> int:
                        label=f"[{i + 1}/{len(workloads)}] {w['family']}")
         results.append(res)
         rows.append({"workload": job.workload, "best": None if res.best_config is None else
-                     {"config": res.best_config, "cost": res.best_cost},
+                     {"config": res.best_config, "cost": res.best_cost, "estimate": res.best_estimate,
+                      "selection_biased": res.selection_biased},
                      "measurements": res.measurements, "cache_hits": res.cache_hits,
                      "seeds": res.seeds[:3], "history": res.history})
         if res.interrupted:
             interrupted = True
             break
-    human = table_text(["workload", "best", "new", "hits", "seeded from"],
-                       [[json.dumps(r["workload"]), fmt_seconds(r["best"]["cost"] if r["best"] else None),
+    human = table_text(["workload", "best (estimate, interval, n)", "new", "answered by DB", "seeded from"],
+                       [[json.dumps(r["workload"]), best_text(res) if r["best"] else "-",
                          r["measurements"], r["cache_hits"], (r["seeds"][0]["from_target"] if r["seeds"] else "-")]
-                        for r in rows])
+                        for r, res in zip(rows, results)])
     run_id = _store_summary(db, "warm-start", target, results, watch, before, args, interrupted=interrupted)
     emit(args, {"target": target.get("name", ""), "workloads": rows, "run_id": run_id,
                 "totals": {"workloads": len(rows), "measurements": sum(r["measurements"] for r in rows),
