@@ -40,7 +40,8 @@ def test_stats_and_best_json(db_path):
     assert b.returncode == 0, b.stderr
     recs = json.loads(b.stdout)["records"]
     assert [r["config"] for r in recs] == [{"tile": 0}, {"tile": 1}]
-    assert {"config", "cost", "costs", "status", "source"} <= set(recs[0])
+    assert {"config", "cost", "estimate", "source", "record_id"} <= set(recs[0])
+    assert recs[0]["cost"] == recs[0]["estimate"]["value"] and recs[0]["estimate"]["records"] >= 1
     human = run_cli("best", "--db", str(db_path), "--target", "cli-target", "--workload", "matmul:M=8,N=8,K=8")
     assert "tile" in human.stdout and human.returncode == 0
 

@@ -25,6 +25,7 @@ from tunedb.index import Record  # noqa: E402
 from tunedb.transfer.apps import figures  # noqa: E402
 from tunedb.transfer.apps.dashboard.app import create_app  # noqa: E402
 from tunedb.transfer.apps.dashboard.data import DashboardData  # noqa: E402
+from tunedb.transfer.apps.report import cost_brief  # noqa: E402
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData  # noqa: E402
 from tunedb.transfer.search import runlog  # noqa: E402
 from tunedb.transfer.search.tuner import TuneOptions, Tuner  # noqa: E402
@@ -190,11 +191,11 @@ def test_every_view_shows_the_db_numbers_and_never_writes(filled):
     configs = [json.loads(r[1]) for r in best_rows]
     assert 1 <= len(configs) <= 10
     ok = [r for r in db.records(tk, wk).to_pylist() if r["status"] == "ok"]
-    by_cfg: dict[str, float] = {}
-    for r in ok:
-        by_cfg[r["config"]] = min(by_cfg.get(r["config"], 1e9), r["cost"])
-    want = sorted(by_cfg, key=lambda c: by_cfg[c])[:10]
-    assert [json.dumps(c, sort_keys=True, separators=(",", ":")) for c in configs] == want
+    # the configs and costs are the estimator's, as `tunedb best` gives them (db.best_costs), never a min
+    want = db.best_costs(a4000.target, a4000.workload, 10)
+    assert [json.dumps(c, sort_keys=True, separators=(",", ":")) for c in configs] == \
+        [json.dumps(c.config, sort_keys=True, separators=(",", ":")) for c in want]
+    assert [r[2] for r in best_rows] == [cost_brief(c.estimate) for c in want]
     assert all(r[7] == "replayed measurement" for r in best_rows)
     # which nearest entry seeded each of the best configs (its record's meta.seeded_from)
     meta = {json.dumps(json.loads(r["config"]), sort_keys=True, separators=(",", ":")): json.loads(r["meta"])
@@ -537,3 +538,264 @@ def test_layers_are_served_read_only(filled, tmp_path):
         proc.terminate()
         proc.wait(timeout=10)
     assert (tree_state(top), tree_state(filled[0])) == before
+
+
+# ------------------------------------------------- one cost estimate, runs counted once, G(n), comparison
+EST_T = {"kind": "gpu", "name": "est-gpu", "vendor": "nv"}
+EST_W = {"family": "matmul", "m": 32, "n": 32, "k": 32}
+EST_CFG = {"tile": 4}
+
+
+def _history(costs: list[float]) -> list[list]:
+    out, best = [], None
+    for i, c in enumerate(costs, 1):
+        best = c if best is None or c < best else best
+        out.append([i, best])
+    return out
+
+
+def _task(workload: dict, source: str, costs: list[float], *, hits: int = 0, best_config: dict | None = None) -> dict:
+    """A ``tasks`` entry as ``runlog.task_summary`` writes it (``best``: what the run saw)."""
+    from tunedb.index.keys import key_of
+
+    return {"name": "", "workload": workload, "workload_key": key_of(workload), "weight": 1.0, "source": source,
+            "evaluations": len(costs), "measurements": len(costs) - hits, "cache_hits": hits, "remeasurements": 0,
+            "best": min(costs), "best_config": best_config, "default_cost": None, "history": _history(costs),
+            "seeded_from": ["gpu-a"] if source == "warm" else [], "stopped_by": "budget",
+            "measure_s": 0.1 * (len(costs) - hits), "wall_s": 0.1 * len(costs), "saved_s": 0.0,
+            "origins": {}, "origin_split": {}}
+
+
+def _open(where: str, tmp_path: Path, name: str = "db"):
+    return tunedb.open(tmp_path / name) if where == "parquet" else tunedb.open(f"memory:{tmp_path.name}-{name}")
+
+
+def _estimator_db(where: str, tmp_path: Path):
+    """One config with 3 records at 1, 2 and 10 ms (a worse one at ~5 ms) and the summary of the run
+    that chose it, which saw 1 ms."""
+    db = _open(where, tmp_path)
+    db.commit([Record(EST_T, EST_W, EST_CFG, [c]) for c in (1e-3, 2e-3, 10e-3)])
+    db.commit([Record(EST_T, EST_W, {"tile": 8}, [c]) for c in (5e-3, 5.1e-3, 5.2e-3)])
+    task = _task(EST_W, "cold", [3e-3, 1e-3, 5e-3], best_config=EST_CFG)
+    db.add_run(runlog.run_summary("tune", target=EST_T, tasks=[task], started=runlog.utc_now(), wall_s=1.0,
+                                  label="cold"))
+    return db
+
+
+def _titles(node: Any) -> list[str]:
+    """The ``title`` (tooltip) of every component below ``node``."""
+    if isinstance(node, list):
+        return [t for n in node for t in _titles(n)]
+    if not isinstance(node, dict):
+        return []
+    props = node.get("props", {})
+    return ([props["title"]] if props.get("title") else []) + _titles(props.get("children"))
+
+
+@pytest.mark.parametrize("where", ["parquet", "memory"])
+def test_every_cost_shown_is_the_estimators_with_n_and_interval(where, tmp_path):
+    """The dashboard's tables and the report show a config's and an entry's cost as the estimator
+    gives it (the median of the records' medians: 2 ms of 1, 2 and 10 ms; n=3), the same string in
+    the runs table and the configs table; the run's own 1 ms only as "in-run"."""
+    import html as _html
+
+    from tunedb.index.keys import key_of
+    from tunedb.transfer.apps.report import build_report
+
+    db = _estimator_db(where, tmp_path)
+    est = db.cost(EST_T, EST_W, EST_CFG)
+    assert est is not None and est.value == pytest.approx(2e-3) and est.records == 3
+    want = cost_brief(est)
+    assert want.startswith("2.00 ms ±") and "n=3" in want and want.endswith("noisy")  # 1..10 ms: wide
+    assert db.best_costs(EST_T, EST_W, 1)[0].estimate == est  # (what `tunedb best` shows)
+    client = create_app(DashboardData(db)).server.test_client()
+
+    ov = page(client, "/")
+    entry_row = [r for r in rows(find(ov, "ov-entries-table")) if r[0] == "est-gpu"][0]
+    assert entry_row[4] == want
+    assert [r for r in rows(find(ov, "ov-active")) if r[0] == "est-gpu"][0][4] == want
+    assert est.text() in _titles(find(ov, "ov-entries-table"))  # the interval in full, as the tooltip
+    assert "1.00 ms" not in text(find(ov, "ov-entries-table"))
+
+    en = page(client, "/entry", f"?t={key_of(EST_T)}&w={key_of(EST_W)}")
+    best_rows = rows(find(en, "en-best"))
+    assert json.loads(best_rows[0][1]) == EST_CFG and best_rows[0][2] == want
+    assert best_rows[0][3] == "3" and best_rows[0][6] == "3"  # repeats and records of the config
+    assert json.loads(best_rows[1][1]) == {"tile": 8} and best_rows[1][2] == cost_brief(db.cost(EST_T, EST_W, {"tile": 8}))
+    run_rows = rows(find(en, "en-runs"))
+    assert len(run_rows) == 1
+    assert run_rows[0][5] == best_rows[0][2] == want   # the run's chosen config now: the same cell
+    assert run_rows[0][6] == "1.00 ms"                 # what the run saw, labelled in-run
+    header = text(find(en, "en-runs")["props"]["children"][0])
+    assert "in-run" in header and "now (estimate)" in header
+    assert est.text() in _titles(find(en, "en-runs"))
+    curve = find(en, "g-entry")["props"]["figure"]
+    assert want in curve["layout"]["title"]["text"]  # the curve (fastest measurement so far) names the estimate
+    assert "fastest measurement so far" in json.dumps(curve["layout"])
+
+    tr = page(client, "/trend")
+    names = [t["name"] for t in find(tr, "g-best-time")["props"]["figure"]["data"]]
+    assert any(want in n for n in names)
+
+    res = build_report(db, tmp_path / "site")
+    html_page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    section = html_page.split("<h2>Best configs</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f'<span title="{_html.escape(est.text())}">{_html.escape(want)}</span>' in section
+    assert "1.00 ms" not in section
+    assert res["summary"]["entries_with_ok"] == 1
+
+
+def _demo_runs(db, *, all_parts_stored: bool, demo_first: bool) -> list[dict]:
+    """A ``demo`` summary whose parts are tune-model runs, stored (with their run_ids) as runs of
+    their own too, as ``tunedb demo`` stores them (``all_parts_stored=False``: the last part only
+    inside the demo, as an older demo kept it); ``demo_first``: the demo is stored before its parts.
+    Returns the parts (each a tuning run)."""
+    import uuid
+
+    from tunedb.transfer.apps.figures import gain_model
+
+    target = {"kind": "cpu", "name": "demo-cpu"}
+    parts = []
+    for i, (model, label, src, n) in enumerate((("A", "A first", "cold", 0), ("B", "B warm", "warm", 20),
+                                                ("B", "B cold", "cold", 40), ("B", "B again", "warm", 60))):
+        if all_parts_stored and i == 3:
+            break
+        task = _task({"family": "dense", "m": 8 * (i + 1)}, src, [3e-3, 2e-3, 2.5e-3], hits=i)
+        part = runlog.run_summary("tune-model", target=target, tasks=[task], started=runlog.utc_now(), wall_s=1.0,
+                                  label=label, model=model, records_before=n,
+                                  extra={"gain": float(gain_model(n, 0.6, 0.05))})
+        part["run_id"] = uuid.uuid4().hex
+        parts.append(part)
+    stored = parts if all_parts_stored else parts[:3]
+    demo = runlog.run_summary("demo", target=target, tasks=[], started=runlog.utc_now(), wall_s=4.0, label="demo",
+                              records_before=0, extra={"parts": parts, "evaluations": sum(p["evaluations"] for p in parts),
+                                                       "cache_hits": sum(p["cache_hits"] for p in parts),
+                                                       "measurements": sum(p["measurements"] for p in parts)})
+    for s in ([demo, *stored] if demo_first else [*stored, demo]):
+        db.add_run(s)
+    return parts
+
+
+@pytest.mark.parametrize("all_parts_stored,demo_first", [(True, False), (False, False), (True, True)])
+def test_a_demo_and_its_parts_are_counted_once_everywhere(all_parts_stored, demo_first, tmp_path):
+    from tunedb.transfer.apps.report import build_report
+
+    db = _open("parquet", tmp_path)
+    parts = _demo_runs(db, all_parts_stored=all_parts_stored, demo_first=demo_first)
+    n = len(parts)
+    assert len(db.runs()) == 4  # 3 stored parts + the demo (+ the 4th part inside it)
+    data = DashboardData(db)
+    client = create_app(data).server.test_client()
+    assert text(find(page(client, "/"), "ov-runs")) == str(n)
+    hits, evals = sum(p["cache_hits"] for p in parts), sum(p["evaluations"] for p in parts)
+    assert text(find(page(client, "/"), "ov-hit-all")).endswith(f"({hits}/{evals})")
+    runs = rows(find(page(client, "/pipeline"), "pl-runs"))
+    names = [r[1] for r in runs]
+    assert len(runs) == n and sorted(set(names)) == sorted(names), names   # each run listed once
+    for p in parts:
+        assert sum(p["label"] in name for name in names) == 1
+    snap = data.snapshot
+    assert snap.overview["runs"] == n and snap.overview["gain_points"] == n
+    assert snap.overview["fit"] is not None and snap.overview["fit"]["points"] == n
+    assert f"fit over {n} of {n} tuning runs" in text(find(page(client, "/trend"), "tr-fit"))
+    hit_fig = find(page(client, "/pipeline"), "g-hit-rate")["props"]["figure"]
+    assert len(hit_fig["data"][0]["x"]) == n                                # one bar per run
+
+    res = build_report(db, tmp_path / "site")
+    assert res["summary"]["stored_runs"] == n
+    assert res["summary"]["saturation_fit"]["points"] == n
+    html_page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    runs_table = html_page.split("<h2>Tuning runs</h2>", 1)[1].split("<h2>", 1)[0]
+    for p in parts:
+        assert runs_table.count(f"<td>{p['label']}</td>") == 1, p["label"]
+    demo_row = re.search(r"<td>demo</td><td>demo</td><td>demo-cpu</td><td></td><td class=\"num\">(\d+)</td>", runs_table)
+    if all_parts_stored:   # the container is no run of its own: no row
+        assert demo_row is None
+    else:                  # the part only it holds, below it; its totals are that part's
+        assert demo_row is not None and int(demo_row.group(1)) == parts[3]["evaluations"]
+        assert runs_table.count("demo › tune-model") == 1
+    assert f"<td>tuning runs stored in the database</td><td>{n}</td>" in html_page
+
+
+def test_the_comparison_shows_only_workloads_with_warm_and_cold_in_one_colour_per_label(tmp_path):
+    """Panels only for the workloads with both a warm and a cold search (none empty, none
+    overlapping), one colour per label in every panel, each label once in a shared legend; the reach
+    table of the same workloads; no such workload: one line saying why."""
+    from tunedb.transfer.apps.report import RunsData, add_summaries
+
+    db = _open("memory", tmp_path)
+    target = {"kind": "gpu", "name": "cmp-gpu"}
+    w1, w2, w3, w4 = ({"family": "matmul", "m": m} for m in (16, 32, 64, 128))
+    for label, tasks in (("warm", [_task(w1, "warm", [2e-3, 1e-3]), _task(w2, "warm", [4e-3, 3e-3]),
+                                   _task(w4, "warm", [5e-3, 4e-3])]),
+                         ("cold", [_task(w1, "cold", [3e-3, 2e-3]), _task(w3, "cold", [6e-3, 5e-3]),
+                                   _task(w4, "cold", [7e-3, 6e-3])])):
+        db.add_run(runlog.run_summary("tune", target=target, tasks=tasks, started=runlog.utc_now(), wall_s=1.0,
+                                      label=label))
+    data = DashboardData(db)
+    client = create_app(data).server.test_client()
+    cmp_ = page(client, "/comparison")
+    fig = find(cmp_, "g-warm-cold")["props"]["figure"]
+    spec = data.snapshot.figs["warm_vs_cold"]
+    titles = [p.title for p in spec.panels]
+    assert titles == [figures.short_workload(w1, 48), figures.short_workload(w4, 48)]  # not w2 (warm only), w3
+    assert all(p.series and all(s.y for s in p.series) for p in spec.panels)             # no empty panel
+    colors: dict[str, set] = {}
+    for t in fig["data"]:
+        colors.setdefault(t["name"], set()).add(t["line"]["color"])
+    assert set(colors) == {"warm (cmp-gpu)", "cold (cmp-gpu)"}
+    assert all(len(c) == 1 for c in colors.values()) and len({next(iter(c)) for c in colors.values()}) == 2
+    shown = [t["name"] for t in fig["data"] if t["showlegend"]]
+    assert sorted(shown) == sorted(colors)                                               # each label once
+    assert len({t["legendgroup"] for t in fig["data"]}) == 2                             # toggled together
+    lay = fig["layout"]
+    boxes = [(lay[f"xaxis{s}"]["domain"], lay[f"yaxis{s}"]["domain"]) for s in ("", "2")]
+    (xa, ya), (xb, yb) = boxes
+    assert xa[1] < xb[0] or xb[1] < xa[0] or ya[1] < yb[0] or yb[1] < ya[0]              # no overlap
+    reach = rows(find(cmp_, "cmp-reach"))
+    assert sorted((r[0], r[1]) for r in reach) == sorted(
+        (figures.short_workload(w, 48), lab) for w in (w1, w4) for lab in ("warm", "cold"))
+    # the report draws the same figure
+    runs = RunsData()
+    add_summaries(runs, db.runs(), "database")
+    assert [p.title for p in figures.warm_vs_cold_figure(runs.runs).panels] == titles
+    assert figures.to_matplotlib(figures.warm_vs_cold_figure(runs.runs), tmp_path / "w.png")
+
+    # many panels: rows of panels never overlap (room for the axis labels and the next title)
+    many = [figures.Panel(f"w{i}", "evaluations", "best (s)", series=[figures.Series("a", [1, 2], [1, 2])])
+            for i in range(7)]
+    lay = figures.to_plotly_dict(figures.FigureSpec("k", "t", panels=many))["layout"]
+    ys = sorted(lay[f"yaxis{'' if i == 0 else i + 1}"]["domain"] for i in range(7))
+    px = lay["height"] - lay["margin"]["t"] - lay["margin"]["b"]
+    gaps = [b[0] - a[1] for a, b in zip(ys, ys[1:]) if b[0] > a[0]]
+    assert gaps and min(gaps) * px >= 90
+
+    only_one = _open("memory", tmp_path, "one")
+    only_one.add_run(runlog.run_summary("tune", target=target, tasks=[_task(w2, "warm", [4e-3, 3e-3])],
+                                        started=runlog.utc_now(), wall_s=1.0, label="warm"))
+    c1 = page(create_app(DashboardData(only_one)).server.test_client(), "/comparison")
+    assert "Nothing to draw: no workload has both a warm and a cold search" in text(find(c1, "fig-warm_vs_cold"))
+    assert find(c1, "g-warm-cold") is None and "no workload has both" in text(find(c1, "cmp-reach"))
+
+
+def test_the_trend_never_shows_a_g_max_above_1(tmp_path):
+    """Runs whose gains a fit with G_max up to 1.5 put at G_max = 1.5 ± 36 (G <= 1 by definition): the
+    trend says "no fit" with the reason; runs that do show a level give a G_max <= 1."""
+    from tunedb.transfer.apps.figures import gain_model
+
+    target = {"kind": "cpu", "name": "g-cpu"}
+
+    def trend_of(name: str, points) -> str:
+        db = _open("memory", tmp_path, name)
+        for n, g in points:
+            db.add_run(runlog.run_summary("tune", target=target, tasks=[_task({"family": "dense", "m": n + 1},
+                                                                              "cold", [1e-3])],
+                                          started=runlog.utc_now(), wall_s=1.0, label="cold", records_before=n,
+                                          extra={"gain": g}))
+        return text(find(page(create_app(DashboardData(db)).server.test_client(), "/trend"), "tr-fit"))
+
+    bad = trend_of("bad", [(300, 0.1), (312, 0.3), (343, 0.2), (400, 0.5)])
+    assert bad.startswith("no fit of G(n): ") and "bound 1" in bad and "G_max = 1.5" not in bad, bad
+    good = trend_of("good", [(n, float(gain_model(n, 0.8, 1e-3))) for n in (0, 300, 1000, 3000, 8000)])
+    m = re.search(r"G_max = ([0-9.e+-]+) ± ", good)
+    assert m is not None and float(m.group(1)) == pytest.approx(0.8, abs=1e-3) and "of 5 tuning runs" in good, good

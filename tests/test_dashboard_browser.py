@@ -134,6 +134,8 @@ def test_dashboard_in_a_real_browser(tmp_path):
         assert txt("ov-targets") in ("2", "3")
         assert "old-gpu" in txt("ov-stale")
         assert "NVIDIA A100-PCIE-40GB" in txt("ov-entries-table")
+        assert " n=" in txt("ov-entries-table")  # costs: the estimator's, with n (and the interval as a tooltip)
+        assert "hit rate, runs since this dashboard started" in txt("ov-table") and "hit rate, all runs" in txt("ov-table")
         latencies = []
         seen_before = count("ov-records")
         for _ in range(4):
@@ -185,7 +187,8 @@ def test_dashboard_in_a_real_browser(tmp_path):
         wait.until(lambda d: d.find_elements(By.ID, "en-best"))
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#g-entry .main-svg"))
         best = txt("en-best")
-        assert "replayed measurement" in best and "best of a" in best
+        assert "replayed measurement" in best and "best of a" in best and " n=" in best
+        assert "in-run" in txt("en-runs") and " n=" in txt("en-runs")
         shoot("entry")
 
         severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]

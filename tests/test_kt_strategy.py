@@ -122,9 +122,15 @@ def test_warm_start_commits_every_feval_with_the_replayed_time(db, caches, space
     # restrictions: every evaluated config is in Kernel Tuner's searchspace (asked, not evaluated here)
     ss = Searchspace(doc["tune_params"], space_def["restrictions"], 1_000_000_000)
     assert all(ss.is_param_config_valid(tuple(r[k] for k in keys)) for r in results)
-    # Kernel Tuner's own bookkeeping sees the same best
+    # Kernel Tuner's own bookkeeping: the best of the times it was given
     assert env["best_config"]["time"] == pytest.approx(min(r["time"] for r in results))
-    assert run.best_time_s == pytest.approx(env["best_config"]["time"] * 1e-3)
+    # the run's best is the one estimator's (one record per config here: the median of its repeats)
+    ests = {key(r, keys): db.cost(run.target, run.workload, {k: r[k] for k in keys}) for r in results}
+    best_key = min(ests, key=lambda k: ests[k].value)
+    assert key(run.best_config, keys) == best_key and run.best_time_s == ests[best_key].value
+    assert run.best_time_s == pytest.approx(float(np.median(cached_seconds(doc, best_key))))
+    assert run.best_estimate == ests[best_key].to_dict() and run.best_estimate["records"] == 1
+    assert ws.last_result.best_cost == run.best_time_s
 
 
 def test_seeds_are_the_other_devices_bests(db, caches, space_def):
@@ -171,9 +177,45 @@ def test_imported_cache_and_live_run_are_one_entry_and_db_answers_are_not_fevals
     assert {r["tunedb_record_id"] for r in db_results} == {r.record_id for r in some}
     assert all(r["compile_time"] == 0 and r["benchmark_time"] == 0 for r in db_results)
     for r in db_results:
-        assert r["time"] == pytest.approx(doc["cache"][key(r, keys)]["time"])
+        # the config's estimate (one record: the median of its repeats), ms, with n beside it
+        assert r["time"] == pytest.approx(float(np.median(doc["cache"][key(r, keys)]["times"])))
+        assert r["tunedb_estimate"]["records"] == 1
+        assert r["tunedb_estimate"]["value"] == pytest.approx(r["time"] * 1e-3)
     stored = entry_records(db, doc)
     assert len(stored) == 10 and all(len(v) == 1 for v in stored.values())  # nothing measured twice
+    assert env["best_config"]["time"] == pytest.approx(min(r["time"] for r in results))
+
+
+def test_a_db_answer_is_the_configs_estimate_not_one_of_its_records(db, caches, space_def):
+    """A config with records of 1, 2 and 10 ms (1 ms committed last) is answered as 2 ms (n=3),
+    not as its latest record or its minimum; a config whose minimum (0.1 ms) is a fluke among
+    50 and 60 ms is not the run's best, neither for tunedb nor for Kernel Tuner."""
+    from tunedb.index.record import Record
+
+    path, doc = caches[HELD]
+    keys = keys_of(doc)
+    t = target_of(doc["device_name"] or HELD)
+    w = workload_of(doc["kernel_name"], doc["problem_size"], keys)
+    ok = sorted(k for k, v in doc["cache"].items() if isinstance(v.get("time"), float))
+    cx, cz = ({p: doc["cache"][k][p] for p in keys} for k in (ok[10], ok[20]))
+    for cfg, ms in ((cx, (2.0, 10.0, 1.0)), (cz, (50.0, 60.0, 0.1))):
+        for m in ms:  # one commit each: the last one is what lookup answers
+            db.commit(Record(t, w, cfg, costs=[m * 1e-3]))
+    ws = WarmStart(db)
+    results, env = tune(caches, space_def, ws, max_fevals=8)
+    run = ws.last_run
+    assert run.db_answers == 2 and run.kt_fevals == 6
+    answers = {key(r, keys): r for r in results if r["tunedb"] == "db"}
+    rx, rz = answers[key(cx, keys)], answers[key(cz, keys)]
+    assert rx["time"] == pytest.approx(2.0) and rz["time"] == pytest.approx(50.0)  # ms, as Kernel Tuner counts
+    est = rx["tunedb_estimate"]
+    assert est["records"] == 3 and est["value"] == pytest.approx(2e-3)
+    assert (est["lo"], est["hi"]) == pytest.approx((1e-3, 10e-3)) and est["coverage"] == pytest.approx(0.75)
+    assert rx["times"] == pytest.approx([1.0])  # the repeats of the record that answered the lookup
+    assert db.cost(t, w, cx).value == pytest.approx(2e-3)
+    # neither tunedb's best nor Kernel Tuner's is the 0.1 ms fluke
+    assert key(run.best_config, keys) != key(cz, keys) and run.best_time_s < 50e-3
+    assert key(env["best_config"], keys) != key(cz, keys)
     assert env["best_config"]["time"] == pytest.approx(min(r["time"] for r in results))
 
 

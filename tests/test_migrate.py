@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tunedb
 from tunedb.index import TuningDB
+from tunedb.index.estimate import estimate
 from tunedb.index.hardware.localcpu import preset
 from tunedb.index.keys import canonical_json, key_of
 from tunedb.transfer.kernels import family_of
@@ -67,18 +69,24 @@ def test_migrate_local_presets_then_rerun_is_resumable(db):
         assert all(r.session == f"migrate:{SRC}->{DST}" for r in recs)
         roles = sorted(r.meta["migration"] for r in recs)
         assert roles.count("src_top") == len({key_of(c) for c in adapted})
-        # the summary agrees with the records themselves
+        # the summary agrees with the one estimator over the records (one record per config here:
+        # a config's cost is the median of that record's repeats)
         ok = [r for r in recs if r.status == "ok"]
-        best = min(ok, key=lambda r: r.cost)
-        assert row["dst_best"]["cost"] == pytest.approx(best.cost)
-        assert row["dst_best"]["config"] == best.config
-        cost_of = {key_of(r.config): r.cost for r in ok}
+        best = db.best_costs(preset(DST), w, 1)[0]
+        assert row["dst_best"]["cost"] == best.estimate.value and row["dst_best"]["config"] == best.config
+        assert row["dst_best"]["estimate"] == best.estimate.to_dict() and best.estimate.records == 1
+        cost_of = {key_of(r.config): db.cost(preset(DST), w, r.config).value for r in ok}
+        assert all(cost_of[key_of(r.config)] == pytest.approx(float(np.median(r.costs))) for r in ok)
         assert row["default"]["cost"] == pytest.approx(cost_of[key_of(default)])
+        assert row["default"]["estimate"]["records"] == 1
         assert row["speedup_over_default"] == pytest.approx(cost_of[key_of(default)] / best.cost)
         assert row["speedup_over_default"] >= 1.0
         assert row["src_best_on_dst"]["config"] == adapted[0]
         assert row["speedup_over_src_best"] == pytest.approx(cost_of[key_of(adapted[0])] / best.cost)
         assert row["src_best_stayed_best"] == (key_of(best.config) == key_of(adapted[0]))
+        src_top = db.best_costs(preset(SRC), w, 1)[0]
+        assert row["src_best"] == {"config": src_top.config, "cost": src_top.estimate.value,
+                                   "estimate": src_top.estimate.to_dict()}
     t = rep.totals
     n = sum(r["measurements"] for r in rep.rows)
     assert (t["workloads"], t["migrated"], t["skipped"], t["measurements"], t["cache_hits"]) == (2, 2, 0, n, 0)
@@ -103,7 +111,7 @@ def test_migrate_search_budget_is_resumable(db):
         searched = [r for r in recs if not r.source.startswith("migrated:")]
         assert len(searched) == 2 and all(r.source == "measured" for r in searched)
         assert all(r.session == f"migrate:{SRC}->{DST}" for r in searched)
-        assert row["dst_best"]["cost"] == pytest.approx(min(r.cost for r in recs if r.status == "ok"))
+        assert row["dst_best"]["cost"] == db.best_costs(preset(DST), row["workload"], 1)[0].estimate.value
     assert rep.totals["search_measurements"] == 4
     # same budget again: the search is done already
     again = migrate(db, SRC, DST, top_k=1, budget=2, measure_options=FAST)
@@ -181,7 +189,8 @@ def test_migrate_between_replay_devices(tmp_path):
     # costs are the file's costs for those configs
     for r in dst_recs:
         assert r.costs == truth.results[canonical_json(r.config)].costs
-    file_cost = {key_of(r.config): truth.results[canonical_json(r.config)].cost for r in src_top}
+    # the estimator's cost of each config on DST: one record each, the median of the file's repeats
+    file_cost = {key_of(r.config): estimate([truth.results[canonical_json(r.config)]]).value for r in src_top}
     best = min(file_cost.values())
     assert row["dst_best"]["cost"] == pytest.approx(best)
     assert row["speedup_over_src_best"] == pytest.approx(file_cost[key_of(src_top[0].config)] / best)
@@ -189,6 +198,40 @@ def test_migrate_between_replay_devices(tmp_path):
     assert row["src_best_stayed_best"] == (file_cost[key_of(src_top[0].config)] == best)
     again = migrate(db, src_name, truth, top_k=3)   # a ReplayData works as the destination too
     assert again.totals["measurements"] == 0 and again.totals["cache_hits"] == 3
+
+
+@needs_data
+def test_source_best_is_the_estimate_over_all_its_records():
+    """SRC's config X measured three times (2, 10 and 1 ms) costs 2 ms (n=3): it is SRC's best
+    and reported as 2 ms, not 1 ms; Y (one record, 3 ms) is second.  DST's costs are the
+    estimator's too."""
+    from tunedb.index.memory import MemoryStore
+    from tunedb.index.record import Record
+    from tunedb.transfer.measure.replay import ReplayData
+
+    truth = ReplayData(CONV_DIR / "A4000.json.gz")
+    src = ReplayData(CONV_DIR / "A100.json.gz").target
+    ok = sorted(cj for cj, r in truth.results.items() if r.status == "ok")
+    cx, cy = json.loads(ok[3]), json.loads(ok[7])
+    db = MemoryStore()
+    for ms in ((1.9, 2.0, 3.1), (10.0,), (1.0,)):  # the 2 ms record's mean is 2.33 ms: one record is not the cost
+        db.commit(Record(src, truth.workload, cx, costs=[m * 1e-3 for m in ms]))
+    db.commit(Record(src, truth.workload, cy, costs=[3e-3]))
+    rep = migrate(db, src["name"], truth, top_k=2)
+    (row,) = rep.rows
+    assert row["status"] == "ok" and row["candidates"] == 2
+    assert row["src_best"]["config"] == cx and row["src_best"]["cost"] == pytest.approx(2e-3)
+    est = row["src_best"]["estimate"]
+    assert est["records"] == 3 and est["samples"] == 5 and (est["lo"], est["hi"]) == pytest.approx((1e-3, 10e-3))
+    meta = {key_of(r.config): r.meta for r in db.iter_records(truth.target, truth.workload)}
+    assert (meta[key_of(cx)]["src_rank"], meta[key_of(cy)]["src_rank"]) == (0, 1)
+    assert meta[key_of(cx)]["src_cost"] == pytest.approx(2e-3) and meta[key_of(cy)]["src_cost"] == pytest.approx(3e-3)
+    on_dst = {key_of(c): estimate([truth.results[canonical_json(c)]]) for c in (cx, cy)}
+    assert row["src_best_on_dst"]["cost"] == on_dst[key_of(cx)].value
+    assert row["src_best_on_dst"]["estimate"] == on_dst[key_of(cx)].to_dict()
+    best = min(on_dst.values(), key=lambda e: e.value)
+    assert row["dst_best"]["cost"] == best.value and row["dst_best"]["estimate"]["records"] == 1
+    assert row["speedup_over_src_best"] == pytest.approx(on_dst[key_of(cx)].value / best.value)
 
 
 @needs_data
@@ -238,6 +281,10 @@ def test_cli_migrate_replay_json(tmp_path):
     out = json.loads(p.stdout)
     assert set(out) >= {"rows", "totals"}
     assert out["totals"]["measurements"] == 2 and out["rows"][0]["dst_best"]["cost"] > 0
+    row = out["rows"][0]
+    for item in (row["src_best"], row["dst_best"], row["src_best_on_dst"]):  # the estimator's, with n and interval
+        assert item["estimate"]["value"] == item["cost"] and item["estimate"]["records"] >= 1
+        assert item["estimate"]["lo"] <= item["cost"] <= item["estimate"]["hi"]
     assert p.stderr.strip() == ""
 
 
@@ -256,6 +303,7 @@ def test_cli_migrate_local_json_then_table(db):
                 "--workloads", str(db.path.parent / "w.txt"))
     assert p.returncode == 0, p.stderr
     assert "0 new measurements, 3 cache hits" in p.stdout and "vs default" in p.stdout
+    assert "n=" in p.stdout and "SRC best (on SRC)" in p.stdout  # costs shown as CostEstimate.text()
 
 
 def _write(path: Path, text: str) -> Path:

@@ -134,9 +134,11 @@ def test_entry_curves_match_the_store(filled):
         assert len(c.best_so_far) == c.records
         seen = [b for b in c.best_so_far if b is not None]
         assert all(a >= b for a, b in zip(seen, seen[1:])), "best so far never gets worse"
-        best = db.best(target_of[c.target_key], c.workload, k=1)
+        # the entry's cost is the estimator's (the number `tunedb best` shows), not the fastest record
+        best = db.best_costs(target_of[c.target_key], c.workload, k=1)
         if best:
-            assert c.best_cost == pytest.approx(best[0].cost) and seen[-1] == c.best_cost
+            assert c.best_cost == pytest.approx(best[0].cost) and c.estimate == best[0].estimate
+            assert c.best_config == best[0].config and seen[-1] == c.best_seen
         else:
             assert c.best_cost is None
 
@@ -209,8 +211,10 @@ def test_no_fit_when_no_run_gained_anything():
     fit, reason = saturation(n, g)
     assert fit is None and fit_saturation(n, g) is None
     assert reason == saturation_fit_reason(n, g) and "G <= 0 in all 4" in reason
-    fit, reason = saturation(n, [*g[:3], 0.05])      # one run that gained: the fit is tried
-    assert reason is None and fit is not None and 0 <= fit["g_max"] <= 1.5
+    fit, reason = saturation(n, [*g[:3], 0.05])      # one run that gained: the fit is tried, and says nothing
+    raw = fit_saturation(n, [*g[:3], 0.05])
+    assert raw is not None and 0 <= raw["g_max"] <= 1
+    assert fit is None and "larger than the value" in reason
 
 
 def _history(costs: list[float | None]) -> list[list]:
@@ -273,8 +277,9 @@ def test_report_draws_the_runs_the_db_stores(tmp_path):
     page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
     assert "pass --runs" not in page and "no tuning-run histories" not in page
     assert 'src="warm_vs_cold.png"' in page and 'src="hit_rate.png"' in page and 'src="gain_saturation.png"' in page
-    # one search per task: 2 tunes + 3 model runs x 2 tasks + 3 demo parts
-    assert summary["stored_runs"] == 6 and summary["runs"] == 11 and summary["runs_given"] == 0
+    # one search per task: 2 tunes + 3 model runs x 2 tasks + 3 demo parts; tuning runs: 2 + 3 + the demo's 3
+    # parts (stored only inside the demo: each counted once, the container is not a run of its own)
+    assert summary["stored_runs"] == 8 and summary["runs"] == 11 and summary["runs_given"] == 0
     # hit rate per run in stored order: the warm tune answered 2 of 6 from the DB
     assert re.search(r"tune warm gpu-b</td><td class=\"num\">6</td><td class=\"num\">2</td>"
                      r"<td class=\"num\">33%</td>", page)
@@ -297,7 +302,7 @@ def test_report_draws_the_runs_the_db_stores(tmp_path):
                 "cache_hits": 1, "measurements": 0, "seeds": [], "run_id": ids[1]}
     runs_file.write_text("".join(json.dumps(d) + "\n" for d in [*db.runs(), tune_out, extra]))
     again = build_report(db, tmp_path / "site2", load_runs([runs_file]))
-    assert again["summary"]["stored_runs"] == 6 and again["summary"]["runs"] == 12
+    assert again["summary"]["stored_runs"] == 8 and again["summary"]["runs"] == 12
     assert again["summary"]["runs_given"] == 1
     assert any("6 run(s) given with --runs are stored in the database too" in n for n in again["notes"])
     page2 = (tmp_path / "site2" / "index.html").read_text(encoding="utf-8")
@@ -322,3 +327,41 @@ def test_report_of_runs_without_enough_gains_says_why_there_is_no_fit(tmp_path):
     page0 = (tmp_path / "site0" / "index.html").read_text(encoding="utf-8")
     assert "pass --runs" in page0 and "no tuning run with evaluations is stored in the database" in page0
     assert empty["summary"]["stored_runs"] == 0 and empty["summary"]["saturation_fit"] is None
+
+
+def test_g_max_is_at_most_1_or_no_fit_with_the_reason(tmp_path):
+    """G <= 1 by definition: points an unbounded fit puts at G_max > 1 give G_max <= 1 (bounded) or
+    "no fit" with the reason, never a G_max above 1 (the report once printed G_max = 1.5 ± 33)."""
+    from scipy.optimize import curve_fit
+
+    def unbounded(n, g):
+        x = np.asarray(n, float) / max(n)
+        popt, _ = curve_fit(gain_model, x, np.asarray(g, float), p0=[max(g), 1.0], bounds=([0, 1e-9], [np.inf, np.inf]),
+                            maxfev=20_000)
+        return popt[0]
+
+    wild_n, wild_g = [300, 312, 343, 400], [0.1, 0.3, 0.2, 0.5]     # no level in sight
+    assert unbounded(wild_n, wild_g) > 1
+    fit, reason = saturation(wild_n, wild_g)
+    assert fit is None and "bound 1" in reason and "do not show where G levels off" in reason
+    assert fit_saturation(wild_n, wild_g)["g_max"] <= 1               # (the bounded fit itself)
+    # a level just above 1 in the data (noise on a saturated gain): the fit stays at 1 and is shown
+    n = [0, 200, 500, 1000, 2000, 4000, 8000]
+    g = (gain_model(n, 1.04, 1.5e-3) + np.array([0, 0.004, -0.003, 0.002, -0.002, 0.003, -0.001])).tolist()
+    assert unbounded(n, g) > 1
+    fit, reason = saturation(n, g)
+    assert reason is None and fit is not None and fit["g_max"] <= 1 and fit["g_max"] == pytest.approx(1, abs=0.02)
+    # too few runs, or a standard error larger than the value: no fit, and why
+    assert saturation([100, 200], [0.1, 0.2]) == (None, saturation_fit_reason([100, 200], [0.1, 0.2]))
+    fit, reason = saturation([0, 10, 20, 30], [0.01, 0.3, 0.0, 0.02])
+    assert fit is None and reason is not None and "larger than the value" in reason
+
+    # the report says so too, under the figure, and prints no G_max
+    db = tunedb.open(tmp_path / "db")
+    for k, (nb, gain) in enumerate(zip(wild_n, wild_g)):
+        db.add_run({**_run("tune-model", "warm", [_task(CONV, "warm", [3e-3, 2e-3], 1)], model=f"m{k}"),
+                    "records_before": nb, "gain": gain})
+    res = build_report(db, tmp_path / "site")
+    page = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert res["summary"]["saturation_fit"] is None and "bound 1" in res["summary"]["saturation_fit_reason"]
+    assert "No fit: the fit over 4 runs put G" in page and "G<sub>max</sub> = 1.5" not in page

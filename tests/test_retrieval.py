@@ -83,7 +83,11 @@ def test_best_configs_come_with_each_match(db):
     m = db.nearest(A6000, _mm(512), k=1, best_n=2)[0]
     assert [r.config for r in m.best] == [{"tile": 32}, {"tile": 16}]
     assert m.best == db.best(A6000, _mm(512), 2)
-    assert m.best[0].cost < m.best[1].cost
+    # the configs' costs are the one estimator's (db.best_costs); best holds their representatives
+    assert m.best_costs == db.best_costs(A6000, _mm(512), 2) and m.best == [c.record for c in m.best_costs]
+    assert m.best_costs[0].estimate.value < m.best_costs[1].estimate.value
+    assert m.config_costs() == m.best_costs
+    assert db.nearest(A6000, _mm(512), k=1, best_n=0)[0].best_costs == []
 
 
 def test_weights_change_the_ranking_the_way_they_say(db):
@@ -234,11 +238,43 @@ def test_cli_nearest_json(db):
     top = out["matches"][0]
     assert set(top) >= {"target_name", "target_key", "workload", "similarity", "best"}
     assert top["target_name"] == "cpu-native-t1" and top["similarity"] == pytest.approx(1.0, abs=1e-6)
-    assert top["best"][0] == {"config": {"tile": 32}, "cost": pytest.approx(512e-6),
-                              "record_id": top["best"][0]["record_id"]}
+    b = top["best"][0]
+    assert b == {"config": {"tile": 32}, "cost": pytest.approx(512e-6), "estimate": b["estimate"],
+                 "record_id": b["record_id"]}
+    assert b["estimate"]["value"] == b["cost"] and b["estimate"]["records"] == 1
     r = _cli("nearest", "--db", str(db.path), "--target", "NVIDIA RTX A4000", "--workload", "conv2d:N=1,C=64",
              "--hardware-only", "--exclude-target")
     assert r.returncode == 0 and "conv2d" in r.stdout
+
+
+def test_cli_nearest_reports_the_estimate_not_a_record(tmp_path):
+    """A config with records of 1, 2 and 10 ms (the 2 ms one with repeats 1.9/2.0/3.1 ms) is
+    reported as 2 ms with n=3 (not 1 ms, not one record's 2.33 ms mean) and ranks after a 1.5 ms
+    config; the text output shows the estimate's text."""
+    vectors.clear_cache()
+    d = TuningDB.open(tmp_path / "db")
+    w = _mm(333)
+    for costs in ([1.9e-3, 2.0e-3, 3.1e-3], [10e-3], [1e-3]):
+        d.commit([Record(A100, w, {"tile": 8}, costs=costs)])
+    d.commit([Record(A100, w, {"tile": 16}, costs=[1.5e-3])])
+    spec = "matmul:M=333,N=333,K=333,dtype=float32"
+    r = _cli("nearest", "--db", str(d.path), "--target", A100["name"], "--workload", spec, "-k", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    (m,) = json.loads(r.stdout)["matches"]
+    assert [b["config"] for b in m["best"]] == [{"tile": 16}, {"tile": 8}]
+    x = m["best"][1]
+    assert x["cost"] == pytest.approx(2e-3) and x["estimate"]["records"] == 3 and x["estimate"]["samples"] == 5
+    assert (x["estimate"]["lo"], x["estimate"]["hi"]) == pytest.approx((1e-3, 10e-3))
+    assert m["best"][0]["cost"] == pytest.approx(1.5e-3) and m["best"][0]["estimate"]["records"] == 1
+    # the API's Match: the same estimates
+    (match,) = d.nearest(A100, w, k=1)
+    assert [c.estimate.value for c in match.best_costs] == pytest.approx([1.5e-3, 2e-3])
+    assert match.best_costs[1].estimate.records == 3
+    # a config only measured once more, slowly: its cost moves to the median, and the ranking with it
+    d.commit([Record(A100, w, {"tile": 16}, costs=[30e-3])])
+    r = _cli("nearest", "--db", str(d.path), "--target", A100["name"], "--workload", spec, "-k", "1")
+    assert r.returncode == 0, r.stderr
+    assert "best 2.00 ms (94% CI 1.00-10.0 ms, n=3)" in r.stdout and "{'tile': 8}" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("args,needle", [

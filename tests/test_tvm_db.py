@@ -19,6 +19,8 @@ from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.database import JSONDatabase  # noqa: E402
 
 from tunedb.index import TuningDB  # noqa: E402
+from tunedb.index.estimate import rank  # noqa: E402
+from tunedb.index.memory import MemoryStore  # noqa: E402
 from tunedb.transfer.integrations.tvm_db import (  # noqa: E402
     TunedbDatabase,
     local_builder,
@@ -117,7 +119,8 @@ def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
     store = TuningDB.open(tmp_path / "db")
     store.commit(recs)
     mod = matmul(128, 128, 128)  # structurally identical to the sample's first workload
-    want = sorted(r.cost for r in recs if r.ok and r.workload.get("M") == 128)
+    ranked = rank(r for r in recs if r.workload.get("M") == 128)  # the one estimator, per config
+    want = [c.estimate.value for c in ranked]
     assert len(want) >= 3
 
     db = TunedbDatabase(tmp_path / "db", target=ZNVER4, warm_start=False)
@@ -131,8 +134,7 @@ def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
     assert str(best.target.attrs["mcpu"]) == "znver4"
     sch = ms.tir_integration.compile_tir(db, mod, ZNVER4)
     assert sch is not None
-    best_rec = min((r for r in recs if r.ok and r.workload.get("M") == 128), key=lambda r: r.cost)
-    assert decisions(sch, db, mod) == decisions_of(best_rec.config)
+    assert decisions(sch, db, mod) == decisions_of(ranked[0].config)
     # another target: none of znver4's measurements, through any entry point
     assert db.query_tuning_record(mod, tvm.target.Target(TARGET_A), "main") is None
     assert ms.tir_integration.compile_tir(db, mod, TARGET_A) is None
@@ -145,8 +147,6 @@ def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
 
 @pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
 def test_database_on_a_memory_store_serves_what_the_parquet_db_serves(tmp_path):
-    from tunedb.index.memory import MemoryStore
-
     recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
     store, mem = TuningDB.open(tmp_path / "db"), MemoryStore()
     store.commit(recs)
@@ -159,6 +159,45 @@ def test_database_on_a_memory_store_serves_what_the_parquet_db_serves(tmp_path):
         top = db.get_top_k(db.commit_workload(mod), 3)
         served.append([[float(x) for x in r.run_secs] for r in top])
     assert len(served[0]) == 3 and served[0] == served[1]
+
+
+@pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
+def test_top_k_ranks_configs_by_the_estimate_and_hands_tvm_its_value():
+    """Config A measured three times (1, 2 and 10 ms; the 2 ms one with repeats 1.9/2.0/3.1 ms)
+    costs 2 ms (n=3): config B at 1.5 ms ranks first, and TVM gets run_secs = [2 ms] for A (not
+    its minimum, not one record's repeats)."""
+    import dataclasses
+
+    recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
+    ok = [r for r in recs if r.ok and r.workload.get("M") == 128]
+    ra = ok[0]
+    rb = next(r for r in ok if r.config_key != ra.config_key)
+    store = MemoryStore()
+    for secs in ([1e-3], [1.9e-3, 2.0e-3, 3.1e-3], [10e-3]):
+        store.commit(dataclasses.replace(ra, costs=secs, record_id="", timestamp=None))
+    store.commit(dataclasses.replace(rb, costs=[1.5e-3], record_id="", timestamp=None))
+    est = store.cost(ra.target, ra.workload, ra.config)
+    assert est.value == pytest.approx(2e-3) and est.records == 3
+    mod = matmul(128, 128, 128)
+    db = TunedbDatabase(store, target=ZNVER4, warm_start=False)
+    top = db.get_top_k(db.commit_workload(mod), 5)
+
+    def decisions_of_record(tr) -> dict:
+        return decisions_of(ms_import.config_of(tr.as_json()[0]))
+
+    assert [decisions_of_record(tr) for tr in top] == [decisions_of(rb.config), decisions_of(ra.config)]
+    assert [[float(x) for x in tr.run_secs] for tr in top] == [pytest.approx([1.5e-3]), pytest.approx([2e-3])]
+    stored = db.get_all_tuning_records()  # the measurements themselves keep their own run_secs
+    assert len(stored) == 4 and type(top[1].run_secs[0]) is type(stored[0].run_secs[0])
+    best = db.query_tuning_record(mod, tvm.target.Target(ZNVER4), "main")
+    assert decisions_of_record(best) == decisions_of(rb.config) and [float(x) for x in best.run_secs] == \
+        pytest.approx([1.5e-3])
+    # one more slow measurement of B (1.5, 30 ms -> 15.75 ms): A is the best config now, at its estimate
+    store.commit(dataclasses.replace(rb, costs=[30e-3], record_id="", timestamp=None))
+    top = db.get_top_k(db.commit_workload(mod), 5)
+    assert [decisions_of_record(tr) for tr in top] == [decisions_of(ra.config), decisions_of(rb.config)]
+    assert [float(x) for x in top[0].run_secs] == pytest.approx([2e-3])
+    assert [float(x) for x in top[1].run_secs] == pytest.approx([15.75e-3])
 
 
 # ------------------------------------------------------------------- real tuning runs

@@ -13,6 +13,7 @@ import random
 import pytest
 
 from tunedb.index import TuningDB
+from tunedb.index.estimate import estimate
 from tunedb.index.hardware.localcpu import preset
 from tunedb.index.memory import MemoryStore
 from tunedb.index.record import Record, this_host
@@ -86,7 +87,8 @@ def test_poisoned_cache_is_refuted_and_stops_answering(tmp_path, poisoned_cache)
     data = ReplayData(real)
     workload.write_text(json.dumps(data.workload))
     target = data.target["name"]
-    _, optimum = data.optimum()
+    # the device's best cost by the one estimator (one record per config: its median repeat)
+    optimum = min(estimate([r]).value for r in data.results.values() if r.ok)
     # the poisoned file is the only source for this device; another device's real cache gives history
     _json(run_cli("import", "kernel-tuner", str(poisoned), "--db", db, "--json"))
     _json(run_cli("import", "kernel-tuner", str(kernel_tuner_file("A100")), "--db", db, "--json"))
@@ -121,7 +123,7 @@ def test_poisoned_cache_is_refuted_and_stops_answering(tmp_path, poisoned_cache)
                           "--json"))["records"]
     assert not poisoned_ids & {r["record_id"] for r in after}
     assert not [r for r in after if r["config"] in poisoned_cfgs]
-    assert after[0]["cost"] == pytest.approx(optimum)
+    assert after[0]["cost"] == pytest.approx(optimum)  # the estimator's best, over the true data only
     res = _json(run_cli("tune", "--db", db, "--replay", str(real), "--exact", "--budget", "20", "--json"))
     assert res["best"]["cost"] >= optimum and res["best"]["config"] not in poisoned_cfgs
 
@@ -180,6 +182,57 @@ def test_config_the_replay_cannot_answer_stays_unchecked():
     (c,) = rep.checks
     assert c.verdict == "unchecked" and "does not hold" in c.reason and not c.new_records
     assert db.verdicts() == {} and len(db) == 1
+
+
+def _three_claims_of_one_config(path):
+    """A DB at ``path`` with three imported records of one config of the device's cache: the
+    file's own measurement, one 10 % slower and one 1000x faster (a lie); returns (db, data,
+    config, the file's record, {name: record})."""
+    data = ReplayData(kernel_tuner_file(DEVICE))
+    ok = sorted((r for r in data.results.values() if r.status == "ok"), key=lambda r: estimate([r]).value)
+    true = ok[len(ok) // 2]  # a middling config: the lie makes it the best on record
+    claims = {name: Record(data.target, data.workload, true.config, costs=[c * f for c in true.costs],
+                           source="imported:jsonl", origin="colleague.jsonl")
+              for name, f in (("copy", 1.0), ("slower", 1.1), ("lie", 1e-3))}
+    db = TuningDB.open(path)
+    db.commit(list(claims.values()))
+    db.commit(Record(data.target, data.workload, ok[-1].config, costs=ok[-1].costs, source="replay"))
+    return db, data, true, claims
+
+
+def test_every_record_a_best_config_rests_on_is_checked_and_costs_are_the_estimators(tmp_path):
+    db, data, true, claims = _three_claims_of_one_config(tmp_path / "db")
+    m = estimate([true]).value  # the file's cost of the config: the median of its repeats
+    before = db.cost(data.target, data.workload, true.config)
+    assert before.records == 3 and before.value == pytest.approx(m)  # the median record, not the 1000x lie
+    rep = verify(db, data.target, backend=KernelTunerReplayBackend(data), top_k=1)
+    by_id = {c.record_id: c for c in rep.checks}
+    assert set(by_id) == {r.record_id for r in claims.values()}  # all three, not one representative
+    assert {n: by_id[r.record_id].verdict for n, r in claims.items()} == {
+        "copy": "verified", "slower": "verified", "lie": "refuted"}
+    for name, r in claims.items():
+        c = by_id[r.record_id]
+        assert c.claimed == pytest.approx(estimate([r]).value)  # the record's own cost
+        assert c.config_cost == before  # the config's cost on the target before the check (n=3)
+        assert c.remeasured is not None and c.remeasured.value == pytest.approx(m) and c.remeasured.records == 1
+        assert len(c.new_records) == 1  # one measurement per claim
+        j = c.to_json()
+        assert j["config_cost"] == before.to_dict() and j["remeasured"] == c.remeasured.to_dict()
+    assert "re-measured cost" in by_id[claims["lie"].record_id].reason
+    after = db.cost(data.target, data.workload, true.config)
+    assert after.records == 5 and after.value == pytest.approx(m)  # the lie no longer counts
+
+
+def test_cli_verify_text_shows_the_estimates(tmp_path):
+    db, data, true, claims = _three_claims_of_one_config(tmp_path / "db")
+    cache = tmp_path / "device.json"
+    cache.write_bytes(gzip.decompress(kernel_tuner_file(DEVICE).read_bytes()))
+    p = run_cli("verify", "--db", str(tmp_path / "db"), "--target", data.target["name"], "--replay", str(cache),
+                "--top-k", "1")
+    assert p.returncode == 0, p.stderr
+    assert "config cost" in p.stdout and "re-measured" in p.stdout
+    assert db.cost(data.target, data.workload, true.config) is not None
+    assert p.stdout.count("n=3") == 3 and "1 refuted" in p.stdout, p.stdout
 
 
 # ------------------------------------------------------------------------------ (b) real local measurements

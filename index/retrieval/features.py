@@ -359,10 +359,12 @@ def _hardware_vector_cached(target_json: str) -> np.ndarray:
 
 def hardware_vector(target: Mapping[str, Any]) -> np.ndarray:
     """The ``HW_DIM`` float32 hardware vector of a target dict (layout in the module docstring).
-    Never raises for a dict; warns (``UserWarning``) when the device is not in the catalog."""
+    Never raises for a dict; warns (``UserWarning``) when the device is not in the catalog -- but
+    not for a local CPU preset, which describes itself (cores, caches, vector width: this host's
+    own description), whatever CPU model name the catalog lacks."""
     tj = canonical_json(dict(target))
     v = _hardware_vector_cached(tj)
-    if tj not in _WARNED:
+    if tj not in _WARNED and not _is_local_preset(target):
         _WARNED.add(tj)
         p = hardware_profile(target, warn=False)
         if p["matched"] == "fallback":

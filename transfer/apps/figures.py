@@ -12,7 +12,13 @@ and notes such as the fitted ``G_max`` and ``beta``).  Two renderers draw a spec
 So the report and the dashboard draw the same figures from the same code.  Costs and times are
 seconds; timestamps are UTC ``datetime`` objects; every builder caps what it draws
 (``MAX_*``) so a spec stays small whatever the DB's size.  A builder that has nothing to draw
-returns a spec with no panels and ``empty`` saying why.
+returns a spec with no panels and ``empty`` saying why; no builder returns an empty panel.
+
+Multi-panel figures give one colour to each line name in every panel (:func:`color_by_name`)
+and one shared legend (``FigureSpec.shared_legend``: each name listed once).  Curves over time or
+evaluations are histories (the fastest measurement so far, the in-run best so far) and say so
+on their axes; the cost of a config or an entry is the estimator's (``tunedb.index.estimate``),
+in the tables and in the curves' legends.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ MAX_POINTS = 1000          # points per series (longer series are thinned, keepi
 MIN_CURVE_RECORDS = 3      # ok records an entry needs to have a best-so-far curve drawn
 LOG_X_ABOVE = 200          # convergence panels switch to a log x axis past this many records
 BEST_FRACTION = 0.95       # "measurements to reach 95% of the best"
+NO_HISTORIES = "no tuning-run histories"
+#: the colours lines get by name (tab20's order: the ten tab10 colours, then their light shades)
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+           "#dbdb8d", "#9edae5")
 
 
 # ----------------------------------------------------------------------------- the spec
@@ -93,8 +104,10 @@ class Panel:
 class FigureSpec:
     """A figure: ``key`` (a file-name-safe id), ``title``, its panels (drawn in a grid of up to
     three columns), ``notes`` (lines of text that go with it, e.g. the fit's parameters),
-    ``empty`` (why there is nothing to draw; then ``panels`` is empty) and the matplotlib size
-    in inches (``width``, ``height``; None: from the number of panels)."""
+    ``empty`` (why there is nothing to draw; then ``panels`` is empty), the matplotlib size
+    in inches (``width``, ``height``; None: from the number of panels) and ``shared_legend``:
+    one legend for the whole figure (a name listed once, its lines toggled together) instead
+    of one per panel."""
 
     key: str
     title: str
@@ -103,6 +116,7 @@ class FigureSpec:
     empty: str | None = None
     width: float | None = None
     height: float | None = None
+    shared_legend: bool = False
 
     @property
     def drawn(self) -> bool:
@@ -139,11 +153,29 @@ def utc(us: int) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(us / 1e6, tz=_dt.timezone.utc)
 
 
+def color_by_name(spec: FigureSpec) -> FigureSpec:
+    """One colour per series name across all panels of ``spec`` (:data:`PALETTE`, in order of
+    first appearance; a series with a colour of its own keeps it), each name in the legend once
+    (its first series), and the legend shared by the figure.  Returns ``spec``."""
+    colors: dict[str, str] = {}
+    for panel in spec.panels:
+        for s in panel.series:
+            if s.name not in colors:
+                colors[s.name] = s.color or PALETTE[len(colors) % len(PALETTE)]
+                s.legend = True
+            else:
+                s.legend = False
+            s.color = s.color or colors[s.name]
+    spec.shared_legend = True
+    return spec
+
+
 # ------------------------------------------------------------------------- builders
 def convergence_figure(curves: Iterable[EntryCurve], *, max_panels: int = MAX_PANELS,
                        max_lines: int = MAX_LINES_PER_PANEL) -> FigureSpec:
     """Per workload (the ``max_panels`` with the most records), one step line per target: the
-    entry's best cost so far (s, log) against its number of records in timestamp order."""
+    entry's fastest single measurement so far (s, log) against its number of records in
+    timestamp order (a search's history; one colour per target in every panel)."""
     spec = FigureSpec("convergence", "Convergence per workload")
     by_wl: dict[str, list[EntryCurve]] = defaultdict(list)
     for e in curves:
@@ -156,40 +188,80 @@ def convergence_figure(curves: Iterable[EntryCurve], *, max_panels: int = MAX_PA
     for wk in chosen:
         ents = sorted(by_wl[wk], key=lambda e: -e.records)[:max_lines]
         panel = Panel(short_workload(ents[0].workload, 48), "records of the entry (timestamp order)",
-                      "best cost so far (s)", ylog=True, xlog=max(e.records for e in ents) > LOG_X_ABOVE)
+                      "fastest measurement so far (s)", ylog=True, xlog=max(e.records for e in ents) > LOG_X_ABOVE)
         for e in ents:
             xs = [i + 1 for i, b in enumerate(e.best_so_far) if b is not None]
             ys = [b for b in e.best_so_far if b is not None]
             xs, ys = steps(xs, ys)
             panel.series.append(Series(e.target_name, xs, ys))
         spec.panels.append(panel)
-    return spec
+    return color_by_name(spec)
+
+
+def run_start(r: TuneRun) -> str:
+    """How a search started: ``warm`` (seeded from the DB) or ``cold`` (no seeds): its ``start``
+    (the task's source), else the first of those words in its label; "" when neither says."""
+    start = getattr(r, "start", "") or ""
+    if start in ("warm", "cold"):
+        return start
+    return next((w for w in str(r.label).split() if w in ("warm", "cold")), "")
+
+
+def _run_key(r: TuneRun) -> str:
+    return json.dumps([r.target, r.workload], sort_keys=True)
+
+
+def comparable_runs(runs: Iterable[TuneRun]) -> list[TuneRun]:
+    """The searches with a history (a best so far) of the (target, workload)s that have both a
+    warm and a cold one (:func:`run_start`), in the order given: what a warm-vs-cold comparison
+    can compare.  Searches of a workload tuned only warm or only cold are left out."""
+    runs = [r for r in runs if any(b is not None for _, b in r.history)]
+    starts: dict[str, set[str]] = defaultdict(set)
+    for r in runs:
+        starts[_run_key(r)].add(run_start(r))
+    return [r for r in runs if {"warm", "cold"} <= starts[_run_key(r)]]
 
 
 def warm_vs_cold_figure(runs: Iterable[TuneRun], *, max_panels: int = MAX_WARM_COLD_PANELS,
                         max_lines: int = MAX_LINES_PER_PANEL) -> FigureSpec:
-    """Per workload, one step line per search (a task of a stored run, or a run given): best cost
-    so far (s, log) against evaluations; warm runs solid and wide, cold runs dashed; named by
-    the run's label (warm / cold / a tag) and target."""
+    """Per (target, workload) with both a warm and a cold search (:func:`comparable_runs`), one
+    step line per search (a task of a stored run, or a run given): its in-run best so far (s,
+    log: what the run saw) against evaluations; warm runs solid and wide, cold runs dashed;
+    named by the run's label (warm / cold / a tag) and target, one colour per name in every
+    panel and one shared legend.  Nothing to draw (``empty`` saying why) when no workload has
+    both."""
     spec = FigureSpec("warm_vs_cold", "Warm start vs cold search")
-    by_wl: dict[str, list[TuneRun]] = defaultdict(list)
-    for r in runs:
-        if any(b is not None for _, b in r.history):
-            by_wl[json.dumps(r.workload, sort_keys=True)].append(r)
-    if not by_wl:
-        spec.empty = "no tuning-run histories"
+    runs = list(runs)
+    with_history = [r for r in runs if any(b is not None for _, b in r.history)]
+    if not with_history:
+        spec.empty = NO_HISTORIES
         return spec
-    for k in list(by_wl)[:max_panels]:
-        panel = Panel(short_workload(by_wl[k][0].workload, 48), "evaluations (measurements + cache hits)",
-                      "best cost so far (s)", ylog=True)
-        for r in by_wl[k][:max_lines]:
+    by_key: dict[str, list[TuneRun]] = defaultdict(list)
+    for r in comparable_runs(with_history):
+        by_key[_run_key(r)].append(r)
+    if not by_key:
+        n = len({_run_key(r) for r in with_history})
+        spec.empty = (f"no workload has both a warm and a cold search ({n} workload(s) were tuned only warm or only "
+                      "cold): tune one again with --cold, or warm, to compare")
+        return spec
+    targets = {r.target for rs in by_key.values() for r in rs}
+    for k in list(by_key)[:max_panels]:
+        first = by_key[k][0]
+        title = short_workload(first.workload, 48) if len(targets) <= 1 else \
+            f"{short_workload(first.workload, 34)} · {first.target[:22]}"
+        panel = Panel(title, "evaluations (measurements + cache hits)", "in-run best so far (s)", ylog=True)
+        rs = by_key[k]
+        # (both kinds stay in a capped panel: the first warm and cold ones, then the rest in order)
+        chosen = [next(r for r in rs if run_start(r) == "warm"), next(r for r in rs if run_start(r) == "cold")]
+        chosen += [r for r in rs if all(r is not c for c in chosen)]
+        for r in sorted(chosen[:max_lines], key=lambda r: next(i for i, q in enumerate(rs) if q is r)):
             pts = [(int(i), float(b)) for i, b in r.history if b is not None]
             xs, ys = steps([p[0] for p in pts], [p[1] for p in pts])
-            first = r.label.split(" ")[0] if r.label else ""
+            cold = run_start(r) == "cold"
             panel.series.append(Series(f"{r.label} ({r.target})" if r.target else r.label, xs, ys,
-                                       width=2.0 if first == "warm" else 1.4, dash=first == "cold"))
+                                       width=1.4 if cold else 2.0, dash=cold))
         spec.panels.append(panel)
-    return spec
+    return color_by_name(spec)
 
 
 def evaluations_to_reach(history: Sequence[Sequence[Any]], goal: float) -> int | None:
@@ -203,9 +275,10 @@ def evaluations_to_reach(history: Sequence[Sequence[Any]], goal: float) -> int |
 
 def reach_table(runs: Iterable[TuneRun], fraction: float = BEST_FRACTION) -> list[dict]:
     """Per search with a history: ``{"workload", "label", "target", "evaluations", "best",
-    "to_reach"}``, where ``to_reach`` is the evaluations it took to reach ``fraction`` of the
-    best any search of the same target and workload found (best so far <= that best /
-    ``fraction``), None when it never did.  Seconds."""
+    "to_reach"}``, where ``best`` is the search's in-run best (what it saw) and ``to_reach`` the
+    evaluations it took to reach ``fraction`` of the best any search of the same target and
+    workload found (best so far <= that best / ``fraction``), None when it never did.  Seconds.
+    (The comparison view passes :func:`comparable_runs`.)"""
     runs = [r for r in runs if any(b is not None for _, b in r.history)]
 
     def key(r: TuneRun) -> str:
@@ -265,10 +338,11 @@ def records_over_time_figure(times_by_source: Mapping[str, np.ndarray], *,
 
 def best_over_time_figure(curves: Iterable[tuple[str, Sequence[int], Sequence[float]]], *,
                           xlabel: str = "record timestamp (UTC)") -> FigureSpec:
-    """Best cost so far (s, log) of entries against time: ``curves`` are ``(name, microsecond
-    times, best so far)`` with the points where the best changed (and the last one)."""
-    spec = FigureSpec("best_over_time", "Best so far per entry over time", width=6.5, height=3.6)
-    panel = Panel("", xlabel, "best cost so far (s)", ylog=True, xtime=True)
+    """The fastest single measurement so far (s, log) of entries against time: ``curves`` are
+    ``(name, microsecond times, fastest so far)`` with the points where it changed (and the last
+    one); the name carries the entry's estimated cost (the dashboard's)."""
+    spec = FigureSpec("best_over_time", "Fastest measurement so far per entry over time", width=6.5, height=3.6)
+    panel = Panel("", xlabel, "fastest measurement so far (s)", ylog=True, xtime=True)
     for name, ts, best in curves:
         if len(ts):
             xs, ys = steps(list(ts), list(best))
@@ -356,20 +430,29 @@ def to_matplotlib(spec: FigureSpec, path: str | Path) -> bool:
     rows = math.ceil(n / cols)
     width = spec.width if spec.width is not None else 4.4 * cols
     height = spec.height if spec.height is not None else 3.3 * rows
+    if spec.shared_legend and spec.width is None:
+        width += 2.2  # (room for the legend at the right)
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, panel in zip(axes.flat, spec.panels):
-        _mpl_panel(ax, panel)
+        _mpl_panel(ax, panel, legend=not spec.shared_legend)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
+    if spec.shared_legend:  # one legend for every panel: a name once
+        handles: dict[str, Any] = {}
+        for ax in list(axes.flat)[:n]:
+            for h, label in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(label, h)
+        if handles:
+            fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=7)
     if any(p.xtime for p in spec.panels):
         fig.autofmt_xdate()
     fig.savefig(Path(path), format="png")
     return True
 
 
-def _mpl_panel(ax: Any, panel: Panel) -> None:
-    """One panel on matplotlib axes."""
+def _mpl_panel(ax: Any, panel: Panel, legend: bool = True) -> None:
+    """One panel on matplotlib axes (with its own legend unless ``legend`` is False)."""
     bars = [s for s in panel.series if s.kind == "bar"]
     bottom: np.ndarray | None = None
     for s in panel.series:
@@ -410,21 +493,27 @@ def _mpl_panel(ax: Any, panel: Panel) -> None:
         ax.set_xlabel(panel.xlabel, fontsize=8)
     ax.set_ylabel(panel.ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
-    if any(s.legend for s in panel.series):
+    if legend and any(s.legend for s in panel.series):
         ax.legend(fontsize=7, loc=panel.legend_loc)
     ax.grid(alpha=0.3, axis="y" if panel.xticks is not None else "both")
 
 
+PANEL_PX = 280   # a panel's height in a plotly figure (pixels)
+GAP_PX = 100     # between rows of panels: the x tick labels and title, and the next panel's title
 _AXIS = {"gridcolor": "#ebebeb", "zerolinecolor": "#dddddd", "linecolor": "#cccccc", "ticks": "outside",
          "tickcolor": "#cccccc", "automargin": True, "title": {"font": {"size": 12}}}
 
 
 def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
     """``spec`` as a plotly figure in its JSON form (``{"data": [...], "layout": {...}}``, what
-    plotly.js draws): panels as subplots, up to three a row; ``height`` in pixels (default 340 a
-    row).  A spec with nothing to draw gives an empty figure whose title says why.  Built
-    directly (no ``graph_objects`` validation: this runs on every change of the DB).  Text from
-    records is passed as data (plotly.js escapes it)."""
+    plotly.js draws): panels as subplots, up to three a row, with room between the rows for the
+    axis labels and the next panel's title (PANEL_PX / GAP_PX: the panels never overlap); axis
+    titles every panel shares are drawn once (the y title in the first column, the x title on
+    the lowest panel of each column); ``height`` in pixels (default: from the rows).  A shared
+    legend (``spec.shared_legend``) lists a name once and toggles its lines in every panel.  A
+    spec with nothing to draw gives an empty figure whose title says why.  Built directly (no
+    ``graph_objects`` validation: this runs on every change of the DB).  Text from records is
+    passed as data (plotly.js escapes it)."""
     layout: dict[str, Any] = {"paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"size": 11},
                               "hovermode": "closest", "uirevision": spec.key, "legend": {"font": {"size": 10}}}
     if not spec.panels:
@@ -434,13 +523,19 @@ def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
     n = len(spec.panels)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    hgap, vgap = 0.07, (0.16 / rows if rows > 1 else 0.0)
+    ticks = any(p.xticks for p in spec.panels)
+    margin = {"l": 60, "r": 20, "t": 70, "b": 130 if ticks else 60}
+    total = height or (PANEL_PX * rows + GAP_PX * (rows - 1) + margin["t"] + margin["b"])
+    plot_px = max(total - margin["t"] - margin["b"], 1)
+    hgap = 0.08 if cols > 1 else 0.0
+    vgap = min(GAP_PX / plot_px, 0.5 / max(rows - 1, 1)) if rows > 1 else 0.0
     width = (1.0 - hgap * (cols - 1)) / cols
     cell_h = (1.0 - vgap * (rows - 1)) / rows
+    same_x = len({p.xlabel for p in spec.panels}) == 1 and n > 1
+    same_y = len({p.ylabel for p in spec.panels}) == 1 and n > 1
     data: list[dict] = []
     annotations: list[dict] = []
     stacked = False
-    ticks = any(p.xticks for p in spec.panels)
     for i, panel in enumerate(spec.panels):
         r, c = divmod(i, cols)
         suffix = "" if i == 0 else str(i + 1)
@@ -448,9 +543,9 @@ def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
         y1 = 1.0 - r * (cell_h + vgap)
         xa: dict[str, Any] = {**_AXIS, "domain": [x0, x0 + width], "anchor": f"y{suffix}"}
         ya: dict[str, Any] = {**_AXIS, "domain": [y1 - cell_h, y1], "anchor": f"x{suffix}"}
-        if panel.xlabel:
+        if panel.xlabel and (not same_x or i + cols >= n):
             xa["title"] = {"text": panel.xlabel, "font": {"size": 12}}
-        if panel.ylabel:
+        if panel.ylabel and (not same_y or c == 0):
             ya["title"] = {"text": panel.ylabel, "font": {"size": 12}}
         if panel.xlog:
             xa["type"] = "log"
@@ -472,7 +567,7 @@ def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
             color = _PLOTLY_COLORS.get(s.color or "", s.color)
             t: dict[str, Any] = {"x": _plain(s.x), "y": _plain(s.y), "name": s.name, "xaxis": f"x{suffix}",
                                  "yaxis": f"y{suffix}", "opacity": s.opacity, "showlegend": s.legend,
-                                 "legendgroup": f"p{i}-{s.name}"}
+                                 "legendgroup": s.name if spec.shared_legend else f"p{i}-{s.name}"}
             if s.kind == "bar":
                 t.update(type="bar", marker={"color": color} if color else {})
                 if s.labels:
@@ -494,10 +589,8 @@ def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
                 "y1": h.y, "line": {"dash": "dot" if h.style == "dotted" else "solid", "width": 1,
                                     "color": _PLOTLY_COLORS.get(h.color, h.color)}})
     title = spec.title + (" — " + "; ".join(spec.notes) if spec.notes else "")
-    layout.update(title={"text": title, "font": {"size": 14}}, annotations=annotations,
-                  height=(height or 340 * rows + 60) + 60 * ticks,
-                  margin={"l": 60, "r": 20, "t": 70, "b": 130 if ticks else 60},
-                  barmode="stack" if stacked else "group")
+    layout.update(title={"text": title, "font": {"size": 14}}, annotations=annotations, height=total,
+                  margin=margin, barmode="stack" if stacked else "group")
     return {"data": data, "layout": layout}
 
 
@@ -522,6 +615,6 @@ def to_plotly(spec: FigureSpec, *, height: int | None = None) -> Any:
 
 
 __all__ = ["Series", "HLine", "Panel", "FigureSpec", "short_workload", "thin", "steps", "convergence_figure",
-           "warm_vs_cold_figure", "reach_table", "evaluations_to_reach", "hit_rate_figure",
+           "color_by_name", "run_start", "comparable_runs", "warm_vs_cold_figure", "reach_table", "evaluations_to_reach", "hit_rate_figure",
            "records_over_time_figure", "best_over_time_figure", "gain_model", "gain_saturation_figure",
            "time_split_figure", "to_matplotlib", "to_plotly", "to_plotly_dict"]

@@ -9,14 +9,16 @@ Nothing is simulated, and a figure without data is omitted with a note saying wh
 Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display needed):
 
 ``convergence.png``
-    per workload (the ones with the most records), one line per target: the best cost so far
-    (seconds, log scale) against the number of that entry's records, in timestamp order (for
-    imported records: the order of the source file).
+    per workload (the ones with the most records), one line per target: the fastest single
+    measurement so far (seconds, log scale) against the number of that entry's records, in
+    timestamp order (for imported records: the order of the source file).  A search's history,
+    not the entry's cost: that is the estimator's (the best-configs table).
 ``warm_vs_cold.png`` (stored runs or ``--runs``)
-    per workload, the best cost so far against evaluations of each tuning run (each task of a
-    stored run, of each part of a stored demo, or each run of the runs JSON), labelled with the
-    run's ``label`` (warm / cold / a user tag) or, without one, warm (the run had seeds from the
-    DB) or cold (it had none).
+    per workload that has both a warm and a cold search (:func:`figures.comparable_runs`), the
+    in-run best so far against evaluations of each tuning run (each task of a stored run, of
+    each part of a stored demo, or each run of the runs JSON), labelled with the run's ``label``
+    (warm / cold / a user tag) or, without one, warm (the run had seeds from the DB) or cold (it
+    had none); one colour per label across the panels, one shared legend.
 ``hit_rate.png`` (stored runs or ``--runs``)
     per run (stored runs oldest first, then the ``--runs`` ones in the order given), the share
     of its evaluations answered from the DB (``cache_hits / evaluations``) and the cumulative
@@ -26,18 +28,31 @@ Figures (PNG files next to ``index.html``; matplotlib's Agg canvas, no display n
 ``records_per_target.png``
     live records per target (bar chart).
 ``saturation.png``
-    per entry with at least 3 ok records: the entry's final best cost divided by its best cost
-    so far (1.0 = the best the DB has) against the number of its records, with the median over
-    entries.
+    per entry with at least 3 ok records: the entry's fastest measurement divided by its fastest
+    so far (1.0 = the fastest the DB has seen) against the number of its records, with the
+    median over entries.
 ``gain_saturation.png`` (runs with ``gain`` and ``records_before``)
     the gain ``G = 1 - (measure_s + query_s) / t_full_s`` of each run (the fraction of tuning
     time the DB saved) against ``n``, the records in the DB when the run started, with the fit
-    ``G(n) = G_max * (1 - exp(-beta * n))`` (:func:`fit_saturation`; ``beta`` per record).
+    ``G(n) = G_max * (1 - exp(-beta * n))`` (:func:`saturation`: bounded 0 <= G_max <= 1, and
+    "no fit" with the reason when the fit does not determine its parameters).
 ``similarity.png``
     cosine similarity of the targets' hardware vectors (``tunedb.index.retrieval.features.hardware_vector``).
 
 The page also has a table of the stored runs and of the best config of each entry (most
-records first).  Costs and times are seconds.
+records first).  Costs and times are seconds, shown with :func:`tunedb.index.estimate.fmt_seconds`.
+
+The cost of a config or an entry is the estimator's (``tunedb.index.estimate``: the same number
+as ``tunedb best``): :func:`entry_estimates` over the records the report reads (refuted ones left
+out), shown with its n, interval and noisy flag (:func:`cost_brief`, the whole of it in a
+tooltip: ``CostEstimate.text()``); a single record's ``cost`` is one measurement and is never
+shown as a config's cost.
+
+Each tuning run is counted once (:func:`add_summaries`): a ``demo`` summary is a container of
+tune-model runs (its ``parts``) that ``tune-model`` also stores as runs of their own; a part whose
+run_id is stored as a summary is counted there and left out of the demo, and a demo left with no
+part is not a run of its own (it is skipped).  "Tuning runs" counts runs after that rule, a demo
+by its remaining parts (:func:`count_runs`).
 """
 
 from __future__ import annotations
@@ -55,9 +70,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tunedb.index.estimate import CostEstimate, estimate_of_row, estimate_table, fmt_seconds
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import gain_model, short_workload
-from tunedb.transfer.cli.util import fmt_seconds
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
@@ -70,13 +85,21 @@ MAX_TABLE_ROWS = 60
 MIN_SATURATION_RECORDS = 3
 MAX_HIT_BARS = 60
 MIN_FIT_POINTS = 3
-G_MAX_BOUNDS = (0.0, 1.5)
+#: G <= 1 by definition (the DB cannot save more than all of the tuning time)
+G_MAX_BOUNDS = (0.0, 1.0)
+#: G_max within this of its upper bound counts as "at the bound"
+AT_BOUND = 1e-3
+#: at the bound, a standard error of G_max above this says the points do not show the level
+AT_BOUND_MAX_SE = 0.2
 
 
 # ----------------------------------------------------------------------------- data
 @dataclass
 class EntryCurve:
-    """Best-so-far cost of one (target, workload) entry over its records in timestamp order."""
+    """One (target, workload) entry: the fastest single measurement so far over its records in
+    timestamp order (``best_so_far``: the search's history), and the estimator's best config
+    (``estimate``: its cost, n and interval; ``best_config``).  ``best_cost`` is the estimate's
+    value (the number ``tunedb best`` shows), ``best_seen`` the fastest single measurement."""
 
     target_key: str
     target_name: str
@@ -86,8 +109,14 @@ class EntryCurve:
     ok_records: int
     best_so_far: list[float | None]   # after record 1, 2, ... (None until the first ok record)
     best_config: dict | None = None
-    best_cost: float | None = None
+    estimate: CostEstimate | None = None
+    best_seen: float | None = None
     sources: list[str] = field(default_factory=list)
+
+    @property
+    def best_cost(self) -> float | None:
+        """The estimated cost of the entry's best config (seconds), None without an ok record."""
+        return None if self.estimate is None else self.estimate.value
 
     @property
     def family(self) -> str:
@@ -108,6 +137,8 @@ class TuneRun:
     measurements: int | None
     source: str = ""            # where it came from: a runs file's name, or "database"
     run_id: str = ""            # the run summary's run_id ("" when the run JSON has none)
+    #: how the search started: "warm" (seeded from the DB), "cold" (no seeds) or "" (not known)
+    start: str = ""
 
 
 @dataclass
@@ -122,12 +153,98 @@ class RunsData:
     hit_points: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
-    stored: int = 0             # how many of the summaries were read from the database (the first ones)
+    #: the tuning runs read from the database (:func:`count_runs` of the first summaries)
+    stored: int = 0
 
 
-def entry_curves(table: Any) -> list[EntryCurve]:
+#: the record columns :func:`entry_estimates` reads (and ``config_key`` for ties, when present)
+ESTIMATE_COLUMNS = ["entry_key", "lookup_key", "status", "costs", "meta"]
+
+
+def cost_brief(est: CostEstimate | None, missing: str = "–") -> str:
+    """An estimate as a table cell: ``4.54 ms ±3% n=5`` (the interval's half-width relative to
+    the value; n: its records, ``n=1 (32 repeats)`` for one record's repeats; ``noisy`` appended
+    when it is), ``missing`` for None.  The whole of it (the
+    interval and its confidence) is ``est.text()``: the cell's tooltip."""
+    if est is None:
+        return missing
+    words = [fmt_seconds(est.value)]
+    if est.has_interval:
+        rel = est.rel_halfwidth
+        words.append(f"±{rel:.0%}" if rel >= 0.01 else f"±{rel * 100:.1f}%")
+    words.append(f"n={est.records}" if est.records != 1 or est.samples <= 1 else f"n=1 ({est.samples} repeats)")
+    if est.noisy:
+        words.append("noisy")
+    return " ".join(words)
+
+
+def not_refuted(t: Any, refuted: Iterable[str] | None) -> np.ndarray | None:
+    """A mask of the rows of ``t`` that are not ``refuted`` (record_ids; by the ``rid_hash``
+    column when ``t`` has no ``record_id``), or None when there is nothing to leave out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = sorted(set(refuted or ()))
+    if not ids or t.num_rows == 0:
+        return None
+    if "record_id" in t.column_names:
+        m = pc.is_in(t.column("record_id"), value_set=pa.array(ids, pa.string()))
+    else:
+        from tunedb.index.keys import rid_hashes
+
+        m = pc.is_in(t.column("rid_hash"), value_set=pa.array(rid_hashes(ids), pa.int64()))
+    return ~np.asarray(pc.fill_null(m, False))
+
+
+def entry_estimates(t: Any, keep: np.ndarray | None = None) -> Any:
+    """The estimator's best config of every entry of the records table ``t`` (at least
+    :data:`ESTIMATE_COLUMNS`; the rows where ``keep`` is True when given): one row per entry with
+    an ok record, as an Arrow table with ``entry_key``, ``row`` (the index in ``t`` of a record
+    of the best config: its config, keys and provenance), ``lookup_key`` and the columns of
+    ``tunedb.index.estimate.estimate_table`` (value, lo, hi, records, samples, coverage,
+    confirmed, basis, noisy; :func:`estimate_of_row` of a row is its CostEstimate).  Each config
+    is estimated from its records (``estimate_table`` by ``lookup_key``, vectorised), the entry's
+    best is the lowest value, ties by ``config_key`` when ``t`` has it (as ``tunedb best``
+    orders them), else by ``lookup_key``."""
+    import pyarrow as pa
+
+    idx = np.arange(t.num_rows, dtype=np.int64)
+    if keep is not None:
+        idx = idx[np.asarray(keep, bool)]
+        t = t.filter(pa.array(np.asarray(keep, bool)))
+    est = estimate_table(t.select(["lookup_key", "status", "costs", "meta"]), by=("lookup_key",)) \
+        if t.num_rows else None
+    names = ["entry_key", "row", "lookup_key", "value", "lo", "hi", "records", "samples", "coverage", "confirmed",
+             "basis", "noisy"]
+    if est is None or est.num_rows == 0:
+        return pa.table({n: pa.array([], pa.string() if n == "basis" else pa.bool_() if n == "noisy"
+                                     else pa.float64() if n in ("value", "lo", "hi", "coverage") else pa.int64())
+                         for n in names})
+    lk = t.column("lookup_key").to_numpy()
+    uniq, first = np.unique(lk, return_index=True)
+    elk = est.column("lookup_key").to_numpy()
+    rows = first[np.searchsorted(uniq, elk)]          # (a record of each config: its first row)
+    ek = t.column("entry_key").take(pa.array(rows)).to_numpy()
+    value = est.column("value").to_numpy()
+    if "config_key" in t.column_names:
+        ck = np.asarray(t.column("config_key").take(pa.array(rows)).to_pylist(), dtype=str)
+        tie = np.unique(ck, return_inverse=True)[1].reshape(-1)
+    else:
+        tie = elk
+    order = np.lexsort((tie, value, ek))
+    eks = ek[order]
+    pick = order[np.r_[True, eks[1:] != eks[:-1]]] if len(eks) else order
+    out = est.take(pa.array(pick))
+    return out.add_column(0, "row", pa.array(idx[rows[pick]], pa.int64())) \
+        .add_column(0, "entry_key", pa.array(ek[pick], pa.int64())).select(names)
+
+
+def entry_curves(table: Any, refuted: Iterable[str] | None = None) -> list[EntryCurve]:
     """One :class:`EntryCurve` per (target_key, workload_key) of a records table
-    (``RecordStore.records()``), records ordered by timestamp (ties: table order)."""
+    (``RecordStore.records()``), records ordered by timestamp (ties: table order): the fastest
+    measurement so far after each, and the estimator's best config (:func:`entry_estimates`;
+    ``refuted`` record_ids, which never answer a lookup, are left out of it as ``tunedb best``
+    leaves them out)."""
     n = table.num_rows
     if n == 0:
         return []
@@ -135,12 +252,15 @@ def entry_curves(table: Any) -> list[EntryCurve]:
     wk = table.column("workload_key").to_pylist()
     names = table.column("target_name").to_pylist()
     wjs = table.column("workload").to_pylist()
-    cfgs = table.column("config").to_pylist()
     srcs = table.column("source").to_pylist()
     status = table.column("status").to_pylist()
     cost = table.column("cost").to_pylist()
     ts = table.column("timestamp").cast("int64").to_pylist()
     committed = table.column("committed").cast("int64").to_pylist()
+    ek = table.column("entry_key").to_pylist()
+    best = entry_estimates(table, not_refuted(table, refuted))
+    best_of = {int(e): i for i, e in enumerate(best.column("entry_key").to_pylist())}
+    best_rows = best.column("row").to_pylist()
     when = np.array([t if t is not None else (c if c is not None else 0) for t, c in zip(ts, committed)], np.int64)
     order = np.lexsort((np.arange(n), when))
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -148,19 +268,20 @@ def entry_curves(table: Any) -> list[EntryCurve]:
         groups[(tk[i], wk[i])].append(i)
     out: list[EntryCurve] = []
     for (t, w), rows in groups.items():
-        best: float | None = None
-        best_i: int | None = None
+        seen: float | None = None
         curve: list[float | None] = []
         for i in rows:
             c = cost[i]
-            if status[i] == "ok" and c is not None and math.isfinite(c) and (best is None or c < best):
-                best, best_i = float(c), i
-            curve.append(best)
+            if status[i] == "ok" and c is not None and math.isfinite(c) and (seen is None or c < seen):
+                seen = float(c)
+            curve.append(seen)
+        j = best_of.get(int(ek[rows[0]]))
+        est = None if j is None else estimate_of_row(best.slice(j, 1).to_pylist()[0])
+        cfg = None if j is None else json.loads(table.column("config")[best_rows[j]].as_py())
         out.append(EntryCurve(
             target_key=t, target_name=names[rows[0]] or t[:8], workload_key=w, workload=json.loads(wjs[rows[0]]),
             records=len(rows), ok_records=sum(1 for i in rows if status[i] == "ok" and cost[i] is not None),
-            best_so_far=curve, best_config=None if best_i is None else json.loads(cfgs[best_i]), best_cost=best,
-            sources=sorted({srcs[i] for i in rows})))
+            best_so_far=curve, best_config=cfg, estimate=est, best_seen=seen, sources=sorted({srcs[i] for i in rows})))
     out.sort(key=lambda e: (-e.records, e.target_name, e.workload_key))
     return out
 
@@ -188,7 +309,7 @@ def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
                 had_history = True
                 out.runs.append(TuneRun(target=preset, workload=dict(row.get("workload") or {}), label=label,
                                         history=hist, evaluations=len(hist), cache_hits=None,
-                                        measurements=None, source=where, run_id=run_id))
+                                        measurements=None, source=where, run_id=run_id, start=label))
         if not had_history:
             out.notes.append(f"{where}: this demo output holds no warm/cold histories (the demo's --json "
                              "output leaves them out), so its warm-vs-cold curves cannot be drawn")
@@ -211,7 +332,8 @@ def _runs_from_doc(doc: Any, where: str, out: RunsData) -> None:
         meas = int(doc.get("measurements") or 0)
         run = TuneRun(target=str(doc.get("target") or ""), workload=dict(doc.get("workload") or {}),
                       label=label, history=hist, evaluations=int(doc.get("evaluations") or hits + meas),
-                      cache_hits=hits, measurements=meas, source=where, run_id=run_id)
+                      cache_hits=hits, measurements=meas, source=where, run_id=run_id,
+                      start="warm" if seeds else "cold")
         out.runs.append(run)
         if run.evaluations > 0:
             out.hit_points.append({"label": f"{len(out.hit_points) + 1}: {label} {run.workload.get('family', '')}",
@@ -312,14 +434,28 @@ def _part_totals(part: Mapping[str, Any]) -> tuple[int, int]:
     return (sum(e for e, _ in subs) if evals is None else evals, sum(h for _, h in subs) if hits is None else hits)
 
 
+def count_runs(summaries: Iterable[Mapping[str, Any]]) -> int:
+    """The tuning runs of ``summaries`` as :func:`add_summaries` keeps them (``RunsData.summaries``):
+    one per summary, a demo by its parts (:func:`run_parts`)."""
+    return sum(len(run_parts(s)) for s in summaries)
+
+
 def add_summaries(out: RunsData, summaries: Iterable[Any], where: str) -> None:
     """Add run summaries (``RecordStore.runs()`` schema; every field optional) to ``out``: each
     summary to ``out.summaries``, one :class:`TuneRun` per task with a ``history`` list (of the
     summary, or of each demo part: :func:`run_parts`) and one hit point per run or part with
-    evaluations.  A summary (or part) whose ``run_id`` is in ``out`` already is skipped, so a
-    run given twice counts once.  A run's ``label`` (warm / cold / a tag) labels its tasks,
-    with the model's name after it; without a label, a task's ``source`` (hit / warm: warm)."""
+    evaluations.  A run's ``label`` (warm / cold / a tag) labels its tasks, with the model's name
+    after it; without a label, a task's ``source`` (hit / warm: warm).
+
+    Each tuning run is counted once, whatever the order the summaries come in: a summary (or
+    part) whose ``run_id`` is in ``out`` already is skipped (a run given twice); a demo part whose
+    ``run_id`` is a summary of its own (among ``summaries`` or in ``out``: ``tune-model`` stores
+    each part it runs) is left out of the demo (counted where it is stored); a demo left with no
+    part is skipped (the container is not a tuning run of its own)."""
+    summaries = list(summaries)
     seen = _run_ids(out.summaries)
+    standalone = {str(q["run_id"]) for q in [*out.summaries, *summaries]
+                  if isinstance(q, Mapping) and q.get("run_id")}
     for summary in summaries:
         if not isinstance(summary, Mapping):
             out.notes.append(f"{where}: skipped a run summary that is not an object")
@@ -328,12 +464,15 @@ def add_summaries(out: RunsData, summaries: Iterable[Any], where: str) -> None:
         if rid and rid in seen:
             continue
         parts = run_parts(summary)
-        kept = [q for q in parts if q is summary or not q.get("run_id") or str(q["run_id"]) not in seen]
+        kept = [q for q in parts if q is summary or not q.get("run_id")
+                or str(q["run_id"]) not in seen | standalone]
         if not kept:
             continue
         copy = dict(summary)
         if len(kept) != len(parts):  # a demo part stored on its own too: counted there
             copy["parts"] = [dict(q) for q in kept]
+            for k in ("evaluations", "cache_hits", "measurements"):  # (its totals: of the parts kept)
+                copy.pop(k, None)
         out.summaries.append(copy)
         seen |= _run_ids([copy])
         for part in run_parts(copy):
@@ -353,13 +492,15 @@ def _add_part(out: RunsData, part: Mapping[str, Any], parent: Mapping[str, Any] 
         hist = _history(t["history"])
         lab = label or {"hit": "warm", "warm": "warm", "cold": "cold"}.get(str(t.get("source")), "")
         lab = " ".join(w for w in (lab or str(part.get("kind") or "run"), model) if w)
+        src = str(t.get("source") or "")
+        start = src if src in ("warm", "cold") else next((w for w in lab.split() if w in ("warm", "cold")), "")
         evals = _count(t.get("evaluations"))
         wl = t.get("workload")
         out.runs.append(TuneRun(target=target, workload=dict(wl) if isinstance(wl, Mapping) else {}, label=lab,
                                 history=hist,
                                 evaluations=len(hist) if evals is None else evals,
                                 cache_hits=_count(t.get("cache_hits")), measurements=_count(t.get("measurements")),
-                                source=where, run_id=run_id))
+                                source=where, run_id=run_id, start=start))
     evals, hits = _part_totals(part)
     if evals > 0:
         out.hit_points.append({"label": _part_name(part, parent) or "run", "evaluations": evals,
@@ -391,7 +532,7 @@ def merge_runs(given: RunsData, stored: Iterable[Any]) -> RunsData:
     them.  ``given`` is not changed."""
     out = RunsData()
     add_summaries(out, stored, "database")
-    out.stored = len(out.summaries)
+    out.stored = count_runs(out.summaries)
     ids = _run_ids(out.summaries)
 
     def dup(rid: Any) -> bool:
@@ -459,25 +600,55 @@ def saturation_fit_reason(n: Iterable[Any], g: Iterable[Any]) -> str | None:
     return None
 
 
+def fit_problem(fit: Mapping[str, Any]) -> str | None:
+    """Why a :func:`fit_saturation` result says nothing (one line), or None when it is a fit to
+    show: a standard error that is not finite, or larger than its parameter (G_max = 1.5 ± 33
+    is no estimate of G_max), or G_max at its upper bound (1: G can never exceed it) with a
+    standard error above AT_BOUND_MAX_SE (the points do not show where G levels off)."""
+    g, g_se, b, b_se = fit["g_max"], fit["g_max_se"], fit["beta"], fit["beta_se"]
+    if g_se is None or b_se is None:
+        return (f"the fit over {fit['points']} runs has no finite standard error (G_max = {g:.3g}, "
+                f"beta = {b:.3g} per record): the points do not determine it")
+    if g >= G_MAX_BOUNDS[1] - AT_BOUND and g_se > AT_BOUND_MAX_SE:
+        return (f"the fit over {fit['points']} runs put G_max at its bound {G_MAX_BOUNDS[1]:g} (G <= 1 by "
+                f"definition) with a standard error of {g_se:.2g}: the points do not show where G levels off")
+    if g_se > g:
+        return (f"the fit over {fit['points']} runs gives G_max = {g:.3g} with a standard error of {g_se:.2g}, "
+                "larger than the value: the points do not determine G_max")
+    if b_se > b:
+        return (f"the fit over {fit['points']} runs gives beta = {b:.3g} per record with a standard error of "
+                f"{b_se:.2g}, larger than the value: the points do not show how fast G saturates")
+    return None
+
+
 def saturation(n: Iterable[Any], g: Iterable[Any]) -> tuple[dict | None, str | None]:
-    """(:func:`fit_saturation`'s dict, None) or (None, why there is no fit: one line)."""
+    """The fit of G(n) to show: (:func:`fit_saturation`'s dict, None), or (None, why there is
+    no fit: one line) when the points cannot be fitted (:func:`saturation_fit_reason`), the fit
+    fails, or it is not meaningful (:func:`fit_problem`).  What both the report and the
+    dashboard show."""
     reason = saturation_fit_reason(n, g)
     fit = None if reason else fit_saturation(n, g)
     if fit is None and reason is None:
         reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+    if fit is not None:
+        reason = fit_problem(fit)
+        if reason is not None:
+            fit = None
     return fit, reason
 
 
 def fit_saturation(n: Iterable[Any], g: Iterable[Any]) -> dict | None:
     """Least-squares fit of ``G(n) = G_max * (1 - exp(-beta * n))`` (:func:`gain_model`) to the
     points (``n``: records in the DB before each run; ``g``: each run's gain, a fraction) with
-    ``scipy.optimize.curve_fit``, bounded ``G_max`` in G_MAX_BOUNDS and ``beta > 0``; initial
+    ``scipy.optimize.curve_fit``, bounded ``G_max`` in G_MAX_BOUNDS (0..1: G <= 1 by definition)
+    and ``beta > 0``; initial
     guesses: ``G_max`` = the largest G, ``beta`` = 1 / the smallest n whose G reaches 63% of it.
 
     Returns ``{"g_max", "beta" (per record), "g_max_se", "beta_se" (standard errors from the
     covariance; None when it is not finite), "points", "rmse" (of G)}``, or None when
     :func:`saturation_fit_reason` gives a reason or the fit fails (does not converge, or gives
-    no finite estimate).  Points with a non-finite value or n < 0 are left out."""
+    no finite estimate).  Points with a non-finite value or n < 0 are left out.  Whether the fit
+    means anything is :func:`fit_problem`'s question (:func:`saturation` asks it)."""
     if saturation_fit_reason(n, g) is not None:
         return None
     from scipy.optimize import OptimizeWarning, curve_fit
@@ -485,7 +656,7 @@ def fit_saturation(n: Iterable[Any], g: Iterable[Any]) -> dict | None:
     x, y = _fit_pairs(n, g)
     scale = float(x.max())      # fit beta * scale on n / scale (well conditioned), then scale back
     xs = x / scale
-    g0 = float(np.clip(y.max(), 1e-3, G_MAX_BOUNDS[1]))
+    g0 = float(np.clip(y.max(), 1e-3, G_MAX_BOUNDS[1] - 1e-6))
     order = np.argsort(xs)
     reached = [float(v) for v in xs[order][y[order] >= 0.632 * g0] if v > 0]
     b0 = float(np.clip(1.0 / (reached[0] if reached else float(np.median(xs[xs > 0]))), 1e-3, 1e3))
@@ -532,10 +703,15 @@ def plot_convergence(curves: list[EntryCurve], path: Path) -> list[str] | None:
     return [p.title for p in spec.panels] if figures.to_matplotlib(spec, path) else None
 
 
+def warm_vs_cold_spec(runs: list[TuneRun]) -> figures.FigureSpec:
+    """The report's warm-vs-cold figure (:func:`figures.warm_vs_cold_figure`)."""
+    return figures.warm_vs_cold_figure(runs, max_panels=3 * MAX_CONVERGENCE_WORKLOADS, max_lines=MAX_LINES_PER_PANEL)
+
+
 def plot_warm_vs_cold(runs: list[TuneRun], path: Path) -> int:
-    """Best cost so far against evaluations of each run, one panel per workload
-    (:func:`figures.warm_vs_cold_figure`); returns the panels drawn."""
-    spec = figures.warm_vs_cold_figure(runs, max_panels=3 * MAX_CONVERGENCE_WORKLOADS, max_lines=MAX_LINES_PER_PANEL)
+    """In-run best so far against evaluations of each run, one panel per workload with both a
+    warm and a cold run (:func:`figures.warm_vs_cold_figure`); returns the panels drawn."""
+    spec = warm_vs_cold_spec(runs)
     return len(spec.panels) if figures.to_matplotlib(spec, path) else 0
 
 
@@ -588,13 +764,13 @@ def plot_records_per_target(targets: list[dict], path: Path) -> int:
 
 
 def saturation_series(curves: list[EntryCurve]) -> list[list[float]]:
-    """Per entry with >= MIN_SATURATION_RECORDS ok records: final best / best so far, after each record
-    (0 before the first ok record)."""
+    """Per entry with >= MIN_SATURATION_RECORDS ok records: its fastest measurement / the fastest
+    so far, after each record (0 before the first ok record)."""
     out = []
     for e in curves:
-        if e.ok_records < MIN_SATURATION_RECORDS or not e.best_cost:
+        if e.ok_records < MIN_SATURATION_RECORDS or not e.best_seen:
             continue
-        out.append([0.0 if b is None else e.best_cost / b for b in e.best_so_far])
+        out.append([0.0 if b is None else e.best_seen / b for b in e.best_so_far])
     return out
 
 
@@ -620,7 +796,7 @@ def plot_saturation(curves: list[EntryCurve], path: Path) -> int:
     ax.set_xscale("log" if longest > 50 else "linear")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("records of the entry (timestamp order)", fontsize=8)
-    ax.set_ylabel("entry's best cost / best so far", fontsize=8)
+    ax.set_ylabel("fastest measurement / fastest so far", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
@@ -628,12 +804,12 @@ def plot_saturation(curves: list[EntryCurve], path: Path) -> int:
     return len(series)
 
 
-def plot_gain_saturation(points: list[GainPoint], fit: dict | None, path: Path) -> int:
+def plot_gain_saturation(points: list[GainPoint], fit: dict | None, path: Path, reason: str | None = None) -> int:
     """Each run's gain G against n (records in the DB before it), one colour per run kind, and the
-    fit ``G_max * (1 - exp(-beta * n))`` (``fit``: :func:`fit_saturation`'s dict, or None: the
-    points alone; :func:`figures.gain_saturation_figure`).  Returns the points drawn (0: nothing
-    written)."""
-    return len(points) if figures.to_matplotlib(figures.gain_saturation_figure(points, fit), path) else 0
+    fit ``G_max * (1 - exp(-beta * n))`` (``fit``: :func:`saturation`'s dict, or None: the points
+    alone, ``reason`` saying why; :func:`figures.gain_saturation_figure`).  Returns the points
+    drawn (0: nothing written)."""
+    return len(points) if figures.to_matplotlib(figures.gain_saturation_figure(points, fit, reason), path) else 0
 
 
 def hardware_similarity(targets: list[dict]) -> tuple[list[str], np.ndarray] | None:
@@ -682,7 +858,15 @@ def plot_similarity(targets: list[dict], path: Path) -> int:
 
 # ----------------------------------------------------------------------------- page
 def _fmt_s(s: float | None) -> str:
-    return fmt_seconds(s, missing="–", micro="µs")
+    """A duration (:func:`tunedb.index.estimate.fmt_seconds`, the one unit style), ``–`` when unknown."""
+    return fmt_seconds(s, missing="–")
+
+
+def _cost_html(est: CostEstimate | None) -> str:
+    """An estimate as a table cell (:func:`cost_brief`), the whole of it (``text()``) as its tooltip."""
+    if est is None:
+        return "–"
+    return f"<span title=\"{html.escape(est.text())}\">{html.escape(cost_brief(est))}</span>"
 
 
 _CSS = """
@@ -720,7 +904,7 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
     data = merge_runs(runs or RunsData(), stored_runs(db))
     table = db.records(include_stale=False)
     targets = db.targets()
-    curves = entry_curves(table)
+    curves = entry_curves(table, _refuted(db))
     page = _Page(out, notes=list(data.notes))
     _tuning_sections(page, curves, data)
     fit, reason = _store_sections(page, table, targets, curves, data)
@@ -730,6 +914,16 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
     head = _head_table(db.location, summary)
     (out / "index.html").write_text(_page_html(head, page.sections, page.notes), encoding="utf-8")
     return {"out": str(out), "files": ["index.html", *page.files], "notes": page.notes, "summary": summary}
+
+
+def _refuted(db: Any) -> set[str]:
+    """The record_ids ``db`` marks refuted (none for a store without verdicts)."""
+    fn = getattr(db, "verdicts", None)
+    try:
+        found = fn() if callable(fn) else {}
+    except NotImplementedError:
+        found = {}
+    return {rid for rid, v in found.items() if v == "refuted"}
 
 
 @dataclass
@@ -756,22 +950,28 @@ class _Page:
 def _tuning_sections(page: _Page, curves: list[EntryCurve], runs: RunsData) -> None:
     """The search figures: warm vs cold (runs), convergence (DB), hit rate (runs) and its table."""
     out = page.out
-    drawn = plot_warm_vs_cold(runs.runs, out / "warm_vs_cold.png") if runs.runs else 0
+    spec = warm_vs_cold_spec(runs.runs)
+    drawn = len(spec.panels) if runs.runs and figures.to_matplotlib(spec, out / "warm_vs_cold.png") else 0
+    missing = ("no tuning-run histories: the database stores no run with task histories ('tunedb tune', "
+               "'tune-model', 'warm-start' and 'demo' store theirs) and none were given: run one of them, or "
+               "pass --runs with the JSON output of 'tunedb tune', 'tunedb warm-start' (with and without --cold) "
+               "or a demo output that includes its histories")
+    if runs.runs and spec.empty and spec.empty != figures.NO_HISTORIES:
+        missing = spec.empty
     page.figure("warm_vs_cold.png", "Warm start vs cold search",
-                "Best cost so far (seconds, log scale) against evaluations of each search: each task of the tuning "
-                "runs stored in the database (of each part of a demo) and each run given with <code>--runs</code>; "
-                "<b>warm</b> runs were seeded from the database's nearest entries, <b>cold</b> runs had no seeds "
-                "(or the label stored with the run, then the model's name for model runs).", drawn,
-                "no tuning-run histories: the database stores no run with task histories ('tunedb tune', "
-                "'tune-model', 'warm-start' and 'demo' store theirs) and none were given: run one of them, or "
-                "pass --runs with the JSON output of 'tunedb tune', 'tunedb warm-start' (with and without --cold) "
-                "or a demo output that includes its histories")
+                "In-run best so far (seconds, log scale: the best each search had measured or looked up at that "
+                "point, what the run saw) against evaluations of each search, for the workloads that have both a "
+                "warm and a cold search: each task of the tuning runs stored in the database (of each part of a "
+                "demo) and each run given with <code>--runs</code>; <b>warm</b> runs were seeded from the "
+                "database's nearest entries, <b>cold</b> runs had no seeds (or the label stored with the run, then "
+                "the model's name for model runs); one colour per label in every panel.", drawn, missing)
     conv = plot_convergence(curves, out / "convergence.png")
     page.figure("convergence.png", "Convergence per workload (from the database)",
-                "For the workloads with the most records: best cost so far (seconds, log scale) of each target's "
-                "entry against the number of its records in timestamp order (imported records keep their file "
-                "order). Warm and cold runs of the same target and workload share one entry in the database, so "
-                "this view cannot tell them apart; see the figure above.", conv,
+                "For the workloads with the most records: the fastest single measurement so far (seconds, log "
+                "scale) of each target's entry against the number of its records in timestamp order (imported "
+                "records keep their file order): the search's history, not the entry's cost (the best-configs "
+                "table below gives the estimate). Warm and cold runs of the same target and workload share one "
+                "entry in the database, so this view cannot tell them apart; see the figure above.", conv,
                 f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
     drawn = plot_hit_rate(runs, out / "hit_rate.png")
     page.figure("hit_rate.png", "Hit rate over time",
@@ -809,8 +1009,9 @@ def _store_sections(page: _Page, table: Any, targets: list[dict], curves: list[E
                 "the database holds no records")
     drawn = plot_saturation(curves, out / "saturation.png")
     page.figure("saturation.png", "Saturation: best cost against number of records",
-                f"Each grey line is one entry with at least {MIN_SATURATION_RECORDS} ok records: the entry's best "
-                "cost divided by its best so far after each of its records (1.0 = the best the database knows); "
+                f"Each grey line is one entry with at least {MIN_SATURATION_RECORDS} ok records: the entry's fastest "
+                "single measurement divided by its fastest so far after each of its records (1.0 = the fastest "
+                "the database has seen); "
                 "red: the median over entries (drawn while at least 3 entries have that many records).", drawn,
                 f"no entry has {MIN_SATURATION_RECORDS} or more ok records")
     fit = _gain_section(page, runs)
@@ -828,13 +1029,14 @@ def _gain_section(page: _Page, runs: RunsData) -> tuple[dict | None, str | None]
     points = gain_points(runs.summaries)
     ns, gs = [q.n for q in points], [q.gain for q in points]
     fit, reason = saturation(ns, gs)
-    drawn = plot_gain_saturation(points, fit, page.out / "gain_saturation.png")
+    drawn = plot_gain_saturation(points, fit, page.out / "gain_saturation.png", reason)
     page.figure("gain_saturation.png", "Saturation: gain of the database against its size",
                 "Each point is one stored tuning run (or part of a demo): its gain <i>G</i> = 1 − (measuring time + "
                 "query time) / <i>T</i><sub>full</sub>, the fraction of tuning time the database saved "
                 "(<i>T</i><sub>full</sub>: the measuring time without it), against <i>n</i>, the records in the "
                 "database when the run started; the line is the least-squares fit "
-                "<i>G</i>(<i>n</i>) = <i>G</i><sub>max</sub> (1 − e<sup>−β<i>n</i></sup>).", drawn,
+                "<i>G</i>(<i>n</i>) = <i>G</i><sub>max</sub> (1 − e<sup>−β<i>n</i></sup>), 0 ≤ <i>G</i><sub>max</sub> "
+                "≤ 1 (drawn only when the points determine it).", drawn,
                 "no run has both a gain and records_before ('tunedb tune-model' and 'demo' store them)")
     if fit is not None:
         def pm(v: float, se: float | None) -> str:
@@ -843,7 +1045,8 @@ def _gain_section(page: _Page, runs: RunsData) -> tuple[dict | None, str | None]
         half = f"; half of G<sub>max</sub> is reached at n = ln 2 / β ≈ {math.log(2) / fit['beta']:.3g} records" \
             if fit["beta"] > 0 else ""
         page.sections.append(
-            f"<p>Fit over {fit['points']} runs: <b>G<sub>max</sub> = {pm(fit['g_max'], fit['g_max_se'])}</b>, "
+            f"<p>Fit over {fit['points']} of {count_runs(runs.summaries)} tuning runs (those with a gain and "
+            f"records_before): <b>G<sub>max</sub> = {pm(fit['g_max'], fit['g_max_se'])}</b>, "
             f"<b>β = {pm(fit['beta'], fit['beta_se'])}</b> per record{half} (root-mean-square residual of G: "
             f"{fit['rmse']:.3g}; standard errors from the fit's covariance).</p>")
     elif drawn:
@@ -860,7 +1063,9 @@ def _pct(v: Any, digits: int = 0) -> str:
 
 def _runs_section(runs: RunsData) -> str:
     """The "Tuning runs" section: one row per run summary (the last MAX_TABLE_ROWS; a demo's parts
-    below it): when stored, kind, label, target, model, counts, eta, times and gain."""
+    below it): when stored, kind, label, target, model, counts, hit rate, times and gain.  Each
+    tuning run is one row (:func:`add_summaries`' rule: a demo's parts stored on their own are
+    their own rows, not repeated below the demo)."""
     if not runs.summaries:
         return ("<h2>Tuning runs</h2><p class=\"note\">no tuning-run summaries: the database stores none "
                 "('tunedb tune', 'tune-model', 'warm-start', 'migrate' and 'demo' store one each)</p>")
@@ -880,38 +1085,44 @@ def _runs_section(runs: RunsData) -> str:
                          str(hits), _pct(part.get("eta")), _fmt_s(_num(part.get("measure_s"))),
                          _fmt_s(_num(part.get("query_s"))), _pct(part.get("gain"), 1),
                          str(_count(part.get("records_before")) if part.get("records_before") is not None else "–")])
-    more = (f"<p class=\"note\">The last {len(shown)} of {len(runs.summaries)} runs.</p>"
+    more = (f"<p class=\"note\">The last {len(shown)} of {len(runs.summaries)} run summaries.</p>"
             if len(shown) < len(runs.summaries) else "")
     return ("<h2>Tuning runs</h2><p>The tuning runs the database stores (oldest first; stored times UTC) and "
-            "those given with <code>--runs</code> as run summaries. <i>eta</i>: the share of evaluations "
+            "those given with <code>--runs</code> as run summaries. <i>hit rate</i>: the share of evaluations "
             "answered from the database (model runs: the share of tasks answered wholly from it); <i>gain</i>: "
             "the fraction of tuning time it saved; <i>n</i>: records in the database when the run started.</p>"
-            + _table(["stored", "kind", "label", "target", "model", "evaluations", "measurements", "hits", "eta",
+            + _table(["stored", "kind", "label", "target", "model", "evaluations", "measurements", "hits", "hit rate",
                       "measuring", "query", "gain", "n"], rows, {5, 6, 7, 8, 9, 10, 11, 12}) + more)
 
 
 def _best_configs_section(curves: list[EntryCurve]) -> str:
-    """The "Best configs" section: the best config of each entry with an ok record, most records first."""
+    """The "Best configs" section: the best config of each entry with an ok record by the
+    estimator (its cost with n, the interval and the noisy flag: the number ``tunedb best``
+    shows), most records first."""
     best_rows = []
     for e in [c for c in curves if c.best_cost is not None][:MAX_TABLE_ROWS]:
         cfg = json.dumps(e.best_config, sort_keys=True)
         shown = cfg if len(cfg) <= 160 else cfg[:159] + "…"
         best_rows.append([html.escape(e.target_name), html.escape(short_workload(e.workload)), str(e.records),
-                          str(e.ok_records), _fmt_s(e.best_cost),
+                          str(e.ok_records), _cost_html(e.estimate),
                           f"<code title=\"{html.escape(cfg)}\">{html.escape(shown)}</code>"])
     if not best_rows:
         return "<h2>Best configs</h2><p class=\"note\">no entry has an ok record</p>"
     n_ok_entries = sum(1 for c in curves if c.best_cost is not None)
     more = (f"<p class=\"note\">Showing {len(best_rows)} of {n_ok_entries} entries with an ok record (most records "
             "first).</p>" if n_ok_entries > len(best_rows) else "")
-    return ("<h2>Best configs</h2>"
-            + _table(["target", "workload", "records", "ok", "best cost", "best config"], best_rows, {2, 3, 4}) + more)
+    return ("<h2>Best configs</h2><p>The cost of each entry's best config: the median of the per-record medians "
+            "of its measurements (<code>tunedb.index.estimate</code>, the number <code>tunedb best</code> shows), "
+            "± half its 95% confidence interval relative to it (less confidence with few values; the tooltip says), "
+            "<i>n</i> its records, <i>noisy</i> when the interval is wider than ±10%.</p>"
+            + _table(["target", "workload", "records", "ok", "best cost (estimate)", "best config"], best_rows,
+                     {2, 3, 4}) + more)
 
 
 def _summary(table: Any, targets: list[dict], curves: list[EntryCurve], runs: RunsData) -> dict:
     """The report's ``summary``: counts of records, targets, entries, families, sources and runs
     (``runs``: searches drawn, ``runs_given``: those not from the database, ``stored_runs``:
-    run summaries read from the database)."""
+    tuning runs read from the database, each once: :func:`count_runs`)."""
     sources: dict[str, int] = defaultdict(int)
     for s in table.column("source").to_pylist():
         sources[s] += 1

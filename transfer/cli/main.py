@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "demo",       # demo
     "report",     # report
     "dashboard",  # dashboard (live, read-only web view; the dashboard extra)
+    "doctor",     # doctor (is this machine fit to measure now?)
 )
 
 DEFAULT_DB = "./tunedb-data"

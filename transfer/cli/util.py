@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.estimate import fmt_seconds  # the one unit style (re-exported for the commands)
+from tunedb.index.estimate import fmt_seconds  # noqa: F401 (the one unit style, re-exported for the commands)
 
 if TYPE_CHECKING:
     from tqdm import tqdm

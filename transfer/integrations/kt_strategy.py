@@ -31,6 +31,18 @@ remaining work and a rerun of a finished call measures nothing.  The returned re
 every evaluation in order (as the Tuner's ``on_evaluation`` callback reports them): Kernel Tuner's own result dicts (key ``"tunedb": "measured"``) and, for
 DB answers, result dicts rebuilt from the records (``"tunedb": "db"``, ``"tunedb_record_id"``,
 all timing fields 0 like Kernel Tuner's own cache hits).  ``WarmStart.last_run`` counts both.
+
+The cost of a DB answer is the config's cost, not one measurement: ``lookup`` says whether the
+config is stored and with what status (the latest record); for an ``ok`` answer ``"time"`` (what
+Kernel Tuner minimises, milliseconds) is the one estimator's value for that config
+(``db.best_costs`` / ``db.cost``, ``tunedb.index.estimate``: the median of the per-record
+medians of all its records, seconds -> ms), and ``"tunedb_estimate"`` carries the whole estimate
+(``CostEstimate.to_dict()``: value, lo, hi in *seconds*, records = n, samples, coverage, basis,
+noisy).  ``"times"`` stay the repeats of the record that answered (ms).  Kernel Tuner's own
+results keep Kernel Tuner's ``time`` (its mean of the repeats of that one measurement).
+``RunInfo.best_config`` / ``best_time_s`` are the estimator's best among the configs the run
+evaluated (each config's estimate over all its records after the run), never a minimum over
+records.
 """
 
 from __future__ import annotations
@@ -54,6 +66,7 @@ if not hasattr(_kt, "tune_kernel"):  # pragma: no cover - a checkout's kernel_tu
     raise ImportError(f"'import kernel_tuner' found {getattr(_kt, '__file__', '?')}, not Kernel Tuner; run from "
                       "outside the tunedb checkout or pip install 'tunedb[kernel-tuner]'")
 
+from tunedb.index.estimate import CostEstimate, estimate
 from tunedb.index.keys import canonical_json
 from tunedb.index.record import Record
 from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, _target, _workload, cache_key, device_of
@@ -70,7 +83,9 @@ log = logging.getLogger("tunedb.kernel_tuner")
 #: record status -> Kernel Tuner error class (a DB answer rebuilt as a Kernel Tuner result)
 STATUS_ERROR_CLASS = {"invalid": kt_util.InvalidConfig, "compile_error": kt_util.CompilationFailedConfig}
 _TIMING_KEYS = ("compile_time", "verification_time", "benchmark_time", "strategy_time", "framework_time")
-_OWN_KEYS = ("tunedb", "tunedb_record_id")
+_OWN_KEYS = ("tunedb", "tunedb_record_id", "tunedb_estimate")
+#: ``best_costs`` k meaning "every config of the entry"
+_ALL = 1 << 62
 
 
 # ------------------------------------------------------------------------------------ keys
@@ -203,20 +218,28 @@ def result_to_record(result: Mapping[str, Any], target: Mapping[str, Any], workl
                   compile_s=None if ct is None else ct * 1e-3, wall_s=wall, source=source, meta=meta)
 
 
-def record_to_result(rec: Record, keys: list[str]) -> dict:
-    """A Kernel Tuner result dict of a DB record (a DB answer): the parameter values, the stored
-    Kernel Tuner entry when the record has one (else ``time``/``times`` in ms from its costs),
-    ``__error__`` for a failure, every timing field 0 (nothing ran, as for Kernel Tuner's own
-    cache hits), ``"tunedb": "db"`` and ``"tunedb_record_id"``."""
+def record_to_result(rec: Record, keys: list[str], cost: CostEstimate | None = None) -> dict:
+    """A Kernel Tuner result dict of a DB answer: ``rec`` is the record that answered the lookup
+    (its status decides ok or error), ``cost`` the config's estimate (``db.cost``; seconds; None:
+    the estimate of ``rec`` alone).  The dict holds the parameter values, the stored Kernel Tuner
+    entry when the record has one, and for an ``ok`` answer ``"time"`` = ``cost.value`` in ms
+    (what Kernel Tuner minimises), ``"times"`` = the record's repeats in ms when the entry has
+    none, ``"tunedb_estimate"`` = ``cost.to_dict()`` (seconds: value, lo, hi, records = n, ...);
+    ``__error__`` for a failure; every timing field 0 (nothing ran, as for Kernel Tuner's own
+    cache hits); ``"tunedb": "db"`` and ``"tunedb_record_id"``."""
     out: dict[str, Any] = {k: rec.config.get(k) for k in keys}
     kt = rec.meta.get("kernel_tuner") if isinstance(rec.meta.get("kernel_tuner"), dict) else {}
     entry = kt.get("entry")
     if isinstance(entry, dict):
-        out.update({k: v for k, v in entry.items() if k not in keys})
+        out.update({k: v for k, v in entry.items() if k not in keys and k not in _OWN_KEYS})
     if rec.status == "ok":
-        if not isinstance(out.get("time"), (int, float)) or isinstance(out.get("time"), bool):
-            ms = [c * 1e3 for c in rec.costs]
-            out["time"], out["times"] = sum(ms) / len(ms), ms
+        if cost is None:
+            cost = estimate([rec])
+        if not isinstance(out.get("times"), (list, tuple)):
+            out["times"] = [c * 1e3 for c in rec.costs]
+        if cost is not None:
+            out["time"] = cost.value * 1e3
+            out["tunedb_estimate"] = cost.to_dict()
     else:
         cls = STATUS_ERROR_CLASS.get(rec.status, kt_util.RuntimeFailedConfig)
         out["time"] = cls()
@@ -280,7 +303,8 @@ class RunInfo:
     """What one ``WarmStart.tune`` did.  ``db_answers``: evaluations the DB answered (not Kernel
     Tuner fevals); ``kt_fevals``: results Kernel Tuner's cost function produced (each committed);
     ``stopped_by``: ``kernel_tuner`` (max_fevals / time_limit), ``budget``, ``exhausted``,
-    ``interrupted`` (KeyboardInterrupt, re-raised) ...; ``wall_s``: seconds of the whole call."""
+    ``interrupted`` (KeyboardInterrupt, re-raised) ...; ``best_*``: the one estimator's best of
+    the evaluated configs; ``wall_s``: seconds of the whole call."""
 
     target: dict
     workload: dict
@@ -290,8 +314,12 @@ class RunInfo:
     evaluations: int = 0
     stopped_by: str = ""
     seeds: list = field(default_factory=list)
+    #: the estimator's best of the configs this run evaluated (their estimates after the run)
     best_config: dict | None = None
+    #: its estimated cost, seconds (``best_estimate["value"]``)
     best_time_s: float | None = None
+    #: ``CostEstimate.to_dict()`` of ``best_config`` (seconds; records = n, lo/hi = interval)
+    best_estimate: dict | None = None
     wall_s: float = 0.0
     overhead: dict = field(default_factory=dict)
     #: this machine's GPU that Kernel Tuner ran on, as ``tunedb targets --probe`` describes it
@@ -382,8 +410,12 @@ class WarmStart:
             stopped_by, interrupted = "interrupted", True
         if backend.stopped is not None and not interrupted:
             stopped_by = "kernel_tuner"
+        costs = _config_costs(self.db, target, workload)
+        best_cfg, best_est = _best_evaluated(evaluations, costs)
         res = tuner.result()
-        results, db_answers = self._results(evaluations, backend, keys)
+        if best_est is not None:  # the run's best is the estimator's, not the Tuner's min over records
+            res = replace(res, best_config=best_cfg, best_cost=best_est.value)
+        results, db_answers = self._results(evaluations, backend, keys, costs)
         device = None if simulation else probed_device(str(target.get("name", "")))
         run_id = runlog.save_tuner_runs(self.db, "kernel-tuner", target, [res], watch, before,
                                         cold=bool(opts.cold), options={"budget": opts.budget, "seed": opts.seed},
@@ -392,7 +424,9 @@ class WarmStart:
                                                "device": device})
         info = RunInfo(target=target, workload=workload, db_answers=db_answers, kt_fevals=len(cost_func.results),
                        committed=res.measurements, evaluations=res.evaluations, stopped_by=stopped_by,
-                       seeds=res.seeds, best_config=res.best_config, best_time_s=res.best_cost,
+                       seeds=res.seeds, best_config=best_cfg,
+                       best_time_s=None if best_est is None else best_est.value,
+                       best_estimate=None if best_est is None else best_est.to_dict(),
                        wall_s=time.perf_counter() - t0, overhead=res.overhead, device=device, run_id=run_id)
         self.last_run, self.last_result = info, res
         msg = (f"tunedb answered {db_answers} configs from the DB (not Kernel Tuner fevals), measured "
@@ -405,11 +439,12 @@ class WarmStart:
         return results
 
     def _results(self, evaluations: list[tuple[dict, Record, bool]], backend: KernelTunerBackend,
-                 keys: list[str]) -> tuple[list[dict], int]:
+                 keys: list[str], costs: dict[str, CostEstimate]) -> tuple[list[dict], int]:
         """(results in evaluation order, number of DB answers) from the Tuner's evaluations as
         its ``on_evaluation`` callback saw them (config, record, cached): a new measurement is
         Kernel Tuner's own result dict, a DB answer a result rebuilt from the record that
-        answered it (``record_to_result``)."""
+        answered it with the config's estimate from ``costs`` (config_key -> estimate,
+        :func:`_config_costs`; ``record_to_result``)."""
         out: list[dict] = []
         used: set[int] = set()
         db_answers = 0
@@ -421,10 +456,30 @@ class WarmStart:
             elif cached:
                 db_answers += 1
                 if self.include_db_results:
-                    out.append(record_to_result(rec, keys))
+                    out.append(record_to_result(rec, keys, costs.get(rec.config_key)))
         # Kernel Tuner results the Tuner did not count (none expected): keep them
         out.extend(r for r in backend.cost_func.results if id(r) not in used)
         return out, db_answers
+
+
+def _config_costs(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
+                  ) -> dict[str, CostEstimate]:
+    """config_key -> the one estimator's cost (seconds) of every config of (target, workload):
+    ``db.best_costs`` of the whole entry, read once (what ``db.cost`` answers config by config)."""
+    return {c.config_key: c.estimate for c in db.best_costs(target, workload, _ALL)}
+
+
+def _best_evaluated(evaluations: list[tuple[dict, Record, bool]], costs: dict[str, CostEstimate]
+                    ) -> tuple[dict | None, CostEstimate | None]:
+    """(config, estimate) of the evaluated config with the lowest estimated cost (ties: the
+    first evaluated); (None, None) when none has an estimate.  A config counts when the
+    evaluation's record is ``ok`` (a failed latest answer is a failure, whatever older records say)."""
+    best: tuple[dict | None, CostEstimate | None] = (None, None)
+    for cfg, rec, _cached in evaluations:
+        est = costs.get(rec.config_key) if rec.status == "ok" else None
+        if est is not None and (best[1] is None or est.value < best[1].value):
+            best = (dict(cfg), est)
+    return best
 
 
 # ------------------------------------------------------------------------------- Recorder

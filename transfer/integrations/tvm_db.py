@@ -34,6 +34,19 @@ Nothing from a record is executed: traces and modules are read back with TVM's J
 (``Workload.from_json``, ``TuningRecord.from_json`` / ``Trace.apply_json_to_schedule``, which
 replay schedule primitives from data), never ``eval``'d or unpickled.
 
+Costs handed to TVM: the one estimator
+--------------------------------------
+A stored record is one measurement of a config (one trace's decisions); what a config costs is
+the estimator's (``tunedb.index.estimate``: the median of the per-record medians of all its
+records, seconds).  ``get_top_k``, ``query_tuning_record`` (and so ``query_schedule``,
+``query_ir_module``, ``compile_tir``) and :meth:`neighbour_records` rank configs by it
+(``db.best_costs``, ascending) and hand TVM one ``TuningRecord`` per config: the trace of a
+representative record with ``run_secs = [estimate]`` (a one-element ``Array<FloatImm>``,
+seconds, as TVM's own records carry), so TVM's mean of ``run_secs`` is the estimate.  The warm
+start takes each neighbour's configs in ``best_costs`` order.  ``get_all_tuning_records``
+lists the stored measurements themselves (each with its own ``run_secs``): it is a listing of
+records, not an answer about a config's cost.
+
 Target awareness (MetaSchedule's own ``JSONDatabase`` ignores the target, apache/tvm#15549)
 ------------------------------------------------------------------------------------------------
 ``get_top_k(workload, k)`` has no target argument, so the database has a *current target*:
@@ -61,7 +74,8 @@ evolutionary search calls to seed its initial population) returns *adapted trace
 entries* instead, up to ``k``:
 
 1. ``db.nearest(target, workload, warm_start_neighbours, same_family=True,
-   best_n=warm_start_per_neighbour)`` -- the most similar (target, workload) entries of the same
+   best_n=warm_start_per_neighbour)`` (each neighbour's best configs by the estimator,
+   ``Match.best_costs``) -- the most similar (target, workload) entries of the same
    family (matmul with matmul), on any target; entries whose arguments have the workload's ranks
    and dtypes come first (for ``tir`` workloads, i.e. fused Relax operators, the same operator at
    other shapes, most likely: shape similarity alone may prefer another operator with
@@ -134,6 +148,8 @@ __all__ = ["TunedbDatabase",  # noqa: F822 (built lazily by __getattr__)
 if TYPE_CHECKING:
     import tvm
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
+
+    from tunedb.index.estimate import ConfigCost
 
 log = logging.getLogger(__name__)
 
@@ -524,19 +540,29 @@ class _TunedbDatabase:
             self._rebuilt.popitem(last=False)
         return tr
 
+    def _answer(self, cc: ConfigCost, workload: Workload) -> TuningRecord | None:
+        """The TuningRecord of one config of ``db.best_costs``: its representative record's trace
+        replayed on ``workload`` with ``run_secs = [cc.estimate.value]`` (seconds; TVM's types);
+        None when the stored trace does not rebuild."""
+        tr = self._rebuild(cc.record, workload)
+        if tr is None:
+            return None
+        return _tvm().TuningRecord(tr.trace, tr.workload, [float(cc.estimate.value)], tr.target, tr.args_info)
+
     def _measured_top_k(self, target: dict, wl: dict, workload: Workload, k: int) -> list[TuningRecord]:
-        """The ``k`` best stored records of (target, workload) that rebuild into TuningRecords."""
+        """The ``k`` best configs of (target, workload) by the estimator (``db.best_costs``) that
+        rebuild into TuningRecords, ascending estimated cost, ``run_secs = [estimate]``."""
         out = []
-        for rec in self.db.best(target, wl, k):
-            tr = self._rebuild(rec, workload)
+        for cc in self.db.best_costs(target, wl, k):
+            tr = self._answer(cc, workload)
             if tr is not None:
                 out.append(tr)
         return out
 
     @_timed
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
-        """Best ``top_k`` measured records of ``workload`` on the current target (ascending mean
-        run time); for a workload the current target has none of, adapted nearest-neighbour
+        """The ``top_k`` best measured configs of ``workload`` on the current target by the one
+        estimator (ascending; ``run_secs = [estimate]`` seconds, see the module docstring); for a workload the current target has none of, adapted nearest-neighbour
         traces (unmeasured, ``run_secs=None``); [] without a current target."""
         with self._lock:
             if top_k <= 0 or self._target is None:
@@ -559,7 +585,8 @@ class _TunedbDatabase:
 
     def _adapted(self, mod: tvm.IRModule, wl: dict, k: int) -> list[tuple[Any, dict]]:
         """``(trace, provenance)`` of up to ``k`` nearest-neighbour traces adapted to ``mod``,
-        nearest entry first, each entry's best record first, de-duplicated."""
+        nearest entry first, each entry's configs in ``best_costs`` order (the estimator's best
+        first), de-duplicated."""
         target = self._target
         assert target is not None
         out: list[tuple[Any, dict]] = []
@@ -571,7 +598,8 @@ class _TunedbDatabase:
         for m in matches:
             if m.target.get("kind") != target.get("kind"):
                 continue
-            for rec in m.best:
+            for cc in m.config_costs():
+                rec = cc.record
                 ms = rec.meta.get("metaschedule")
                 if not (isinstance(ms, Mapping) and isinstance(ms.get("record"), list) and ms["record"]):
                     continue
@@ -581,7 +609,8 @@ class _TunedbDatabase:
                 seen.add(adapted[1])
                 out.append((adapted[0], {"record_id": rec.record_id, "from_target": m.target_name,
                                          "from_workload": m.workload, "similarity": m.similarity,
-                                         "cost": rec.cost, "key": adapted[1]}))
+                                         "cost": cc.estimate.value, "estimate": cc.estimate.to_dict(),
+                                         "key": adapted[1]}))
                 if len(out) >= k:
                     return out
         return out
@@ -592,9 +621,10 @@ class _TunedbDatabase:
         measures them as they are (:mod:`tunedb.transfer.integrations.tvm_search`).
 
         Returns up to ``k`` ``(tvm.s_tir.Trace, provenance)`` pairs, the traces ``get_top_k``
-        would offer (nearest entry first; postprocessors not applied), provenance ``{record_id,
-        from_target, from_workload, similarity, cost (seconds, on the neighbour), key (the
-        trace's canonical JSON without postprocessors)}``.  ``[]`` when warm start is off, there
+        would offer (nearest entry first; postprocessors not applied), provenance ``{record_id
+        (the config's representative record), from_target, from_workload, similarity, cost (the
+        config's estimated cost on the neighbour, seconds), estimate (``CostEstimate.to_dict()``:
+        n, interval), key (the trace's canonical JSON without postprocessors)}``.  ``[]`` when warm start is off, there
         is no current target, or the current target already has ``ok`` records of ``mod`` (the
         database serves those)."""
         with self._lock:
@@ -602,7 +632,7 @@ class _TunedbDatabase:
                 return []
             w = self.commit_workload(mod)
             _, wl, _ = self._workload_of_object(w)
-            if self.db.best(self._target, wl, 1):
+            if self.db.best_costs(self._target, wl, 1):
                 return []
             return self._adapted(w.mod, wl, int(k))
 
@@ -611,8 +641,9 @@ class _TunedbDatabase:
                           neighbours: int | None = None) -> list[tuple[Workload, list[TuningRecord]]]:
         """Measured history of the workloads nearest to ``mod`` on exactly the current target,
         for pre-training a cost model: ``[(neighbour Workload, its best ``per_neighbour``
-        TuningRecords rebuilt on the neighbour's own module, ascending run time)]``, nearest
-        first, ``mod``'s own workload excluded.  Only ``ok`` records that rebuild; [] without a
+        configs by the estimator as TuningRecords rebuilt on the neighbour's own module,
+        ascending estimated cost, ``run_secs = [estimate]`` seconds)]``, nearest first,
+        ``mod``'s own workload excluded.  Only ``ok`` records that rebuild; [] without a
         current target.  ``neighbours`` defaults to ``warm_start_neighbours``."""
         with self._lock:
             if self._target is None:
@@ -624,17 +655,16 @@ class _TunedbDatabase:
             for m in self._neighbours(self._target, wl, neighbours=neighbours, best_n=0):
                 if m.target != self._target or m.workload_key == own:
                     continue
-                recs = self.db.best(self._target, m.workload, int(per_neighbour))
                 nb_w = None
                 trs = []
-                for rec in recs:
-                    ms = _metaschedule_meta(rec)
+                for cc in self.db.best_costs(self._target, m.workload, int(per_neighbour)):
+                    ms = _metaschedule_meta(cc.record)
                     if ms is None:
                         continue
                     nb_w = nb_w or self._stored_workload(ms.get("workload"))
                     if nb_w is None:
                         break
-                    tr = self._rebuild(rec, nb_w)
+                    tr = self._answer(cc, nb_w)
                     if tr is not None:
                         trs.append(tr)
                 if nb_w is not None and trs:
@@ -694,7 +724,8 @@ class _TunedbDatabase:
     @_timed
     def get_all_tuning_records(self) -> list[TuningRecord]:
         """Every stored MetaSchedule record of the current target (of all targets when none is
-        set), failed ones included, in commit order."""
+        set), failed ones included, in commit order: the measurements themselves, each with its
+        own ``run_secs`` (a listing, not a config's cost; see the module docstring)."""
         with self._lock:
             out = []
             for rec in self._scoped_records():
@@ -713,14 +744,15 @@ class _TunedbDatabase:
     @_timed
     def query_tuning_record(self, mod: tvm.IRModule, target: tvm.target.Target,
                             workload_name: str | None = None) -> TuningRecord | None:
-        """Best measured record of ``mod`` on exactly ``target`` (``workload_name`` is ignored,
-        as in MetaSchedule); None when that target has none."""
+        """The best measured config of ``mod`` on exactly ``target`` by the one estimator
+        (``run_secs = [estimate]`` seconds; ``workload_name`` is ignored, as in MetaSchedule);
+        None when that target has none."""
         with self._lock:
             tdict = self.target_dict(target)
             w = self.commit_workload(mod)
             _, wl, _ = self._workload_of_object(w)
-            for rec in self.db.best(tdict, wl, 8):
-                tr = self._rebuild(rec, w)
+            for cc in self.db.best_costs(tdict, wl, 8):
+                tr = self._answer(cc, w)
                 if tr is not None:
                     return tr
             return None

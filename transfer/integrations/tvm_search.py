@@ -16,8 +16,9 @@ offered.  This module adds the two pieces that make the history count:
       ``MeasureCandidate``s, nearest entry first (or, with ``rank_with_cost_model``, in the order
       of the cost model's predictions); the rest of the batch comes from the inner search;
     * later batches: up to ``later_share`` x the batch of the not yet measured adapted schedules,
-      while they stay competitive, i.e. while the best measured run time of the task came from
-      an adapted schedule (or nothing else has been measured yet); the first batch in which a
+      while they stay competitive, i.e. while the best measured run time of the task (each
+      measurement's median repeat, as the one estimator counts a record) came from an adapted
+      schedule (or nothing else has been measured yet); the first batch in which a
       schedule of the inner search is the best stops the injection for good;
     * every batch's results are passed on to the inner search as well, so its trial budget, its
       set of measured modules (no re-measurement) and, through the task scheduler, the records in
@@ -31,7 +32,8 @@ offered.  This module adds the two pieces that make the history count:
     Feed a MetaSchedule cost model (``XGBModel``) the measured history of the nearest workloads
     on exactly the current target before the search starts: every neighbour record's full trace
     is replayed on the *neighbour's own* module (the program that was measured) and given to
-    ``cost_model.update`` with its ``run_secs``, one ``TuneContext`` per neighbour workload, so
+    ``cost_model.update`` with its config's estimated cost (the database's ``run_secs =
+    [estimate]``: one result per config, not per measurement), one ``TuneContext`` per neighbour workload, so
     ``XGBModel`` normalises each workload's run times on its own (its groups are keyed by the
     context module's structural hash).  It is what the model would hold had those workloads
     been tuned in this session.  Returns how many records were fed.
@@ -56,14 +58,25 @@ __all__ = ["WarmStartSearch", "pretrain_cost_model"]  # noqa: F822 (WarmStartSea
 log = logging.getLogger(__name__)
 
 
-def _mean_secs(result: Any) -> float | None:
-    """Mean run seconds of a MetaSchedule ``RunnerResult``; None for a failed build or run."""
+def _run_seconds(result: Any) -> float | None:
+    """The cost of one MetaSchedule measurement (a ``RunnerResult``, or a ``TuningRecord``) as
+    the one estimator counts a record: the median of its ``run_secs`` repeats, seconds
+    (``tunedb.index.estimate.record_medians``).  A ``TuningRecord`` the database answers carries
+    ``run_secs = [estimate]``, so this is the config's estimate.  None for a failed build or run."""
     if result is None or getattr(result, "error_msg", None) or not result.run_secs:
         return None
     secs = [float(x) for x in result.run_secs]
     if not secs or any(s != s or s >= 1e9 for s in secs):
         return None
-    return sum(secs) / len(secs)
+    import numpy as np
+
+    from tunedb.index.estimate import record_medians
+
+    return float(record_medians(np.asarray(secs), np.asarray([len(secs)]))[0])
+
+
+#: the old name (``tunedb.transfer.integrations.tvm_models`` imports it): the same function
+_mean_secs = _run_seconds
 
 
 def _postprocessed(mod: tvm.IRModule, trace: Any, postprocs: Iterable[Any], seed: int) -> Any | None:
@@ -232,7 +245,7 @@ class _WarmStartSearch:
             rep = st["report"]
             best_inj, best_oth = rep["best_injected_s"], rep["best_other_s"]
             for cand, res in zip(measure_candidates, results):
-                secs = _mean_secs(res)
+                secs = _run_seconds(res)
                 if structural_hash(cand.sch.mod) in st["pending"]:
                     rep["measured"].append(secs)
                     if secs is not None and (best_inj is None or secs < best_inj):
@@ -259,9 +272,10 @@ class _WarmStartSearch:
     def report(self) -> list[dict]:
         """Per tuned task (in the order tuning started): ``task`` name, ``offered`` (adapted
         traces the database gave), ``usable`` (survived the postprocessors), ``injected``
-        (measured as they are), ``measured`` (their mean run seconds, None for failures),
-        ``best_injected_s`` / ``best_other_s`` (best mean run seconds of adapted / other
-        schedules), ``stopped_at_batch`` (batch after which an inner-search schedule was the best
+        (measured as they are), ``measured`` (their run seconds, the median of each
+        measurement's repeats as the estimator counts a record; None for failures),
+        ``best_injected_s`` / ``best_other_s`` (best such run seconds of adapted / other
+        schedules measured in this session), ``stopped_at_batch`` (batch after which an inner-search schedule was the best
         and injection stopped; None if never), ``batches``, ``prepare_s`` (seconds spent fetching
         and postprocessing).  Shared by all clones of one strategy."""
         return [dict(r, measured=list(r["measured"])) for r in self._reports]
@@ -273,7 +287,7 @@ def pretrain_cost_model(cost_model: Any, database: Any, mods: Iterable[tvm.IRMod
     history nearest to each module in ``mods`` (see module docstring); each neighbour workload is
     fed once even when it is near several modules.  ``target``: the tuning target (Target, JSON
     dict or string; it must be the database's current target for anything to be found).
-    Returns the number of records fed (0: nothing on record, model unchanged)."""
+    Returns the number of results fed, one per neighbour config (0: nothing on record, model unchanged)."""
     from tvm.s_tir import Schedule
     from tvm.s_tir.meta_schedule import TuneContext
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo

@@ -111,12 +111,38 @@ def check_local_target(target: Any) -> dict:
 
 
 class LocalBackend(MeasureBackend):
-    """Build (C families) and run here, each run in an isolated worker (``tunedb.transfer.measure.runner``)."""
+    """Build (C families) and run here, each run in an isolated worker (``tunedb.transfer.measure.runner``).
+
+    Every record it makes (ok or failed) carries in ``meta``: ``context`` (the conditions of
+    the machine right before the run: ``tunedb.transfer.measure.context.measurement_context``,
+    plus ``loadavg_after``, the 1-minute load average right after it) and ``protocol`` (the
+    timing protocol's ``warmup``, ``min_repeat_ms``, ``repeat``, ``max_number``, ``noisy_cv``).
+    Records that were never run (invalid config, build failure) take the context when they are made.
+    """
 
     name = "local"
 
     def __init__(self, options: MeasureOptions | None = None) -> None:
         self.options = options or MeasureOptions()
+
+    # ---- conditions stored with each record
+    def _protocol_meta(self) -> dict[str, Any]:
+        """The timing protocol's parameters, as ``meta["protocol"]`` holds them."""
+        p = self.options.protocol
+        return {"warmup": p.warmup, "min_repeat_ms": p.min_repeat_ms, "repeat": p.repeat,
+                "max_number": p.max_number, "noisy_cv": p.noisy_cv}
+
+    def _conditions(self, meta: dict[str, Any], context: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``meta`` with ``context`` (for a record that was never run: taken now, with
+        ``loadavg_after`` = ``loadavg``) and ``protocol`` (unless already there) added."""
+        from tunedb.transfer.measure.context import measurement_context
+
+        if context is None:
+            context = measurement_context()
+            context["loadavg_after"] = context["loadavg"]
+        meta["context"] = context
+        meta.setdefault("protocol", self._protocol_meta())
+        return meta
 
     # ---- steps
     def _prepare(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Any
@@ -134,7 +160,7 @@ class LocalBackend(MeasureBackend):
         except InvalidConfig as e:
             cfg_data = dict(config) if isinstance(config, Mapping) else {"_invalid": repr(config)[:200]}
             return fam, w, None, Record(t, w, cfg_data, status="invalid", error=f"invalid config: {e}",
-                                        meta={"backend": self.name})
+                                        meta=self._conditions({"backend": self.name}))
         return fam, w, cfg, None
 
     def _source(self, fam: Any, w: dict, cfg: dict) -> str:
@@ -143,6 +169,7 @@ class LocalBackend(MeasureBackend):
     def _run(self, target: dict, fam: Any, w: dict, cfg: dict, build: Any, t_start: float) -> Record:
         from tunedb.index.record import Record
         from tunedb.transfer.kernels.build import BuildError, machine_lock
+        from tunedb.transfer.measure.context import load_average, measurement_context
         from tunedb.transfer.measure.runner import run_isolated
 
         opts = self.options
@@ -151,7 +178,7 @@ class LocalBackend(MeasureBackend):
         so_path = ""
         if isinstance(build, BuildError):
             return Record(target, w, cfg, status=build.status, error=str(build), compile_s=build.compile_s,
-                          wall_s=time.perf_counter() - t_start, meta=meta)
+                          wall_s=time.perf_counter() - t_start, meta=self._conditions(meta))
         if build is not None:
             compile_s = build.compile_s
             so_path = str(build.path)
@@ -160,10 +187,13 @@ class LocalBackend(MeasureBackend):
                    "threads": meta["threads"], "protocol": asdict(opts.protocol), "seed": opts.seed,
                    "check": opts.check, "memory_limit_mb": opts.memory_limit_mb}
         with machine_lock(exclusive=True):
+            ctx = measurement_context()  # the lock held: no other tunedb measurement runs now
             res = run_isolated(request, timeout_s=opts.run_timeout_s)
+            ctx["loadavg_after"] = load_average()
         if opts.cooldown_s > 0:
             time.sleep(opts.cooldown_s)
         meta.update(res.get("meta") or {})
+        self._conditions(meta, ctx)
         meta["run_wall_s"] = res.get("wall_s")
         costs = [float(c) for c in res.get("costs") or []]
         if costs and res["status"] == "ok":

@@ -10,7 +10,8 @@ Timing protocol (``TimingProtocol``, applied inside the isolated worker)
    (capped at ``max_number``).
 4. ``repeat`` repeats; ``costs[i]`` = seconds per run in repeat i (repeat time / number).
 5. The record's meta holds ``mean_s``, ``cv`` (sample standard deviation / mean of the costs),
-   ``noisy`` (cv > ``noisy_cv``), number, repeat, warmup, min_repeat_ms.
+   ``noisy`` (cv > ``noisy_cv``), ``spread`` (``min_s``, ``max_s``, ``median_s`` of the costs,
+   seconds per run), number, repeat, warmup, min_repeat_ms.
 6. ``cooldown_s`` seconds of sleep after each measurement (optional, default 0).
 Threads: the target's ``threads`` (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS in the worker).
 """
@@ -41,11 +42,14 @@ class TimingProtocol:
             raise ValueError(f"bad timing protocol {self}")
 
     def summary(self, costs: Sequence[float], number: int) -> dict:
-        """Record meta for ``costs`` (seconds per run) measured with ``number`` runs per repeat."""
+        """Record meta for ``costs`` (seconds per run) measured with ``number`` runs per repeat;
+        ``spread`` is None when there are no costs."""
         mean = sum(costs) / len(costs) if costs else 0.0
         cv = statistics.stdev(costs) / mean if len(costs) > 1 and mean > 0 else 0.0
+        spread = ({"min_s": min(costs), "max_s": max(costs), "median_s": statistics.median(costs)}
+                  if costs else None)
         return {"number": number, "repeat": self.repeat, "warmup": self.warmup, "min_repeat_ms": self.min_repeat_ms,
-                "mean_s": mean, "cv": cv, "noisy": bool(cv > self.noisy_cv)}
+                "mean_s": mean, "cv": cv, "noisy": bool(cv > self.noisy_cv), "spread": spread}
 
 
 def time_callable(fn: Callable[[], Any], proto: TimingProtocol, first_run_s: float | None = None

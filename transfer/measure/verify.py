@@ -1,19 +1,29 @@
 """Verification: re-measure other people's best records on the target itself and judge them.
 
 ``verify(db, target, backend=...)`` walks the entries (target, workload) of ``target`` (or the
-given workloads).  Per entry it takes the ``top_k`` best configs (``db.best``) and picks those
-whose best record is *foreign* - not this target's own measurement: source ``imported:*`` or
-``migrated:*``, or a ``host`` other than this machine (records whose host is unknown, ``""``,
-count as foreign only by their source) - and that carry no verdict yet.  Each is measured
+given workloads).  Per entry it takes the ``top_k`` best configs by the one cost estimator
+(``db.best_costs``, ``tunedb.index.estimate``) and, of each, every record the estimate is made
+from (``db.entry_records``) that is *foreign* - not this target's own measurement: source
+``imported:*`` or ``migrated:*``, or a ``host`` other than this machine (records whose host is
+unknown, ``""``, count as foreign only by their source) - and that carries no verdict yet: a
+claim that helps put a config in the top k is checked, whichever record represents it.  Each is measured
 again with ``backend`` (this CPU's :class:`~tunedb.transfer.measure.backend.LocalBackend`, or a
 replay of a Kernel Tuner cache of the device as the "GPU"); the new record is committed at once
 (a real measurement: source ``measured`` or ``replay``, ``meta.verifies`` = the claim's
 record_id) and the claim gets a verdict (``db.mark``) as soon as it is known.  A refuted record
-leaves ``db.best``; the entry is looked at again until its top ``k`` holds no unverdicted
-foreign record, so the configs that now answer have been checked too.
+stops counting in ``db.best_costs`` / ``db.cost``; the entry is looked at again until its top
+``k`` configs rest on no unverdicted foreign record, so the configs that now answer have been
+checked too.
 
-The rule (costs in seconds; ``claimed`` = the record's mean cost; ``measured`` = every repeat of
-the new measurement(s))::
+Costs (seconds).  A verdict is about one record, so the rule judges what that record claims:
+``claimed`` = the record's own cost as the one estimator counts a record (the median of its
+repeats, ``estimate([record])``).  Beside it each check reports the config's cost by the
+estimator: ``config_cost`` = ``db.cost(target, workload, config)`` before the check (over all the
+config's live, unrefuted records on ``target``, the claim included: the number the store was
+answering) and ``remeasured`` = the estimate over this check's new measurement(s); both
+``CostEstimate`` (value, n, interval).
+
+The rule (``measured`` = every repeat of the new measurement(s))::
 
     verified  iff  min(measured) / (1 + tolerance)  <=  claimed  <=  max(measured) * (1 + tolerance)
 
@@ -42,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tunedb.index.estimate import CostEstimate, estimate, fmt_seconds
 from tunedb.index.keys import canonical_json, key_of
 from tunedb.transfer.measure.backend import MeasureBackend, ReplayBackend
 
@@ -60,9 +71,12 @@ VERDICT_STATES = ("verified", "refuted", "unchecked")
 class Check:
     """One checked record: the claim, what was measured here and the verdict.
 
-    ``claimed``: the record's mean cost (s); ``measured``: every repeat measured here (s, all
-    attempts); ``verdict``: ``verified`` | ``refuted`` | ``unchecked`` (no verdict stored);
-    ``reason``: one line; ``new_records``: record_ids of the measurements committed."""
+    ``claimed``: the record's own cost (s; the median of its repeats, as the estimator counts a
+    record); ``config_cost``: the config's estimated cost on the target before the check
+    (``db.cost``); ``remeasured``: the estimate over the new measurements (None until one is
+    ``ok``); ``measured``: every repeat measured here (s, all attempts); ``verdict``:
+    ``verified`` | ``refuted`` | ``unchecked`` (no verdict stored); ``reason``: one line;
+    ``new_records``: record_ids of the measurements committed."""
 
     record_id: str
     workload: dict
@@ -77,15 +91,23 @@ class Check:
     measured_status: str = ""
     attempts: int = 0
     new_records: list[str] = field(default_factory=list)
+    config_cost: CostEstimate | None = None
+    remeasured: CostEstimate | None = None
+    #: the measurements committed for this check (what ``remeasured`` is estimated from)
+    measurements: list[Record] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def measured_mean(self) -> float | None:
         return sum(self.measured) / len(self.measured) if self.measured else None
 
     def to_json(self) -> dict:
+        """Plain JSON; ``config_cost`` / ``remeasured`` as ``CostEstimate.to_dict()`` (or None)."""
         m = self.measured
         return {"record_id": self.record_id, "workload": self.workload, "config": self.config,
-                "claimed": self.claimed, "source": self.source, "origin": self.origin, "host": self.host,
+                "claimed": self.claimed,
+                "config_cost": None if self.config_cost is None else self.config_cost.to_dict(),
+                "remeasured": None if self.remeasured is None else self.remeasured.to_dict(),
+                "source": self.source, "origin": self.origin, "host": self.host,
                 "verdict": self.verdict, "reason": self.reason, "measured_mean": self.measured_mean,
                 "measured_min": min(m) if m else None, "measured_max": max(m) if m else None,
                 "measured": list(m), "measured_status": self.measured_status, "attempts": self.attempts,
@@ -191,6 +213,31 @@ def _entries(db: RecordStore, target: dict, workloads: Iterable[Mapping[str, Any
     return out
 
 
+def _claims(db: RecordStore, e: Entry, top_k: int, host: str, attempted: set[str], already: set[str]
+            ) -> list[tuple[Record, CostEstimate]]:
+    """The claims of entry ``e`` to check now, each with its config's estimated cost: of the
+    ``top_k`` best configs (``db.best_costs``, best first), every foreign record the estimate
+    rests on (``db.entry_records``; oldest first within a config) that has no verdict and was
+    not attempted in this run.  Records with a verdict go to ``already``."""
+    ranked = db.best_costs(e.target, e.workload, top_k)
+    if not ranked:
+        return []
+    verdicts = db.verdicts()
+    by_config: dict[str, list[Record]] = {}
+    for r in db.entry_records(e.target, e.workload):
+        by_config.setdefault(r.config_key, []).append(r)
+    todo: list[tuple[Record, CostEstimate]] = []
+    for cc in ranked:
+        for r in sorted(by_config.get(cc.config_key, [cc.record]), key=lambda r: (r.timestamp, r.record_id)):
+            if r.record_id in attempted or not is_foreign(r, host):
+                continue
+            if r.record_id in verdicts:
+                already.add(r.record_id)
+                continue
+            todo.append((r, cc.estimate))
+    return todo
+
+
 class _Round:
     """One batch of claims of one entry, measured together and judged as results come in."""
 
@@ -199,13 +246,16 @@ class _Round:
         self.db, self.backend, self.entry, self.report = db, backend, entry, report
         self.tolerance, self.notify = tolerance, notify
 
-    def run(self, claims: list[Record], attempts: int) -> None:
+    def run(self, claims: list[tuple[Record, CostEstimate | None]], attempts: int) -> None:
+        """Check ``claims``: (record, its config's estimated cost before the check)."""
         data = getattr(self.backend, "data", None)
         results = getattr(data, "results", None) if isinstance(self.backend, ReplayBackend) else None
         pending: list[Check] = []
-        for r in claims:
-            c = Check(record_id=r.record_id, workload=r.workload, config=r.config, claimed=float(r.cost),
-                      source=r.source, origin=r.origin or "", host=r.host or "")
+        for r, config_cost in claims:
+            own = estimate([r])
+            c = Check(record_id=r.record_id, workload=r.workload, config=r.config,
+                      claimed=own.value if own is not None else float(r.cost),
+                      source=r.source, origin=r.origin or "", host=r.host or "", config_cost=config_cost)
             if isinstance(results, Mapping) and canonical_json(r.config) not in results:
                 c.reason = "the replayed cache does not hold this config: cannot check it"
                 self._done(c, None)
@@ -221,17 +271,22 @@ class _Round:
     def _attempt(self, pending: list[Check], n: int, last: bool) -> list[Check]:
         """Measure every pending claim once more; return those still outside the band (not last)."""
         left = list(pending)
-        by_key = {key_of(c.config): c for c in pending}
+        by_key: dict[str, list[Check]] = {}  # claims of one config are measured once each, in order
+        for c in pending:
+            by_key.setdefault(key_of(c.config), []).append(c)
         again: list[Check] = []
 
         def on_record(rec: Record) -> None:
-            c = by_key.pop(rec.config_key, None)
+            queue = by_key.get(rec.config_key)
+            c = queue.pop(0) if queue else None
             if c is None or c not in left:
                 c = left[0]
             left.remove(c)
             rec = dataclasses.replace(rec, meta={**rec.meta, "verifies": c.record_id, "verify_attempt": n})
             self.db.commit(rec)  # a real measurement: kept whatever the verdict
             c.new_records.append(rec.record_id)
+            c.measurements.append(rec)
+            c.remeasured = estimate(c.measurements)
             c.attempts = n
             c.measured_status = rec.status
             if rec.status == "ok":
@@ -254,10 +309,11 @@ class _Round:
             err = (rec.error or "").strip().splitlines()
             return f"measured status {rec.status}" + (f": {err[0][:160]}" if err else "")
         lo, hi = min(c.measured), max(c.measured)
-        ratio = c.claimed / (sum(c.measured) / len(c.measured))
+        here = c.remeasured.value if c.remeasured is not None else sum(c.measured) / len(c.measured)
+        ratio = c.claimed / here
         side = "faster" if c.claimed < lo else "slower"
-        return (f"claimed {c.claimed:.4g} s is {side} than the measured {lo:.4g}..{hi:.4g} s "
-                f"(x{ratio:.3g} of the measured mean) beyond tolerance {self.tolerance:g}")
+        return (f"claimed {fmt_seconds(c.claimed)} is {side} than the measured {fmt_seconds(lo)}..{fmt_seconds(hi)} "
+                f"(x{ratio:.3g} of the re-measured cost {fmt_seconds(here)}) beyond tolerance {self.tolerance:g}")
 
     def _done(self, c: Check, verdict: str | None) -> None:
         if verdict is not None:
@@ -274,8 +330,8 @@ def verify(db: RecordStore, target: Any, *, workloads: Iterable[Mapping[str, Any
     """Verify the foreign best records of ``target`` in ``db`` (see the module docstring).
 
     ``target``: a target dict or a name/key ``db`` knows; ``workloads``: only these entries
-    (workload dicts, matched as given or family-normalised); ``top_k``: configs per entry that
-    must be checked; ``backend``: measures on the target (``LocalBackend`` for this CPU's
+    (workload dicts, matched as given or family-normalised); ``top_k``: best configs per entry
+    (``db.best_costs``) whose foreign records must be checked; ``backend``: measures on the target (``LocalBackend`` for this CPU's
     presets, ``KernelTunerReplayBackend`` for a device's cache); ``tolerance``: of the rule;
     ``attempts``: measurements per claim before refuting it (local backends); ``progress``:
     called after each check with ``{"done", "total", "verified", "refuted", "unchecked"}``
@@ -309,18 +365,10 @@ def verify(db: RecordStore, target: Any, *, workloads: Iterable[Mapping[str, Any
         for e in entries:
             rnd = _Round(db, backend, e, report, float(tolerance), notify)
             while True:
-                verdicts = db.verdicts()
-                todo = []
-                for r in db.best(e.target, e.workload, top_k):
-                    if r.record_id in attempted or not is_foreign(r, host):
-                        continue
-                    if r.record_id in verdicts:
-                        already.add(r.record_id)
-                        continue
-                    todo.append(r)
+                todo = _claims(db, e, top_k, host, attempted, already)
                 if not todo:
                     break
-                attempted.update(r.record_id for r in todo)
+                attempted.update(r.record_id for r, _ in todo)
                 state["total"] = len(report.checks) + len(todo)
                 rnd.run(todo, attempts)
     except KeyboardInterrupt:

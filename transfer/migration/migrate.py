@@ -2,13 +2,13 @@
 
 For every workload tuned on SRC (or the listed ones):
 
-1. SRC's ``top_k`` best configs (``db.best``) are adapted to DST's space (``adapt_many``: every
+1. SRC's ``top_k`` best configs (``db.best_costs``: the one estimator's) are adapted to DST's space (``adapt_many``: every
    config returned passed ``Space.validate``) and measured on DST, together with DST's default
    config (``family.default_config``; replay devices have none) so the speedup over the default
    can be reported.  DB first: a config already measured on DST is a cache hit, so a rerun
    measures nothing it measured before (resumable).  These records get source
    ``migrated:<SRC target_name>``, session ``migrate:<SRC>-><DST>`` and meta ``migration``
-   (``src_top`` with ``src_rank``/``src_cost``, or ``default``).
+   (``src_top`` with ``src_rank``/``src_cost`` = the SRC config's estimated cost, or ``default``).
 2. With ``budget`` > 0, a short local search (``tunedb.transfer.search.tuner.Tuner`` with the DB) starting
    from everything DST already knows about the workload, spending at most ``budget`` new
    evaluations per workload *over all runs*: evaluations of earlier migration searches of the
@@ -25,7 +25,14 @@ this machine), or a Kernel Tuner cache file (``pathlib.Path`` or ``ReplayData``)
 device is DST, measurements are answered from the file, and the DST workload is the file's
 kernel (SRC's workloads of the same family and kernel migrate to it).
 
-Costs are seconds; speedups are ratios of mean costs (> 1: DST's best is faster).
+Costs are seconds, and every cost the report gives is the one estimator's
+(``tunedb.index.estimate``: the median of the per-record medians of all of a config's records,
+``db.best_costs`` / ``db.cost``), never one record's cost or a minimum over records: a row's
+``src_best`` (SRC's best config), ``dst_best`` (DST's best config after the run), ``default``
+and ``src_best_on_dst`` (those configs on DST; ``status`` is that of the candidate's record:
+the lookup's answer or the new measurement, ``cost`` None unless ``ok``) each carry ``cost``
+(the estimate's value) and ``estimate`` (``CostEstimate.to_dict()``: n, interval, ...).
+Speedups are ratios of those costs (> 1: DST's best is faster).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from tunedb.transfer.search.jobs import Job
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
+    from tunedb.index.estimate import ConfigCost
 
 ProgressFn = Callable[[dict], None]
 
@@ -71,7 +79,7 @@ class MigrationReport:
 class _Plan:
     src_workload: dict
     job: Job | None
-    src_best: list[Record]
+    src_best: list[ConfigCost]      # SRC's best configs by the estimator (db.best_costs)
     candidates: list[dict]          # adapted configs, then the default (if new)
     metas: list[dict]
     src_best_config: dict | None    # SRC's best, adapted to DST's space
@@ -118,7 +126,7 @@ def _plan_one(db: RecordStore, src: dict, dst: dict, src_w: dict, replay: Any, t
     from tunedb.transfer.measure.backend import LocalBackend
     from tunedb.transfer.search.jobs import local_job
 
-    src_best = db.best(src, src_w, k=top_k)
+    src_best = db.best_costs(src, src_w, k=top_k)
     empty = _Plan(src_w, None, src_best, [], [], None, None, AdaptReport())
     if not src_best:
         empty.skip = "no ok records on the source"
@@ -142,17 +150,18 @@ def _plan_one(db: RecordStore, src: dict, dst: dict, src_w: dict, replay: Any, t
         if not job.space.is_valid(default):
             default = None
     rep = AdaptReport()
-    scale = hardware_scale(src_best[0].target, job.target, job.hardware_knobs) or None
+    src_target = src_best[0].record.target
+    scale = hardware_scale(src_target, job.target, job.hardware_knobs) or None
     # across vector widths the family re-derives the register blocking for DST (retarget)
-    hw = {"source_target": src_best[0].target, "dest_target": job.target, "family": job.workload.get("family")}
-    adapted = adapt_many([r.config for r in src_best], job.space, job.defaults, rep, scale, **hw)
+    hw = {"source_target": src_target, "dest_target": job.target, "family": job.workload.get("family")}
+    adapted = adapt_many([c.config for c in src_best], job.space, job.defaults, rep, scale, **hw)
     first = adapt_many([src_best[0].config], job.space, job.defaults, AdaptReport(), scale, **hw)
     best_adapted = first[0] if first else None
     # which SRC rank each adapted config came from (the first one that maps onto it)
     rank_of: dict[str, tuple[int, float | None]] = {}
-    for i, r in enumerate(src_best):
-        for a in adapt_many([r.config], job.space, job.defaults, AdaptReport(), scale, **hw):
-            rank_of.setdefault(_cfg_key(a), (i, r.cost))
+    for i, c in enumerate(src_best):
+        for a in adapt_many([c.config], job.space, job.defaults, AdaptReport(), scale, **hw):
+            rank_of.setdefault(_cfg_key(a), (i, c.estimate.value))
     cands, metas = [], []
     for c in adapted:
         rank, cost = rank_of.get(_cfg_key(c), (None, None))
@@ -164,10 +173,21 @@ def _plan_one(db: RecordStore, src: dict, dst: dict, src_w: dict, replay: Any, t
     return _Plan(src_w, job, src_best, cands, metas, best_adapted, default, rep)
 
 
-def _result(rec: Record | None) -> dict | None:
+def _cost_item(cc: ConfigCost) -> dict:
+    """A best config as the report gives it: config, cost (the estimate's value, seconds) and
+    estimate (``CostEstimate.to_dict()``)."""
+    return {"config": cc.config, "cost": cc.estimate.value, "estimate": cc.estimate.to_dict()}
+
+
+def _result(db: RecordStore, dst: dict, w: dict, config: Mapping[str, Any], rec: Record | None) -> dict | None:
+    """What a candidate came to on DST: ``status`` of its record (``rec``: the lookup's answer or
+    the new measurement), and when ``ok`` the config's estimated ``cost`` on DST (seconds,
+    ``db.cost``) with its ``estimate``; None when it has no record."""
     if rec is None:
         return None
-    return {"cost": rec.cost if rec.status == "ok" else None, "status": rec.status}
+    est = db.cost(dst, w, config) if rec.status == "ok" else None
+    return {"cost": None if est is None else est.value, "status": rec.status,
+            "estimate": None if est is None else est.to_dict()}
 
 
 def _speedup(base: float | None, best: float | None) -> float | None:
@@ -340,8 +360,7 @@ def _migrate_workload(run: _Run, i: int, p: _Plan, row: dict) -> None:
     KeyboardInterrupt passes through (the row stays ``interrupted``)."""
     job = p.job
     assert job is not None
-    row.update(status="interrupted", reason="", src_best={"config": p.src_best[0].config,
-                                                           "cost": p.src_best[0].cost},
+    row.update(status="interrupted", reason="", src_best=_cost_item(p.src_best[0]),
                candidates=len(p.candidates), adapt=p.adapt.to_json(), measurements=0, cache_hits=0, failed=0)
     got = _measure_candidates(run, i, p, row)
     if run.budget > 0:
@@ -425,19 +444,21 @@ def _search(run: _Run, job: Job, tick: Callable[[dict], None]) -> dict:
 
 
 def _summarise(db: RecordStore, row: dict, dst: dict, w: dict, got: dict[str, Record], p: _Plan) -> None:
-    """Fill the row's DST best, default, SRC-best-on-DST and speedups."""
-    best = db.best(dst, w, k=1)
+    """Fill the row's DST best, default, SRC-best-on-DST and speedups, every cost the
+    estimator's on DST (``db.best_costs`` / ``db.cost``; see the module docstring)."""
+    best = db.best_costs(dst, w, k=1)
     b = best[0] if best else None
-    row["dst_best"] = None if b is None else {"config": b.config, "cost": b.cost, "source": b.source}
+    row["dst_best"] = None if b is None else {**_cost_item(b), "source": b.record.source}
     d = got.get(_cfg_key(p.default_config)) if p.default_config is not None else None
-    row["default"] = None if p.default_config is None else {"config": p.default_config, **(_result(d) or {})}
+    row["default"] = None if p.default_config is None else {
+        "config": p.default_config, **(_result(db, dst, w, p.default_config, d) or {})}
     s = got.get(_cfg_key(p.src_best_config)) if p.src_best_config is not None else None
-    row["src_best_on_dst"] = None if p.src_best_config is None else {"config": p.src_best_config,
-                                                                     **(_result(s) or {})}
+    row["src_best_on_dst"] = None if p.src_best_config is None else {
+        "config": p.src_best_config, **(_result(db, dst, w, p.src_best_config, s) or {})}
     row["src_best_stayed_best"] = bool(b is not None and p.src_best_config is not None
                                        and _cfg_key(b.config) == _cfg_key(p.src_best_config))
-    bc = b.cost if b is not None else None
-    row["speedup_over_default"] = _speedup(d.cost if d is not None and d.status == "ok" else None, bc)
-    row["speedup_over_src_best"] = _speedup(s.cost if s is not None and s.status == "ok" else None, bc)
+    bc = b.estimate.value if b is not None else None
+    row["speedup_over_default"] = _speedup((row["default"] or {}).get("cost"), bc)
+    row["speedup_over_src_best"] = _speedup((row["src_best_on_dst"] or {}).get("cost"), bc)
     row["status"] = "ok" if b is not None else "failed"
     row["reason"] = "" if b is not None else "no config ran successfully on the destination"

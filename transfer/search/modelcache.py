@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 FORMAT = "tunedb-costmodel"
 #: bump when the feature layout, the training rows or the file layout change
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: fitted with sample weights (noisy records down-weighted)
 SUBDIR = "costmodel"
 MIN_RECORDS = 20          # fewer ok records of the family than this: no base model
 KEEP_FILES = 16           # model files kept per cache directory (the least recently written go)
@@ -207,7 +207,7 @@ def fit_base(db: RecordStore, family: str, *, seed: int = 0, max_records: int = 
         return None
     model = default_model(seed=seed)
     model.features_ = ts.features
-    model.fit_matrix(ts.X, ts.y, seed=seed, holdout=0.2, target_names=ts.target_names)
+    model.fit_matrix(ts.X, ts.y, sample_weight=ts.weights, seed=seed, holdout=0.2, target_names=ts.target_names)
     return BaseModel(model, family, family_signature(ents, family), ts.rows, "fitted",
                      fit_s=time.perf_counter() - t0)
 

@@ -71,7 +71,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tunedb.index.estimate import estimate, record_value
+from tunedb.index.estimate import MIN_CONFIRMED, estimate, record_value
 from tunedb.index.estimate import rank as rank_configs
 from tunedb.index.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
@@ -87,7 +87,7 @@ if TYPE_CHECKING:
 
 
 #: why a candidate was evaluated (module docstring): the keys of ``TuneResult.origins``
-ORIGINS = ("exact", "resume", "default", "seed", "model", "random", "confirm")
+ORIGINS = ("exact", "resume", "default", "seed", "model", "random", "runoff", "confirm")
 
 
 @dataclass
@@ -150,7 +150,8 @@ class TuneResult:
     #: target model last) and ``trace`` ([own evaluations, weights...] per fit); {} when unused
     surrogate: dict = field(default_factory=dict)
     #: evaluations per origin (``ORIGINS``; only origins that occurred): the values other than
-    #: ``confirm`` sum to ``evaluations``; ``confirm`` (when present) equals ``remeasurements``
+    #: ``runoff`` and ``confirm`` sum to ``evaluations``; those two (when present) sum to
+    #: ``remeasurements``
     origins: dict = field(default_factory=dict)
     #: origin -> {"cache_hits", "measured", "failed"}: of that origin's evaluations, those the DB
     #: answered (preloaded records included), those measured (new records, failed ones included;
@@ -272,6 +273,7 @@ class Tuner:
         self._use_rgpe = False
         self.origin_counts: dict[str, dict[str, int]] = {}  # origin -> {"cache_hits", "measured", "failed"}
         self._seed_src: dict[str, dict] = {}  # seed config signature -> its (most similar) source entry
+        self._confirmed_winner: str | None = None  # the config Tuner.confirm chose (its signature)
 
     def _add_time(self, step: str, t0: float) -> None:
         """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
@@ -845,43 +847,66 @@ class Tuner:
 
     # ---------------------------------------------------------------- confirm
     def confirm(self) -> None:
-        """Noise guard and winner's-curse correction: re-measure the ``confirm_top`` leaders (the
-        incumbent and its closest rivals, by their estimates over this run's records)
-        ``confirm_rounds`` times, interleaved (A, B, C, A, B, C, ...), so a slow minute of a
-        shared machine hits every candidate alike.  Every repeat is a new record committed to the
-        DB with ``meta["origin"] = "confirm"``; with two or more of them a config's cost is
-        estimated from them alone (``tunedb.index.estimate``), so the winner's reported cost is
-        not the sample that selected it.  The winner is the leader with the lowest estimate
-        afterwards.  Repeats are not evaluations (they do not count against the budget);
-        ``remeasurements`` counts them.  Nothing to do without a backend that measures (a replay
-        answers the same cost again) or when ``confirm_top`` < 2."""
+        """Noise guard and winner's-curse correction, in two stages.
+
+        1. *Runoff*: the ``confirm_top`` leaders (the incumbent and its closest rivals, by their
+           estimates over this run's records) are re-measured ``confirm_rounds`` times,
+           interleaved (A, B, C, A, B, C, ...), so a slow minute of a shared machine hits every
+           candidate alike (records with ``meta["origin"] = "runoff"``).  The winner is the
+           leader with the lowest estimate over all its records.
+        2. *Confirmation*: the winner alone is re-measured ``confirm_rounds`` more times
+           (``meta["origin"] = "confirm"``).  With two or more of them its cost is estimated
+           from them alone (``tunedb.index.estimate``): they were measured after the choice, so
+           the reported cost is not biased low by it (the best of n noisy samples is).
+
+        Every repeat is committed.  Repeats are not evaluations (they do not count against the
+        budget); ``remeasurements`` counts both stages.  Nothing to do without a backend that
+        measures (a replay answers the same cost again) or when ``confirm_top`` < 2; a leader
+        already confirmed (by an earlier run) wins without a runoff, so a rerun measures nothing."""
         top, rounds = self.opt.confirm_top, self.opt.confirm_rounds
         if top < 2 or rounds < 1 or self.best is None or getattr(self.backend, "name", "") == "replay":
             return
-        ranked = self._leaders(top)
-        if len(ranked) < 2:
+        leaders = self._leaders(top)
+        if len(leaders) < 2:
             return
-        samples: dict[str, list[float]] = {s: [self.evaluated[s]] for s in ranked}
-        for _ in range(rounds):
-            for s in ranked:
-                cfg = self.configs[s]
-                for rec, _cached in lookup_or_measure(self.db, self.backend, self.target, self.workload, [cfg],
-                                                      force=True, timers=self.timers,
-                                                      annotate=lambda _i: {"origin": "confirm"}):
-                    self.remeasurements += 1
-                    self._count_origin("confirm", rec, cached=False)
-                    v = record_value(rec)
-                    if v is not None:
-                        samples[s].append(v)
-                        self.run_records.setdefault(s, []).append(rec)
-        ests = {s: self._estimate(s) for s in ranked}
-        ests = {s: e for s, e in ests.items() if e is not None}
-        self.confirmed = {_sig_short(self.configs[s]): {"config": self.configs[s], "costs": v,
-                                                         "estimate": ests[s].to_dict() if s in ests else None}
-                          for s, v in samples.items()}
-        if ests:
-            win = min(ests, key=lambda s: (ests[s].value, s))
+        ests = {s: self._estimate(s) for s in leaders}
+        done = [s for s in leaders if ests[s] is not None and ests[s].confirmed >= MIN_CONFIRMED]
+        samples: dict[str, list[float]] = {s: [self.evaluated[s]] for s in leaders}
+        if done:
+            # confirmed before: the lowest confirmed estimate stands (nothing measured again)
+            win = min(done, key=lambda s: (ests[s].value, s))
+        else:
+            for _ in range(rounds):
+                for s in leaders:
+                    samples[s].extend(self._remeasure(s, "runoff"))
+            ests = {s: self._estimate(s) for s in leaders}
+            ok = [s for s in leaders if ests[s] is not None]
+            if not ok:
+                return
+            win = min(ok, key=lambda s: (ests[s].value, s))
+            for _ in range(rounds):
+                samples[win].extend(self._remeasure(win, "confirm"))
+        ests = {s: self._estimate(s) for s in leaders}
+        self.confirmed = {_sig_short(self.configs[s]): {"config": self.configs[s], "costs": samples.get(s, []),
+                                                         "estimate": ests[s].to_dict() if ests[s] else None,
+                                                         "winner": s == win}
+                          for s in leaders}
+        if ests[win] is not None:
             self.best = (ests[win].value, dict(self.configs[win]))
+            self._confirmed_winner = win
+
+    def _remeasure(self, s: str, origin: str) -> list[float]:
+        """Measure config ``s`` once more (committed, ``meta["origin"] = origin``); its value, if ok."""
+        out = []
+        for rec, _cached in lookup_or_measure(self.db, self.backend, self.target, self.workload, [self.configs[s]],
+                                              force=True, timers=self.timers, annotate=lambda _i: {"origin": origin}):
+            self.remeasurements += 1
+            self._count_origin(origin, rec, cached=False)
+            v = record_value(rec)
+            if v is not None:
+                out.append(v)
+                self.run_records.setdefault(s, []).append(rec)
+        return out
 
     def _estimate(self, s: str) -> Any:
         """The estimate of config ``s``'s cost: the DB's (every stored record of it, the one
@@ -902,10 +927,16 @@ class Tuner:
         return [by_key[c.config_key] for c in rank_configs(recs, n) if c.config_key in by_key]
 
     def _final_best(self) -> tuple[Any, dict] | None:
-        """(estimate, config) of the run's winner: of its leaders (this run's best estimates),
-        the one whose estimate (``_estimate``) is lowest."""
+        """(estimate, config) of the run's winner: the confirmed winner when :meth:`confirm`
+        chose one; else, of the run's leaders (its best estimates), the one whose estimate
+        (``_estimate``) is lowest (selection-biased: nothing was measured after the choice)."""
         if self.best is None:
             return None
+        win = getattr(self, "_confirmed_winner", None)
+        if win is not None:
+            e = self._estimate(win)
+            if e is not None:
+                return e, dict(self.configs[win])
         cands = list(dict.fromkeys([_sig(self.best[1])] + self._leaders(3)))
         ests = [(self._estimate(s), s) for s in cands if s in self.configs]
         ests = [(e, s) for e, s in ests if e is not None]

@@ -17,6 +17,18 @@ come from its invalidation files and file sizes (read only).  (``refresh`` of a 
 finishes what a crashed writer left - folds a dead process's journal - as every reader of that
 store does.)
 
+Costs: every cost shown for a config or an entry is the estimator's (``tunedb.index.estimate``:
+the number ``tunedb best`` shows, with its n, interval and noisy flag), computed with
+``estimate_table`` over the records already read (``report.entry_estimates``; refuted records
+left out, as ``db.best_costs`` leaves them out), never a minimum over records nor one record's
+``cost`` (one measurement).  The curves over time are histories and say so: the fastest single
+measurement so far; a run's own numbers (a task's ``best``) are what the run saw ("in-run").
+
+Runs: each tuning run is counted and listed once (``report.add_summaries``: a demo's parts that
+``tune-model`` stored as runs of their own are counted there, a demo left with no part is not a
+run of its own); the overview's count, the hit rates, the pipeline, the comparison and the
+trend's G(n) all read the same de-duplicated summaries (``Snapshot.runs``).
+
 Units: costs and times in seconds, timestamps as microseconds since the epoch (UTC), sizes in
 bytes.
 """
@@ -36,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tunedb.index.estimate import estimate_of_row, estimate_table
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import FigureSpec
 
@@ -58,7 +71,9 @@ class Snapshot:
     docstring).  ``version`` counts snapshots (1 = the first); ``overview`` holds the counts;
     ``entries`` the entries table rows; ``active`` entries written in the last
     ACTIVE_WINDOW_S; ``pipeline`` one row per recent run; ``figs`` the figure specs by key;
-    ``reach`` the warm-vs-cold "evaluations to reach 95% of the best" rows."""
+    ``reach`` the warm-vs-cold "evaluations to reach 95% of the best" rows (of the workloads
+    with both a warm and a cold search); ``runs`` the stored run summaries, each tuning run once
+    (``report.add_summaries``)."""
 
     version: int
     key: tuple
@@ -165,7 +180,8 @@ def _iso_us(text: Any) -> int | None:
 
 
 def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
-    """(cache hits, evaluations) over run summaries (a demo counted by its parts)."""
+    """(cache hits, evaluations) over run summaries (a demo counted by its parts; pass the
+    de-duplicated summaries, ``RunsData.summaries``, so each run counts once)."""
     from tunedb.transfer.apps.report import _part_totals, run_parts
 
     hits = evals = 0
@@ -178,15 +194,23 @@ def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------------ snapshot
-#: the record columns :func:`records_part` uses (the entries summary's, and commit time, status,
-#: cost and source): a snapshot reads only these (``RecordStore.records(columns=...)``), not the
-#: configs, costs lists, metadata and errors that make up most of a record
+#: the record columns :func:`records_part` uses (the entries summary's, commit time, status, cost
+#: and source, and what the estimator reads: lookup_key, costs, meta; rid_hash to leave refuted
+#: records out): a snapshot reads only these (``RecordStore.records(columns=...)``), not the
+#: configs, errors and the rest of a record
 SNAPSHOT_COLUMNS = ["target_key", "target_name", "workload_key", "family", "workload", "entry_key", "status",
-                    "cost", "committed", "source"]
+                    "cost", "committed", "source", "lookup_key", "costs", "meta", "rid_hash"]
 
 #: the record columns :func:`entry_page` uses
 ENTRY_PAGE_COLUMNS = ["record_id", "config_key", "config", "costs", "cost", "status", "source", "origin", "meta",
                       "timestamp", "committed", "target_name", "workload", "host"]
+
+
+def _refuted(db: Any) -> set[str]:
+    """The record_ids ``db`` marks refuted (``verdicts()``, a read)."""
+    from tunedb.transfer.apps.report import _refuted as refuted
+
+    return refuted(db)
 
 
 def read_snapshot_records(db: Any) -> pa.Table:
@@ -195,39 +219,39 @@ def read_snapshot_records(db: Any) -> pa.Table:
     return db.records(include_stale=False, columns=SNAPSHOT_COLUMNS)
 
 
-def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray) -> list[dict]:
+def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray, usable: np.ndarray) -> list[dict]:
     """One dict per entry of ``t`` (grouped by ``entry_key``, a hash of target_key and
     workload_key, so one integer group-by instead of two string columns): target_key,
     target_name, workload_key, family, workload (of its first row), records, ok_records,
-    best_cost (seconds, None when none ok), last_us (its latest commit), recent and
-    recent_failed (records, and failed ones, committed in the last ACTIVE_WINDOW_S); sorted by
-    (target_name, workload_key) as ``tables.entries`` sorts."""
+    estimated (whether it has a record the estimator uses: ``usable``, ok with a cost and not
+    refuted), entry_key, last_us (its latest commit), recent and recent_failed (records, and
+    failed ones, committed in the last ACTIVE_WINDOW_S); sorted by (target_name, workload_key)
+    as ``tables.entries`` sorts."""
     n = t.num_rows
     if n == 0:
         return []
     ok = pc.equal(t.column("status"), "ok")
     ok_known = np.asarray(pc.fill_null(ok, False))
     g = pa.table({"e": t.column("entry_key"), "i": pa.array(np.arange(n, dtype=np.int64)),
-                  "ok": pc.cast(ok, pa.int64()),
-                  "okcost": pc.if_else(ok, t.column("cost"), pa.scalar(None, pa.float64())),
+                  "ok": pc.cast(ok, pa.int64()), "u": pa.array(usable.astype(np.int64)),
                   "c": pa.array(committed), "r": pa.array(recent_mask.astype(np.int64)),
                   "f": pa.array((~ok_known & recent_mask).astype(np.int64))})
     agg = g.group_by("e", use_threads=False).aggregate([
-        ("i", "min"), ("ok", "count"), ("ok", "sum"), ("okcost", "min"), ("c", "max"), ("r", "sum"), ("f", "sum")])
+        ("i", "min"), ("ok", "count"), ("ok", "sum"), ("u", "max"), ("c", "max"), ("r", "sum"), ("f", "sum")])
     agg = agg.take(pc.sort_indices(agg.column("i_min")))  # (entries in the order of their first rows)
     first = np.zeros(n, bool)
     first[agg.column("i_min").to_numpy()] = True  # (a filter, chunk by chunk: cheaper than a take)
     meta = t.select(["target_key", "target_name", "workload_key", "family", "workload"]).filter(pa.array(first))
     cols = {c: meta.column(c).to_pylist() for c in meta.column_names}
     stats = {k: agg.column(c).to_pylist() for k, c in (("records", "ok_count"), ("ok_records", "ok_sum"),
-                                                         ("best_cost", "okcost_min"), ("last_us", "c_max"),
+                                                         ("estimated", "u_max"), ("last_us", "c_max"),
                                                          ("recent", "r_sum"), ("recent_failed", "f_sum"),
                                                          ("entry_key", "e"))}
     rows = [{"target_key": cols["target_key"][j], "target_name": cols["target_name"][j],
              "workload_key": cols["workload_key"][j], "family": cols["family"][j], "workload": cols["workload"][j],
              "records": stats["records"][j], "ok_records": stats["ok_records"][j],
-             "best_cost": stats["best_cost"][j], "last_us": stats["last_us"][j], "entry_key": stats["entry_key"][j],
-             "_recent": (stats["recent"][j], stats["recent_failed"][j])}
+             "estimated": bool(stats["estimated"][j]), "last_us": stats["last_us"][j],
+             "entry_key": stats["entry_key"][j], "_recent": (stats["recent"][j], stats["recent_failed"][j])}
             for j in range(agg.num_rows)]
     rows.sort(key=lambda r: (r["target_name"] or "", r["workload_key"] or ""))
     return rows
@@ -236,15 +260,25 @@ def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray) 
 def records_part(db: Any, t: pa.Table) -> dict:
     """The record-derived part of a snapshot from the live records ``t`` (at least the columns
     of :data:`SNAPSHOT_COLUMNS`; see :func:`read_snapshot_records`): overview counts, the
-    entries table, active entries, failed records (for the pipeline) and the figure specs of
-    records over time and best so far per entry."""
+    entries table (each entry's best config by the estimator: ``best``, a CostEstimate, and
+    ``best_cost``, its value), active entries, failed records (for the pipeline) and the figure
+    specs of records over time and the fastest measurement so far per entry."""
+    from tunedb.transfer.apps.report import cost_brief, entry_estimates, not_refuted
+
     n = t.num_rows
     committed = t.column("committed").cast(pa.int64()).fill_null(0).to_numpy().astype(np.int64)
     tk = t.column("target_key")
     # per entry: its counts, when it was last written, and its recent records (by commit time)
     now_us = int(time.time() * 1e6)
     recent_mask = committed >= now_us - ACTIVE_WINDOW_S * 1_000_000
-    rows = _entry_summary(t, committed, recent_mask)
+    refuted = _refuted(db) if n and ("rid_hash" in t.column_names or "record_id" in t.column_names) else set()
+    keep = not_refuted(t, refuted)
+    usable = np.asarray(pc.fill_null(pc.and_(pc.equal(t.column("status"), "ok"),
+                                             pc.greater(pc.list_value_length(t.column("costs")), 0)), False)) \
+        if n else np.zeros(0, bool)
+    if keep is not None:
+        usable &= keep
+    rows = _entry_summary(t, committed, recent_mask, usable)
     recent: dict[tuple[str, str], list[int]] = {}
     entry_keys: dict[tuple[str, str], int] = {}
     for r in rows:
@@ -255,7 +289,21 @@ def records_part(db: Any, t: pa.Table) -> dict:
     by_records = sorted(rows, key=lambda r: (-r["records"], -r["last_us"]))
     shown_active = sorted((r for r in rows if (r["target_key"], r["workload_key"]) in recent),
                           key=lambda r: -r["last_us"])[:MAX_ACTIVE_ROWS]
-    for r in by_records[:MAX_ENTRY_ROWS] + shown_active:
+    trend = [r for r in by_records if r["estimated"]][:TREND_ENTRIES]
+    # the estimator over the records of the entries shown (every config of each: its best is the
+    # lowest estimate), not over every record: at 1M records that is 1M configs' estimates
+    shown = {id(r): r for r in by_records[:MAX_ENTRY_ROWS] + shown_active + trend}.values()
+    keys = sorted({entry_keys[(r["target_key"], r["workload_key"])] for r in shown if r["estimated"]})
+    if keys:
+        m = np.asarray(pc.fill_null(pc.is_in(t.column("entry_key"), value_set=pa.array(keys, pa.int64())), False))
+        best = entry_estimates(t, m & usable)
+    else:
+        best = entry_estimates(t.slice(0, 0))
+    best_rows = {int(row["entry_key"]): row for row in best.to_pylist()}
+    for r in shown:
+        row = best_rows.get(int(entry_keys[(r["target_key"], r["workload_key"])]))
+        r["best"] = None if row is None else estimate_of_row(row)
+        r["best_cost"] = None if row is None else row["value"]
         r["label"] = figures.short_workload(json.loads(r["workload"]), 70)  # (only the rows shown)
     active = []
     for r in shown_active:
@@ -269,22 +317,21 @@ def records_part(db: Any, t: pa.Table) -> dict:
         ok = np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False))
         cost = t.column("cost").fill_null(math.inf).to_numpy().astype(np.float64)
         cost = np.where(ok & np.isfinite(cost), cost, math.inf)
-        for r in [r for r in by_records if r["best_cost"] is not None][:TREND_ENTRIES]:
-            if "label" not in r:  # (an entry drawn but not in a table)
-                r["label"] = figures.short_workload(json.loads(r["workload"]), 70)
+        for r in trend:
             m = ek == entry_keys[(r["target_key"], r["workload_key"])]
             order = np.argsort(committed[m], kind="stable")
             ts, cs = committed[m][order], np.minimum.accumulate(cost[m][order])
             change = np.flatnonzero(np.isfinite(cs) & np.r_[True, cs[1:] < cs[:-1]])
             keep = np.unique(np.r_[change, len(cs) - 1])
             keep = keep[np.isfinite(cs[keep])]
-            curves.append((f"{r['target_name']} · {r['label'][:40]}", ts[keep].tolist(), cs[keep].tolist()))
+            curves.append((f"{r['target_name']} · {r['label'][:40]} (best config now: {cost_brief(r['best'])})",
+                           ts[keep].tolist(), cs[keep].tolist()))
     failed_mask = ~np.asarray(pc.fill_null(pc.equal(t.column("status"), "ok"), False)) if n else np.zeros(0, bool)
     names = {r["target_key"]: r["target_name"] for r in rows}
     stale = _stale_target_keys(db)
     overview = {
         "records": n, "targets": len(names), "workloads": len({r["workload_key"] for r in rows}),
-        "entries": len(rows), "entries_with_ok": sum(1 for r in rows if r["best_cost"] is not None),
+        "entries": len(rows), "entries_with_ok": sum(1 for r in rows if r["estimated"]),
         "size_bytes": _store_size(db), "failed_records": int(failed_mask.sum()),
         "stale_targets": [names.get(k) or _target_name(db, k) for k in stale],
         "latest_us": int(committed.max()) if n else None,
@@ -298,14 +345,19 @@ def records_part(db: Any, t: pa.Table) -> dict:
 
 
 def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_start: str) -> dict:
-    """The run-derived part of a snapshot: hit rates (all time, and of runs stored since
+    """The run-derived part of a snapshot: hit rates (all runs, and the runs stored since
     ``session_start``, ISO UTC), the pipeline rows of the newest runs, the warm-vs-cold,
-    hit-rate, time-split and G(n) figure specs and the reach table."""
+    hit-rate, time-split and G(n) figure specs, the reach table (of the workloads with both a
+    warm and a cold search) and ``summaries``/``runs``: the summaries with each tuning run once
+    (``report.add_summaries``) and how many tuning runs they hold (``report.count_runs``).  Every
+    count and row comes from those, so the overview, the pipeline, the comparison and the trend
+    agree with each other and with ``tunedb report``."""
     from tunedb.transfer.apps.report import (
         RunsData,
         _part_name,
         _part_totals,
         add_summaries,
+        count_runs,
         gain_points,
         run_parts,
         saturation,
@@ -313,11 +365,12 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
 
     data = RunsData()
     add_summaries(data, summaries, "database")
-    session = [s for s in summaries if str(s.get("stored") or "") >= session_start]
-    h_all, e_all = hit_rate(summaries)
+    runs = data.summaries
+    session = [s for s in runs if str(s.get("stored") or "") >= session_start]
+    h_all, e_all = hit_rate(runs)
     h_ses, e_ses = hit_rate(session)
     pipeline = []
-    for s in reversed(summaries[-MAX_PIPELINE_RUNS:]):
+    for s in reversed(runs[-MAX_PIPELINE_RUNS:]):
         for part in run_parts(s):
             evals, hits = _part_totals(part)
             tasks = [t for t in part.get("tasks") or [] if isinstance(t, Mapping)]
@@ -343,7 +396,8 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
                 "failed": n_failed, "measure_s": _fnum(part.get("measure_s")), "query_s": _fnum(part.get("query_s")),
                 "wall_s": wall, "interrupted": bool(part.get("interrupted")),
             })
-    points = gain_points(summaries)
+    pipeline = pipeline[:MAX_PIPELINE_RUNS]
+    points = gain_points(runs)
     ns, gs = [q.n for q in points], [q.gain for q in points]
     fit, reason = saturation(ns, gs)
     split = [{"label": p["name"], "measure_s": p["measure_s"], "query_s": p["query_s"]}
@@ -351,8 +405,9 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
     return {
         "hit_rate": {"all": (h_all, e_all), "session": (h_ses, e_ses)},
         "pipeline": pipeline,
-        "reach": figures.reach_table(data.runs),
-        "fit": fit, "fit_reason": reason,
+        "reach": figures.reach_table(figures.comparable_runs(data.runs)),
+        "fit": fit, "fit_reason": reason, "gain_points": len(points),
+        "summaries": runs, "runs": count_runs(runs),
         "figs": {"warm_vs_cold": figures.warm_vs_cold_figure(data.runs, max_panels=figures.MAX_PANELS),
                  "hit_rate": figures.hit_rate_figure(data.hit_points),
                  "time_split": figures.time_split_figure(split),
@@ -376,29 +431,42 @@ def _provenance(row: Mapping[str, Any]) -> str:
     return f"{text}, origin {origin}" if origin else text
 
 
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2.0
+
+
 def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict], k: int = K_BEST) -> dict | None:
     """The per-entry page's data (None when the store holds no live record of the entry): the
-    entry's counts, its ``k`` best configs (one per config: its fastest ok measurement, refuted
-    records left out) with the spread of their repeats, their provenance (measured / imported /
-    migrated, and the warm runs whose best it was with the entries that seeded them), and its
-    best-so-far curve.  Reads only this entry's records."""
+    entry's counts, its ``k`` best configs by the estimator (``estimate_table`` over the entry's
+    live records, refuted ones left out: the same configs, order and numbers as
+    ``db.best_costs``/``tunedb best``), each with its estimate (``estimate``: value, n, interval,
+    noisy), the spread of its measurements, its provenance (of the record nearest the estimate:
+    measured / imported / migrated, and the warm runs whose best it was with the entries that
+    seeded them), the stored runs that tuned it (``runs``: each task's chosen config with its
+    CURRENT estimate from the DB, ``estimate``, and what the run saw, ``best``: in-run), and the
+    fastest-measurement-so-far curve with the best config's estimate as a line.  Reads only this
+    entry's records."""
+    from tunedb.index.keys import key_of
+    from tunedb.transfer.apps.report import cost_brief, not_refuted, run_parts
+
     t = db.records(target_key, workload_key, include_stale=False, columns=ENTRY_PAGE_COLUMNS)
     if t.num_rows == 0:
         return None
-    refuted = {rid for rid, v in db.verdicts().items() if v == "refuted"}
+    refuted = _refuted(db)
     rows = t.to_pylist()
-    ok = [r for r in rows if r["status"] == "ok" and r["cost"] is not None and math.isfinite(r["cost"])
-          and r["record_id"] not in refuted]
+    keep = not_refuted(t, refuted)
+    used = t if keep is None else t.filter(pa.array(keep))
+    est_of = {row["config_key"]: estimate_of_row(row) for row in
+              estimate_table(used.select(["config_key", "status", "costs", "meta"]), by=("config_key",)).to_pylist()}
+    ranked = sorted(est_of, key=lambda ck: (est_of[ck].value, ck))[:k]
+    ok = [r for r in rows if r["status"] == "ok" and r["costs"] and r["record_id"] not in refuted]
     by_cfg: dict[str, list[dict]] = {}
     for r in ok:
         by_cfg.setdefault(r["config_key"], []).append(r)
-    best_rows = sorted((min(rs, key=lambda r: r["cost"]) for rs in by_cfg.values()),
-                       key=lambda r: (r["cost"], r["config_key"]))[:k]
     seeded: dict[str, list[str]] = {}
     runs_of_entry = []
     for s in summaries:
-        from tunedb.transfer.apps.report import run_parts
-
         for part in run_parts(s):
             if (part.get("target_key") or s.get("target_key")) != target_key:
                 continue
@@ -406,21 +474,25 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
                 if not isinstance(task, Mapping) or task.get("workload_key") != workload_key:
                     continue
                 frm = [str(x) for x in task.get("seeded_from") or [] if x]
+                cfg = task.get("best_config")
+                ck = key_of(dict(cfg)) if isinstance(cfg, Mapping) else None
                 runs_of_entry.append({"stored": str(s.get("stored") or "")[:19].replace("T", " "),
                                       "kind": str(part.get("kind") or ""), "label": str(part.get("label") or ""),
                                       "source": str(task.get("source") or ""), "seeded_from": frm,
-                                      "best": _fnum(task.get("best")), "evaluations": task.get("evaluations")})
-                cfg = task.get("best_config")
-                if isinstance(cfg, Mapping):
-                    from tunedb.index.keys import key_of
-
-                    seeded.setdefault(key_of(dict(cfg)), []).append(
+                                      "best": _fnum(task.get("best")), "evaluations": task.get("evaluations"),
+                                      "config_key": ck, "estimate": est_of.get(ck) if ck else None})
+                if ck is not None:
+                    seeded.setdefault(ck, []).append(
                         f"best of a {task.get('source') or part.get('label') or 'run'} {part.get('kind') or ''} run"
                         + (f" seeded from {', '.join(frm)}" if frm else ""))
     best = []
-    for r in best_rows:
-        reps = [c for c in r["costs"] or [] if c is not None and math.isfinite(c)]
-        all_meas = by_cfg[r["config_key"]]
+    for ck in ranked:
+        est = est_of[ck]
+        recs = by_cfg.get(ck) or []
+        reps = [c for r in recs for c in r["costs"] or [] if c is not None and math.isfinite(c)]
+        # the record shown for its config, keys and provenance: nearest the estimate, the latest among equals
+        r = min(recs, key=lambda q: (abs(_median([c for c in q["costs"] if c is not None]) - est.value),
+                                     -(q["timestamp"].timestamp() if q["timestamp"] else 0.0)))
         text = r["config"] if len(r["config"]) <= MAX_CONFIG_CHARS else r["config"][: MAX_CONFIG_CHARS - 1] + "…"
         try:
             meta = json.loads(r["meta"] or "{}")
@@ -428,11 +500,11 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
             meta = {}
         extra = [f"{k2}={meta[k2]}" for k2 in ("from_target", "migrated_from", "seeded_from", "run_id")
                  if isinstance(meta, dict) and k2 in meta]
-        best.append({"config": text, "cost": float(r["cost"]), "repeats": len(reps),
+        best.append({"config": text, "config_key": ck, "estimate": est, "cost": est.value, "repeats": len(reps),
                      "min": min(reps) if reps else None, "max": max(reps) if reps else None,
                      "rel_std": float(np.std(reps) / np.mean(reps)) if len(reps) > 1 and np.mean(reps) > 0 else None,
-                     "measurements": len(all_meas), "provenance": _provenance(r),
-                     "meta": ", ".join(extra), "runs": "; ".join(seeded.get(r["config_key"], [])) or "–",
+                     "measurements": len(recs), "provenance": _provenance(r),
+                     "meta": ", ".join(extra), "runs": "; ".join(seeded.get(ck, [])) or "–",
                      "record_id": r["record_id"], "host": r["host"] or "",
                      "origin": meta.get("origin") if isinstance(meta, dict) else None,
                      "seeded_from": meta.get("seeded_from") if isinstance(meta, dict) else None})
@@ -443,11 +515,16 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
     cost = np.where((st == "ok") & np.isfinite(cost), cost, math.inf)
     bsf = np.minimum.accumulate(cost)
     xs = np.flatnonzero(np.isfinite(bsf)) + 1
-    curve = FigureSpec("entry_curve", "Best so far of this entry", width=6.5, height=3.4)
+    curve = FigureSpec("entry_curve", "Fastest measurement so far of this entry", width=6.5, height=3.4)
     if len(xs):
         x, y = figures.steps(xs.tolist(), bsf[xs - 1].tolist())
-        curve.panels.append(figures.Panel("", "records of the entry (timestamp order)", "best cost so far (s)",
-                                          ylog=True, series=[figures.Series("best so far", x, y)]))
+        panel = figures.Panel("", "records of the entry (timestamp order)", "fastest measurement so far (s)",
+                              ylog=True, series=[figures.Series("fastest measurement so far", x, y)])
+        if best:
+            top = best[0]["estimate"]
+            panel.hlines.append(figures.HLine(top.value, "best config's estimate", "dotted", "tab:red"))
+            curve.notes.append(f"dotted: the best config's estimate, {cost_brief(top)}")
+        curve.panels.append(panel)
     else:
         curve.empty = "no ok record"
     return {"target_name": rows[0]["target_name"], "target_key": target_key, "workload_key": workload_key,
@@ -521,7 +598,7 @@ class DashboardData:
         assert self._records is not None
         self._runs = runs_part(summaries, self._records["failed"], self.session_start)
         self._runs_key = runs_key
-        self._summaries = summaries
+        self._summaries = self._runs["summaries"]  # (each tuning run once)
 
     def _publish(self, t0: float) -> None:
         """Make the snapshot of the current records and runs parts the latest one."""
@@ -529,7 +606,7 @@ class DashboardData:
         assert rec is not None and run is not None
         h_all, e_all = run["hit_rate"]["all"]
         h_ses, e_ses = run["hit_rate"]["session"]
-        overview = {**rec["overview"], "runs": len(summaries),
+        overview = {**rec["overview"], "runs": run["runs"], "gain_points": run["gain_points"],
                     "hits_all": h_all, "evaluations_all": e_all,
                     "hit_rate_all": h_all / e_all if e_all else None,
                     "hits_session": h_ses, "evaluations_session": e_ses,

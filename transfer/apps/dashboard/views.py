@@ -4,7 +4,10 @@ One function per view: :func:`overview`, :func:`pipeline`, :func:`comparison`, :
 and :func:`entry` (the per-entry page).  Each returns a ``html.Div`` whose id is
 ``view-<name>``; the numbers tests and users look for carry ids (``ov-records``, ...).  Text
 from records (names, workloads, configs) is passed to Dash as text, which it escapes; no HTML
-is built from record content.  Costs and times are shown with units (``fmt_seconds``).
+is built from record content.  Times are shown with :func:`tunedb.index.estimate.fmt_seconds`
+(the one unit style); the cost of a config or an entry is always the estimator's, as a compact
+cell (:func:`cost_cell`: ``4.54 ms ±3% n=5`` and ``noisy``, the interval in full as its
+tooltip); a run's own number is labelled "in-run" (what the run saw).
 
 Where evaluations came from (the Tuner's origins, ``tunedb.transfer.search.tuner.ORIGINS``):
 the pipeline reads ``origins`` / ``origin_split`` of the stored run summaries
@@ -24,9 +27,10 @@ from urllib.parse import urlencode
 
 from dash import dcc, html
 
+from tunedb.index.estimate import CostEstimate, fmt_seconds
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.dashboard.data import ACTIVE_WINDOW_S, Snapshot
-from tunedb.transfer.cli.util import fmt_seconds
+from tunedb.transfer.apps.report import cost_brief
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 VIEWS = (("overview", "/", "Overview"), ("pipeline", "/pipeline", "Pipeline"),
@@ -34,8 +38,17 @@ VIEWS = (("overview", "/", "Overview"), ("pipeline", "/pipeline", "Pipeline"),
 
 
 def fmt_s(v: float | None) -> str:
-    """Seconds with a unit, ``–`` when unknown."""
-    return fmt_seconds(v, missing="–", micro="µs")
+    """Seconds with a unit (:func:`tunedb.index.estimate.fmt_seconds`), ``–`` when unknown."""
+    return fmt_seconds(v, missing="–")
+
+
+def cost_cell(est: CostEstimate | None) -> Any:
+    """An estimate as a table cell: ``4.54 ms ±3% n=5`` (``noisy`` appended when it is;
+    ``report.cost_brief``) with the estimate in full (``text()``: value, interval and its
+    confidence, n) as its tooltip; ``–`` without one."""
+    if est is None:
+        return "–"
+    return html.Span(cost_brief(est), title=est.text(), className="noisy" if est.noisy else None)
 
 
 def fmt_pct(hits: int, evals: int) -> str:
@@ -199,8 +212,9 @@ def status_line(snap: Snapshot, error: str | None = None) -> html.P:
 
 # ----------------------------------------------------------------------------- views
 def overview(snap: Snapshot) -> html.Div:
-    """Counts of the store, hit rates (this dashboard's session: runs stored since it started;
-    all time: every stored run), stale targets, the entries written lately and the biggest."""
+    """Counts of the store, hit rates (of the runs stored since this dashboard started, and of
+    all stored runs), stale targets, the entries written lately and the biggest (each with its
+    best config's estimated cost)."""
     ov = snap.overview
     rows = [
         ("records (live)", html.Span(str(ov["records"]), id="ov-records")),
@@ -209,9 +223,9 @@ def overview(snap: Snapshot) -> html.Div:
         ("entries (target × workload)", html.Span(f"{ov['entries']} ({ov['entries_with_ok']} with an ok record)",
                                                   id="ov-entries")),
         ("size of the records", html.Span(fmt_bytes(ov["size_bytes"]), id="ov-size")),
-        ("hit rate, this session", html.Span(fmt_pct(ov["hits_session"], ov["evaluations_session"]),
-                                             id="ov-hit-session")),
-        ("hit rate, all time", html.Span(fmt_pct(ov["hits_all"], ov["evaluations_all"]), id="ov-hit-all")),
+        ("hit rate, runs since this dashboard started", html.Span(
+            fmt_pct(ov["hits_session"], ov["evaluations_session"]), id="ov-hit-session")),
+        ("hit rate, all runs", html.Span(fmt_pct(ov["hits_all"], ov["evaluations_all"]), id="ov-hit-all")),
         ("stale targets", html.Span(", ".join(ov["stale_targets"]) or "none", id="ov-stale")),
         ("failed measurements", html.Span(str(ov["failed_records"]), id="ov-failed")),
         ("tuning runs stored", html.Span(str(ov["runs"]), id="ov-runs")),
@@ -219,19 +233,23 @@ def overview(snap: Snapshot) -> html.Div:
         ("latest commit", html.Span(fmt_us(ov["latest_us"]), id="ov-latest")),
     ]
     active = [[dcc.Link(r["target_name"] or r["target_key"][:12], href=entry_href(r["target_key"], r["workload_key"])),
-               r["label"], str(r["recent"]), str(r["recent_failed"]), fmt_s(r["best_cost"]), fmt_us(r["last_us"])]
+               r["label"], str(r["recent"]), str(r["recent_failed"]), cost_cell(r.get("best")), fmt_us(r["last_us"])]
               for r in snap.active]
     biggest = [[dcc.Link(r["target_name"] or r["target_key"][:12], href=entry_href(r["target_key"], r["workload_key"])),
-                r["label"], str(r["records"]), str(r["ok_records"]), fmt_s(r["best_cost"]), fmt_us(r["last_us"])]
+                r["label"], str(r["records"]), str(r["ok_records"]), cost_cell(r.get("best")), fmt_us(r["last_us"])]
                for r in snap.entries]
     return html.Div([
         html.H2("Overview"),
         table(["", ""], rows, id="ov-table"),
         html.H3(f"Entries written in the last {ACTIVE_WINDOW_S // 60} minutes"),
-        table(["target", "workload", "records", "failed", "best", "last commit (UTC)"], active, id="ov-active",
-              numeric=(2, 3, 4)) if active else html.P("none", className="note", id="ov-active"),
+        table(["target", "workload", "records", "failed", "best config's cost (estimate)", "last commit (UTC)"], active,
+              id="ov-active", numeric=(2, 3, 4)) if active else html.P("none", className="note", id="ov-active"),
         html.H3(f"Entries with the most records (top {len(snap.entries)})"),
-        table(["target", "workload", "records", "ok", "best", "last commit (UTC)"], biggest, id="ov-entries-table",
+        html.P("Costs: the estimate of each entry's best config (the median of its records' medians, as "
+               "'tunedb best' gives it), ± half its confidence interval, n = its records; 'noisy' when the interval "
+               "is wider than ±10%. Hover a cost for the interval.", className="note"),
+        table(["target", "workload", "records", "ok", "best config's cost (estimate)", "last commit (UTC)"], biggest,
+              id="ov-entries-table",
               numeric=(2, 3, 4)) if biggest else html.P("the database holds no records", className="note",
                                                        id="ov-entries-table"),
     ], id="view-overview")
@@ -245,7 +263,8 @@ def pipeline(snap: Snapshot) -> html.Div:
     resume / confirm).  An old summary without origins shows tasks seeded, ``model`` (tune-model:
     its search evaluations) and ``not recorded`` for random / default, ``failed`` = records of the
     run's target that failed while it ran.  Then where the time went (measuring vs T_query), plus
-    the hit rate per run."""
+    the hit rate per run.  Each tuning run is one row (a demo's parts stored as runs of their own
+    are listed once, as those runs: ``report.add_summaries``)."""
     rows = []
     parts = run_origins(snap)
     seen: dict[tuple[str, str], int] = {}
@@ -294,29 +313,41 @@ def pipeline(snap: Snapshot) -> html.Div:
 
 
 def comparison(snap: Snapshot) -> html.Div:
-    """Warm vs cold (and tagged) runs: best-so-far curves on one axis per workload, and the
-    evaluations each needed to reach 95% of the best any run of its workload found."""
+    """Warm vs cold (and tagged) runs of the workloads that have both a warm and a cold search
+    (``figures.comparable_runs``): in-run best-so-far curves, one panel per workload (one colour
+    per label, a shared legend), and the evaluations each needed to reach 95% of the best any
+    run of its workload found."""
     pct = round(figures.BEST_FRACTION * 100)
     rows = [[r["workload"], r["label"], r["target"], str(r["evaluations"]), fmt_s(r["best"]),
              "never" if r["to_reach"] is None else str(r["to_reach"])] for r in snap.reach]
     return html.Div([
         html.H2("Comparison: warm vs cold"),
-        html.P("Best cost so far against evaluations of each search (each task of the stored runs): warm runs were "
-               "seeded from the database's nearest entries, cold runs had no seeds; other labels are the tags runs "
-               "were stored with.", className="note"),
+        html.P("In-run best so far (what each search had found at that point) against evaluations of each search "
+               "(each task of the stored runs), for the workloads that have both a warm and a cold search: warm runs "
+               "were seeded from the database's nearest entries, cold runs had no seeds; other labels are the tags "
+               "runs were stored with.", className="note"),
         graph(snap, "warm_vs_cold", "g-warm-cold"),
         html.H3(f"Evaluations to reach {pct}% of the best"),
-        table(["workload", "run", "target", "evaluations", "best", f"evaluations to {pct}%"], rows, id="cmp-reach",
-              numeric=(3, 4, 5)) if rows else html.P("no run with a history", className="note", id="cmp-reach"),
+        table(["workload", "run", "target", "evaluations", "in-run best", f"evaluations to {pct}%"], rows,
+              id="cmp-reach", numeric=(3, 4, 5))
+        if rows else html.P("no workload has both a warm and a cold search with a history", className="note",
+                            id="cmp-reach"),
     ], id="view-comparison")
 
 
 def trend(snap: Snapshot) -> html.Div:
-    """Best so far per entry over time, records over time, and the saturation curve G(n) with
-    its fitted G_max and beta."""
+    """The fastest measurement so far per entry over time, records over time, and the saturation
+    curve G(n) with its fitted G_max and beta (``report.saturation``: 0 <= G_max <= 1, or "no
+    fit" and why), counted over the same tuning runs as the overview."""
     ov = snap.overview
     fit = ov.get("fit")
-    fit_text = (f"G_max = {fit['g_max']:.4g}, beta = {fit['beta']:.4g} per record (over {fit['points']} runs)"
+
+    def pm(v: float, se: float | None) -> str:
+        return f"{v:.3g} ± {se:.2g}" if se is not None else f"{v:.3g}"
+
+    fit_text = (f"G_max = {pm(fit['g_max'], fit.get('g_max_se'))}, beta = {pm(fit['beta'], fit.get('beta_se'))} "
+                f"per record (fit over {fit['points']} of {ov.get('runs')} tuning runs: those with a gain and "
+                "records_before)"
                 if fit else f"no fit of G(n): {ov.get('fit_reason')}")
     return html.Div([
         html.H2("Trend"),
@@ -328,9 +359,11 @@ def trend(snap: Snapshot) -> html.Div:
 
 
 def entry(page: dict | None, target_key: str, workload_key: str) -> html.Div:
-    """One entry: its k best configs with their repeats' spread, provenance and origin (why the
+    """One entry: its k best configs by the estimator (cost with n, interval, noisy: the same
+    cells as ``tunedb best``) with their measurements' spread, provenance and origin (why the
     search evaluated it, and for a seed the nearest entry it came from: ``best_origin``), the runs
-    that tuned it and its best-so-far curve."""
+    that tuned it (the CURRENT estimate of each run's chosen config, the same cell as in the
+    configs table, and the run's in-run number) and its fastest-measurement-so-far curve."""
     if page is None:
         return html.Div([html.H2("Entry"), html.P(f"The database holds no live record of target {target_key[:12]} "
                                                   f"and workload {workload_key[:12]}.", className="note")],
@@ -338,12 +371,12 @@ def entry(page: dict | None, target_key: str, workload_key: str) -> html.Div:
     rows = []
     for i, b in enumerate(page["best"]):
         origin, seeded_from, rest = best_origin(b)
-        rows.append([str(i + 1), html.Code(b["config"]), fmt_s(b["cost"]), str(b["repeats"]),
+        rows.append([str(i + 1), html.Code(b["config"]), cost_cell(b.get("estimate")), str(b["repeats"]),
                      "–" if b["min"] is None else f"{fmt_s(b['min'])} – {fmt_s(b['max'])}",
                      "–" if b["rel_std"] is None else f"{b['rel_std']:.1%}", str(b["measurements"]),
                      b["provenance"] + (f" ({rest})" if rest else ""), fmt_origin(origin, seeded_from), b["runs"]])
     runs = [[r["stored"], f"{r['kind']} {r['label']}".strip(), r["source"], ", ".join(r["seeded_from"]) or "–",
-             opt(r["evaluations"]), fmt_s(r["best"])] for r in page["runs"]]
+             opt(r["evaluations"]), cost_cell(r.get("estimate")), fmt_s(r["best"])] for r in page["runs"]]
     curve = page["curve"]
     return html.Div([
         html.H2(f"Entry: {page['target_name']}"),
@@ -351,13 +384,19 @@ def entry(page: dict | None, target_key: str, workload_key: str) -> html.Div:
         html.P(f"{page['records']} records, {page['ok_records']} ok, {page['failed']} failed, "
                f"{page['configs']} distinct configs measured ok", id="en-counts"),
         html.H3(f"The {len(rows)} best configs"),
-        table(["#", "config", "cost", "repeats", "range of repeats", "spread (std/mean)", "measurements",
-               "where it came from", "origin (seeded from)", "tuning runs"], rows, id="en-best",
+        html.P("cost: the config's estimate (the median of its records' medians, as 'tunedb best' gives it), ± half "
+               "its confidence interval, n = its records, 'noisy' when the interval is wider than ±10%; hover it for "
+               "the interval. repeats, range and spread: every measurement of the config.", className="note"),
+        table(["#", "config", "cost (estimate)", "repeats", "range of measurements", "spread (std/mean)",
+               "measurements", "where it came from", "origin (seeded from)", "tuning runs"], rows, id="en-best",
               numeric=(0, 2, 3, 5, 6))
         if rows else html.P("no ok record", className="note", id="en-best"),
         html.H3("Tuning runs of this entry"),
-        table(["stored (UTC)", "run", "task", "seeded from", "evaluations", "best"], runs, id="en-runs",
-              numeric=(4, 5)) if runs else html.P("no stored run tuned this entry", className="note", id="en-runs"),
+        html.P("its config now: the current estimate of the config the run chose, from every record the database "
+               "holds of it (the number of the table above); in-run: the best the run itself saw.", className="note"),
+        table(["stored (UTC)", "run", "task", "seeded from", "evaluations", "its config now (estimate)",
+               "in-run best (what the run saw)"], runs, id="en-runs",
+              numeric=(4, 5, 6)) if runs else html.P("no stored run tuned this entry", className="note", id="en-runs"),
         dcc.Graph(id="g-entry", figure=page.get("figure") or figures.to_plotly_dict(curve), config=GRAPH_CONFIG)
         if curve.drawn else
         html.P(f"Nothing to draw: {curve.empty}.", className="note"),

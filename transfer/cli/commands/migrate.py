@@ -1,4 +1,9 @@
-"""``tunedb migrate``: move a body of tuning results from one device to another (tunedb.transfer.migration.migrate)."""
+"""``tunedb migrate``: move a body of tuning results from one device to another (tunedb.transfer.migration.migrate).
+
+Every cost shown is the one estimator's (``tunedb.index.estimate``): ``--json`` rows carry
+``cost`` (seconds) and ``estimate`` (``CostEstimate.to_dict()``: n, interval) for the SRC best,
+the DST best, the default and SRC's best on DST; the table shows ``CostEstimate.text()``
+(value, 95% CI, n) and ``fmt_seconds`` elsewhere."""
 
 from __future__ import annotations
 
@@ -6,10 +11,10 @@ import json
 import os
 from pathlib import Path
 
+from tunedb.index.estimate import CostEstimate, fmt_seconds
 from tunedb.transfer.cli.util import (
     UserError,
     emit,
-    fmt_seconds,
     open_db,
     progress_bar,
     progress_to,
@@ -44,20 +49,30 @@ def _fmt_x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _cost_text(item: dict | None) -> str:
+    """A report item's cost: its estimate's ``text()`` (value, interval, n), ``fmt_seconds`` of a
+    bare cost, ``-`` without one."""
+    if not item or item.get("cost") is None:
+        return "-"
+    est = item.get("estimate")
+    return CostEstimate.from_dict(est).text() if est else fmt_seconds(item["cost"])
+
+
 def _human(rep) -> str:
     rows = []
     for r in rep.rows:
         wl = {k: v for k, v in r["workload"].items() if k not in ("params",)}
         if r["status"] != "ok":
-            rows.append([json.dumps(wl), r["status"], "-", "-", "-", "-", "-", r.get("reason", "")])
+            rows.append([json.dumps(wl), r["status"], _cost_text(r.get("src_best")), "-", "-", "-", "-", "-",
+                         r.get("reason", "")])
             continue
-        rows.append([json.dumps(wl), "ok", fmt_seconds(r["dst_best"]["cost"]),
+        rows.append([json.dumps(wl), "ok", _cost_text(r.get("src_best")), _cost_text(r["dst_best"]),
                      "yes" if r["src_best_stayed_best"] else "no", _fmt_x(r["speedup_over_default"]),
                      _fmt_x(r["speedup_over_src_best"]), f"{r['measurements']}/{r['cache_hits']}",
                      json.dumps(r["dst_best"]["config"])])
     t = rep.totals
     lines = [f"migrate {rep.src} -> {rep.dst}  (executor {rep.executor})",
-             table_text(["workload", "status", "DST best", "SRC best stayed", "vs default", "vs SRC best",
+             table_text(["workload", "status", "SRC best (on SRC)", "DST best", "SRC best stayed", "vs default", "vs SRC best",
                          "new/hits", "best config / note"], rows),
              f"{t['migrated']}/{t['workloads']} workloads migrated, {t['skipped']} skipped; "
              f"{t['measurements']} new measurements, {t['cache_hits']} cache hits, {t['failed']} failed; "

@@ -54,6 +54,11 @@ def _weights(args):
 
 
 def run_nearest(args) -> None:
+    """``tunedb nearest``: the ``-k`` most similar entries, each with its ``--best`` best configs
+    by the one cost estimator (``db.best_costs``).  ``--json``: ``{"target", "workload",
+    "matches": [Match.to_dict()]}`` (each best config with ``cost`` = the estimate's value in
+    seconds and ``estimate`` = ``CostEstimate.to_dict()``); text: one line per match with the
+    best config's ``CostEstimate.text()``."""
     if args.k < 1:
         raise UserError("-k must be >= 1")
     if args.best < 0:
@@ -80,8 +85,10 @@ def run_nearest(args) -> None:
     payload = {"target": target, "workload": workload, "matches": [m.to_dict() for m in matches]}
     lines = []
     for i, m in enumerate(matches, 1):
-        best = m.best[0] if m.best else None
-        cost = f"{best.cost:.6g} s" if best is not None and best.cost is not None else "-"
+        # the entry's best config by the one estimator: its cost with n and interval
+        costs = m.config_costs()
+        best = costs[0] if costs else None
+        cost = best.estimate.text() if best is not None else "-"
         lines.append(f"{i:>2}. {m.similarity:.4f} (hw {m.hw_similarity:.3f} + wl {m.wl_similarity:.3f})  "
                      f"{m.target_name}  {_wl_text(m.workload)}  best {cost}  {best.config if best else ''}")
     emit(args, payload, "\n".join(lines) if lines else "no similar entries")

@@ -7,7 +7,9 @@ Measures on T itself: a local preset of this CPU through the local backend, or, 
 ``--replay FILE``, a Kernel Tuner cache of the device replayed as the GPU (as ``tunedb tune
 --replay`` does; the file must be of T's device and then only its kernel's entry is checked).
 See ``tunedb.transfer.measure.verify`` for what is checked and the rule.  Output: one row per
-checked record (workload, config, claimed, measured, verdict) and the totals; ``--json``: one
+checked record (workload, config, claimed = the record's own cost, config cost = the config's
+estimated cost before the check, re-measured = the estimate over the new measurements -- both
+``CostEstimate.text()``: value, interval, n -- and the verdict) and the totals; ``--json``: one
 object (``VerifyReport.to_json``).  A progress bar on a TTY (never with --json).  Ctrl-C keeps
 what was verified (exit 130); a rerun skips records that already have a verdict.  Bad input is
 one line on stderr, exit 2; no record to check is "nothing to verify", exit 0.
@@ -19,10 +21,10 @@ import json
 import math
 import os
 
+from tunedb.index.estimate import fmt_seconds
 from tunedb.transfer.cli.util import (
     UserError,
     emit,
-    fmt_seconds,
     open_db,
     parse_workload,
     progress_bar,
@@ -127,12 +129,12 @@ def run_verify(args) -> int:
     else:
         rows = []
         for c in report.checks:
-            m = c.measured
-            measured = (f"{fmt_seconds(c.measured_mean)} ({fmt_seconds(min(m))}..{fmt_seconds(max(m))})" if m
+            measured = (c.remeasured.text() if c.remeasured is not None
                         else c.measured_status or "-")
             rows.append([c.workload.get("family", ""), json.dumps(c.config, sort_keys=True),
-                         fmt_seconds(c.claimed), measured, c.verdict])
-        human = table_text(["workload", "config", "claimed", "measured", "verdict"], rows)
+                         fmt_seconds(c.claimed), c.config_cost.text() if c.config_cost is not None else "-",
+                         measured, c.verdict])
+        human = table_text(["workload", "config", "claimed", "config cost", "re-measured", "verdict"], rows)
         human += (f"\nchecked {tot['checked']}: {tot['verified']} verified, {tot['refuted']} refuted, "
                   f"{tot['unchecked']} unchecked; {tot['already']} already had a verdict; "
                   f"tolerance {report.tolerance:g}")
