@@ -10,10 +10,11 @@ Definition (units: seconds per run of the kernel)
     1. Only ``ok`` records with at least one cost count.
     2. Each record's value is the **median of its repeats** (``Record.costs``).
     3. When at least :data:`MIN_CONFIRMED` of a config's records are *confirmation
-       re-measurements* (``meta["origin"] == "confirm"``: measured after a search picked its
-       leaders, interleaved with their rivals), only those count (``basis="confirmed"``): the
-       search's own samples of a winner are biased low (the best of n noisy samples), the
-       re-measurements are not.  Otherwise every ok record counts (``basis="all"``).
+       re-measurements* (``meta["origin"]`` in :data:`CONFIRM_ORIGINS`: ``confirm``, measured
+       after a search chose the config, or ``compare``, measured for ``tunedb compare``'s
+       interleaved test), only those count (``basis="confirmed"``): a search's own samples of its
+       winner are biased low (the best of n noisy samples), measurements taken after the choice
+       are not.  Otherwise every ok record counts (``basis="all"``).
     4. The cost is the **median of those per-record medians** -- never a minimum over
        measurements taken at different moments.
     5. Its interval is a distribution-free confidence interval of the median from order
@@ -53,10 +54,12 @@ MIN_CI_UNITS = 6
 MIN_CONFIRMED = 2
 #: an estimate whose interval half-width is above this fraction of its value is "noisy"
 NOISY_REL_HALFWIDTH = 0.10
-#: ``meta["origin"]`` of a confirmation re-measurement
+#: ``meta["origin"]`` of a confirmation re-measurement (made after the config was chosen)
 CONFIRM_ORIGIN = "confirm"
-#: canonical JSON of a confirmation record's meta contains this (the table path's test)
-_CONFIRM_TEXT = '"origin":"confirm"'
+#: the origins whose records are measured for a decision, not by a search: confirmations
+CONFIRM_ORIGINS = (CONFIRM_ORIGIN, "compare")
+#: canonical JSON of a confirmation record's meta matches this (the table path's test)
+_CONFIRM_RE = '"origin":"(' + "|".join(CONFIRM_ORIGINS) + ')"'
 
 
 def fmt_seconds(s: float | None, *, missing: str = "-") -> str:
@@ -254,8 +257,8 @@ def _estimate_at(arrs: dict[str, np.ndarray], i: int) -> CostEstimate | None:
 
 # --------------------------------------------------------------------------- records in memory
 def is_confirmation(record: Record) -> bool:
-    """Whether ``record`` is a confirmation re-measurement (``meta["origin"] == "confirm"``)."""
-    return record.meta.get("origin") == CONFIRM_ORIGIN
+    """Whether ``record`` is a confirmation re-measurement (``meta["origin"]`` in :data:`CONFIRM_ORIGINS`)."""
+    return record.meta.get("origin") in CONFIRM_ORIGINS
 
 
 def record_value(record: Record) -> float | None:
@@ -342,7 +345,7 @@ def estimate_table(t: pa.Table, by: Sequence[str] = ("target_key", "workload_key
     lengths = pc.list_value_length(costs).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(costs).to_numpy(zero_copy_only=False).astype(np.float64)
     meta = u.column("meta")
-    confirm = pc.fill_null(pc.match_substring(meta, _CONFIRM_TEXT), False).to_numpy(zero_copy_only=False)
+    confirm = pc.fill_null(pc.match_substring_regex(meta, _CONFIRM_RE), False).to_numpy(zero_copy_only=False)
     noisy_rec = pc.fill_null(pc.match_substring(meta, '"noisy":true'), False).to_numpy(zero_copy_only=False)
     if len(by) == 1:
         enc = pc.dictionary_encode(u.column(by[0])).combine_chunks()
@@ -384,4 +387,4 @@ def estimate_of_row(row: dict[str, Any]) -> CostEstimate:
 
 __all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "estimate_table", "estimate_groups", "estimate_of_row",
            "record_medians", "record_value", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
-           "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN"]
+           "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN", "CONFIRM_ORIGINS"]

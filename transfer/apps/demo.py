@@ -133,7 +133,7 @@ def run_demo(db: RecordStore, *, budget_per_task: int = 3, seed: int = 0, max_ro
     from tunedb.transfer.apps.tune_model import ModelOptions, evaluations_to_reach, tune_model
     from tunedb.transfer.search import runlog
 
-    watch = runlog.Stopwatch()
+    watch = runlog.Stopwatch(check_machine=True)
     t_start = time.perf_counter()
     preset_name = target
     target = local_target(preset_name)
@@ -175,13 +175,13 @@ def run_demo(db: RecordStore, *, budget_per_task: int = 3, seed: int = 0, max_ro
         **briefs,
         "cold_evaluations_to_warm_latency": cold_to_warm,
         "verify": check, "verdict": verdict(test), "within": WITHIN, "level": test.level,
-        "seconds": time.perf_counter() - t_start,
+        "seconds": time.perf_counter() - t_start, "machine_check": watch.machine,
     }
     out["headline"] = headline(out)
     summary = runlog.run_summary(
         "demo", target=target, tasks=[], started=watch.started, wall_s=watch.elapsed(), label="demo",
         options={"budget_per_task": budget_per_task, "seed": seed, "max_rounds": max_rounds},
-        records_before=parts[0].get("records_before"),
+        records_before=parts[0].get("records_before"), machine=watch.machine,
         extra={"parts": parts, "verdict": out["verdict"], "verify": check, "headline": out["headline"],
                "measurements": sum(p["measurements"] for p in parts),
                "cache_hits": sum(p["cache_hits"] for p in parts),

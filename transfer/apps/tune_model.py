@@ -146,7 +146,7 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
     from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
     opt = options or ModelOptions()
-    watch = runlog.Stopwatch()
+    watch = runlog.Stopwatch(check_machine=getattr(backend, "name", "local") != "replay")
     records_before = runlog.records_in(db)
     jobs = [local_job(target, t.workload, backend) for t in model.tasks]  # validates every task first
     tgt = jobs[0].target if jobs else dict(target)
@@ -281,7 +281,7 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
     summary = runlog.run_summary(
         "tune-model", target=tgt, tasks=tasks_out, started=watch.started, wall_s=watch.elapsed(),
         label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt), records_before=records_before,
-        model=model.name, eta=n_hit / n if n else None,
+        model=model.name, eta=n_hit / n if n else None, machine=watch.machine,
         measure_s=sum(float(t.get("measure_s") or 0.0) for t in tasks_out) + default_measure_s,
         extra={"latency": latency, "default_latency": default_latency, "history": history,
                "default_measurements": default_meas, "default_cache_hits": default_hits,

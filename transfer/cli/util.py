@@ -153,6 +153,21 @@ def resolve_target(spec: str, db=None) -> dict:
         raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
 
 
+def machine_line(check: dict | None) -> str:
+    """One line on the machine check a run started with (``runlog.Stopwatch.machine``): its
+    verdict, the reference kernel's spread and, when noisy, the first problem; "" without one."""
+    if not check:
+        return ""
+    ref = check.get("reference") or {}
+    cv = ref.get("cv")
+    spread = f"reference kernel CV {cv * 100:.1f} %" if isinstance(cv, (int, float)) else "reference kernel not timed"
+    if check.get("verdict") == "noisy":
+        probs = check.get("problems") or []
+        return (f"machine at the start: noisy ({spread}; {probs[0] if probs else 'see tunedb doctor'}): intervals are "
+                "wider and decisions need more rounds; `tunedb doctor` says what to do")
+    return f"machine at the start: fit to measure ({spread})"
+
+
 def table_text(headers: list[str], rows: list[list]) -> str:
     """A plain fixed-width text table (``tabulate``'s "simple" format: header, dashed rule,
     columns two spaces apart).  Cells are printed as ``str(cell)``, never re-parsed as numbers."""

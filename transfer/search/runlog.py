@@ -151,7 +151,8 @@ def origin_totals(tasks: Iterable[Mapping[str, Any]]) -> tuple[dict | None, dict
 def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]], started: str,
                 wall_s: float, label: str = "", options: Mapping[str, Any] | None = None,
                 records_before: int | None = None, model: str | None = None, eta: float | None = None,
-                measure_s: float | None = None, extra: Mapping[str, Any] | None = None) -> dict:
+                measure_s: float | None = None, extra: Mapping[str, Any] | None = None,
+                machine: Mapping[str, Any] | None = None) -> dict:
     """A run summary (module docstring) from its tasks.  ``eta`` default: cache hits over
     evaluations (a ``tune-model`` run passes hit tasks over tasks); ``measure_s`` default: the
     tasks' measuring time; ``query_s`` is the rest of ``wall_s``; ``origins`` /
@@ -185,6 +186,7 @@ def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping
         "gain": finite(1.0 - (measure_s + query_s) / t_full) if t_full > 0 else None,
         "records_before": records_before,
         "host": socket.gethostname(), "tunedb_version": TUNEDB_VERSION,
+        "machine_check": None if machine is None else dict(machine),
     }
     out.update(extra or {})
     return out
@@ -197,7 +199,8 @@ def save_tuner_runs(db: RecordStore | None, kind: str, target: Mapping[str, Any]
     per workload; one task each), labelled ``cold`` or ``warm``; its run_id (``save_run``)."""
     return save_run(db, run_summary(kind, target=target, tasks=[task_summary(r) for r in results],
                                     started=watch.started, wall_s=watch.elapsed(), label="cold" if cold else "warm",
-                                    options=options, records_before=records_before, extra=extra))
+                                    options=options, records_before=records_before, extra=extra,
+                                    machine=watch.machine))
 
 
 def records_in(db: RecordStore | None) -> int | None:
@@ -225,9 +228,18 @@ def save_run(db: RecordStore | None, summary: Mapping[str, Any]) -> str | None:
 
 
 class Stopwatch:
-    """``started`` (ISO UTC) and seconds since construction (``elapsed()``)."""
+    """``started`` (ISO UTC) and seconds since construction (``elapsed()``).  With
+    ``check_machine=True`` a run that measures on this machine starts with the quick machine
+    check (``tunedb.transfer.measure.context.machine_check(quick=True)``: the reference kernel's
+    spread, load, busy processes; about 0.25 s), kept in ``machine`` and stored in the run's
+    summary (``run_summary(machine=...)``); None otherwise."""
 
-    def __init__(self) -> None:
+    def __init__(self, check_machine: bool = False) -> None:
+        self.machine: dict | None = None
+        if check_machine:
+            from tunedb.transfer.measure.context import machine_check
+
+            self.machine = machine_check(quick=True)
         self.started = utc_now()
         self._t0 = time.perf_counter()
 

@@ -1072,7 +1072,7 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     db = trusted_view(db, trust)
     job = local_job(target, workload, backend)
     opts = options or TuneOptions(budget=budget, confirm_top=2, confirm_rounds=2)
-    watch, before = runlog.Stopwatch(), runlog.records_in(db)
+    watch, before = runlog.Stopwatch(check_machine=job.backend.name != "replay"), runlog.records_in(db)
     res = Tuner(db, job.target, job.workload, job.space, job.backend, opts, **job.tuner_kwargs(), **kw).run()
     # the run's summary beside the records (``RecordStore.runs()``), as the CLI's tune stores it
     runlog.save_tuner_runs(db, "tune", job.target, [res], watch, before, cold=opts.cold,

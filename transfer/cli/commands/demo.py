@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import json
 
-from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, progress_bar, progress_to, table_text
+from tunedb.transfer.cli.util import (
+    UserError,
+    emit,
+    fmt_seconds,
+    machine_line,
+    open_db,
+    progress_bar,
+    progress_to,
+    table_text,
+)
 
 
 def register(sub, common) -> None:
@@ -95,6 +104,7 @@ def human(res: dict, db: str) -> str:
         f"paired t-interval on log ratios, {res['level'] * 100:.0f} % over all looks; claim holds when the "
         f"interval's top is <= {1 + res['within']:.2f}, fails when its bottom is above it",
         f"B again: task hit rate {_pct(again['eta'])}, {again['measurements']} new measurements",
+        *([machine_line(res["machine_check"])] if res.get("machine_check") else []),
         f"done in {res['seconds']:.0f} s; 'tunedb report --db {db} --out report/' draws these runs",
     ]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""Kernel commands: ``measure`` (one config, DB first) and ``space`` (a workload's schedule space)."""
+"""Kernel commands: ``measure`` (one config, DB first), ``compare`` (is config A faster than config
+B: interleaved rounds, a stated test) and ``space`` (a workload's schedule space)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,16 @@ def register(sub, common) -> None:
     p.add_argument("--run-timeout", type=float, default=60.0, help="run time limit in seconds")
     p.add_argument("--force", action="store_true", help="measure again even when the DB has the triple")
     p.set_defaults(func=run_measure)
+    p = sub.add_parser("compare", parents=[common],
+                       help="is config A faster than config B on a local target? interleaved re-measurement rounds")
+    p.add_argument("--target", required=True, help="a local preset (cpu-native-t1, ...)")
+    p.add_argument("--workload", required=True, help="family:key=value,...")
+    p.add_argument("--config", required=True, action="append", metavar="CONFIG",
+                   help="config JSON object (inline or a file); give it twice: A, then B")
+    p.add_argument("--margin", type=float, default=0.05,
+                   help="equivalence margin: within this fraction the two count as equivalent (default 0.05)")
+    p.add_argument("--max-rounds", type=int, default=12, help="the most interleaved rounds (default 12)")
+    p.set_defaults(func=run_compare)
     p = sub.add_parser("space", parents=[common], help="knobs, values, constraints and size of a schedule space")
     p.add_argument("--workload", required=True, help="family:key=value,...")
     p.set_defaults(func=run_space)
@@ -38,18 +49,72 @@ def run_measure(args) -> int:
         rec, cached = measure(target, workload, config, db=db, backend=LocalBackend(opts), force=args.force)
     except ValueError as e:
         raise UserError(str(e).splitlines()[0]) from None
-    payload = {"config": rec.config, "cost": rec.cost, "costs": list(rec.costs), "status": rec.status,
-               "error": rec.error, "compile_s": rec.compile_s, "cached": cached,
+    from tunedb.index.estimate import record_value
+
+    est = db.cost(rec.target, rec.workload, rec.config) if rec.status == "ok" else None
+    payload = {"config": rec.config, "measurement": record_value(rec), "costs": list(rec.costs),
+               "status": rec.status, "error": rec.error, "compile_s": rec.compile_s, "cached": cached,
                "target": rec.target_name, "workload": rec.workload, "cv": rec.meta.get("cv"),
-               "noisy": rec.meta.get("noisy"), "gflops": rec.meta.get("gflops")}
+               "noisy": rec.meta.get("noisy"), "gflops": rec.meta.get("gflops"),
+               "cost": None if est is None else est.value, "estimate": None if est is None else est.to_dict()}
     if rec.status == "ok":
         gf = rec.meta.get("gflops")
-        human = (f"{rec.status}: {fmt_seconds(rec.cost)} per run"
-                 + (f", {gf:.2f} GFLOP/s" if isinstance(gf, (int, float)) else "")
-                 + (f", cv {rec.meta['cv']:.3f}" if isinstance(rec.meta.get("cv"), (int, float)) else "")
-                 + (" (cached)" if cached else ""))
+        human = (f"{rec.status}: this measurement {fmt_seconds(record_value(rec))} per run (median of "
+                 f"{len(rec.costs)} repeats"
+                 + (f", cv {rec.meta['cv'] * 100:.1f} %" if isinstance(rec.meta.get("cv"), (int, float)) else "")
+                 + ")" + (f", {gf:.2f} GFLOP/s" if isinstance(gf, (int, float)) else "")
+                 + (" (answered by the DB)" if cached else "")
+                 + (f"\nthe config's cost over all its records: {est.text()}" if est is not None else ""))
     else:
         human = f"{rec.status}: {rec.error}" + (" (cached)" if cached else "")
+    emit(args, payload, human)
+    return 0
+
+
+def run_compare(args) -> int:
+    """``tunedb compare``: A vs B by :func:`tunedb.transfer.measure.compare.compare` (question
+    "sign"); every round's two measurements are committed (``meta.origin = "compare"``)."""
+    from tunedb.index.estimate import record_value
+    from tunedb.transfer.measure.backend import lookup_or_measure
+    from tunedb.transfer.measure.compare import LOOKS, compare, interleaved
+    from tunedb.transfer.search.jobs import local_job
+
+    if len(args.config) != 2:
+        raise UserError("compare needs --config twice: A, then B")
+    if not 0 <= args.margin < 1 or args.max_rounds < 3:
+        raise UserError("--margin must be in [0, 1) and --max-rounds >= 3")
+    workload = parse_workload(args.workload)
+    a, b = (parse_config(c) for c in args.config)
+    db = open_db(args)
+    target = resolve_target(args.target, db)
+    try:
+        job = local_job(target, workload)
+        a, b = job.space.validate(a), job.space.validate(b)
+    except ValueError as e:
+        raise UserError(str(e).splitlines()[0]) from None
+
+    def measure_one(cfg: dict) -> float | None:
+        (rec, _), = lookup_or_measure(db, job.backend, job.target, job.workload, [cfg], force=True,
+                                      annotate=lambda _i: {"origin": "compare"})
+        return record_value(rec)
+
+    looks = tuple(x for x in LOOKS if x <= args.max_rounds) or (args.max_rounds,)
+    res = compare(interleaved(lambda: measure_one(a), lambda: measure_one(b)), question="sign",
+                  margin=args.margin, looks=looks)
+    ea, eb = db.cost(job.target, job.workload, a), db.cost(job.target, job.workload, b)
+    payload = {"target": job.target.get("name", ""), "workload": job.workload, "a": a, "b": b,
+               "comparison": res.to_dict(), "a_estimate": ea and ea.to_dict(), "b_estimate": eb and eb.to_dict()}
+    if res.ratio is None:
+        human = f"inconclusive: {res.reason}"
+    else:
+        word = {"faster": "A is faster than B", "slower": "A is slower than B",
+                "equivalent": f"A and B are equivalent (within {args.margin:.0%})",
+                "inconclusive": "inconclusive"}[res.verdict]
+        human = (f"{word}: {res.percent_text('A', 'B')}"
+                 + (f"; {res.reason}" if res.reason else "")
+                 + f"\nA: {ea.text() if ea else '-'}\nB: {eb.text() if eb else '-'}"
+                 + "\ntest: paired t-interval on the log ratios of interleaved rounds, "
+                   f"{res.level * 100:.0f} % over all looks ({', '.join(map(str, looks))} rounds)")
     emit(args, payload, human)
     return 0
 

@@ -7,6 +7,7 @@ from tunedb.transfer.cli.util import (
     UserError,
     emit,
     fmt_seconds,
+    machine_line,
     open_db,
     progress_bar,
     progress_to,
@@ -121,6 +122,8 @@ def human_summary(out: dict) -> str:
              f"time: measuring {fmt_seconds(out.get('measure_s'))}, T_query {fmt_seconds(out.get('query_s'))}; "
              f"T_total {fmt_seconds(out.get('t_total_s'))} measured vs "
              f"{fmt_seconds(pred) if pred is not None else '-'} predicted (T_full (1 - task hit rate) + T_query)"]
+    if out.get("machine_check"):
+        lines.append(machine_line(out["machine_check"]))
     if out.get("interrupted"):
         lines.append("interrupted: everything measured is in the DB; rerun to tune the rest")
     if out.get("omitted"):

@@ -11,6 +11,7 @@ from tunedb.transfer.cli.util import (
     emit,
     fmt_seconds,
     load_json_file,
+    machine_line,
     open_db,
     parse_config,
     parse_workload,
@@ -156,7 +157,7 @@ def run_tune(args) -> int:
         from tunedb.transfer.measure.replay import isolated_store
 
         db = isolated_store(db, job.backend.data)
-    watch, before = runlog.Stopwatch(), runlog.records_in(db)
+    watch, before = runlog.Stopwatch(check_machine=not args.replay), runlog.records_in(db)
     res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
                    patience=args.patience, use_exact=args.exact)
     out = res.to_json()
@@ -169,6 +170,9 @@ def run_tune(args) -> int:
              f"{res.cache_hits} answered by the DB, stopped by {res.stopped_by}"]
     if res.seeds:
         lines.append("seeded from: " + ", ".join(f"{s['from_target']} ({s['similarity']:.3f})" for s in res.seeds[:5]))
+    if watch.machine:
+        out["machine_check"] = watch.machine
+        lines.append(machine_line(watch.machine))
     emit(args, out, "\n".join(lines))
     return 130 if res.interrupted else 0
 
@@ -209,7 +213,7 @@ def run_warm_start(args) -> int:
 
     rows, results = [], []
     interrupted = False
-    watch, before = runlog.Stopwatch(), runlog.records_in(db)
+    watch, before = runlog.Stopwatch(check_machine=True), runlog.records_in(db)
     for i, w in enumerate(workloads):
         try:
             job = local_job(target, w)
