@@ -283,7 +283,8 @@ def table(levels: dict) -> str:
                      f"strict {fw['strict'] * 100:.1f}%; new used {v['meas_per_pair_new']:.1f} meas/pair; "
                      f"new winner confirmed {v['new']['confirmed_basis'] * 100:.0f}%, bias "
                      + ", ".join(f"{nb[b]} {v['new'][f'bias_median_pct_{b}']:+.1f}%" for b in nb
-                                 if v["new"][f"bias_median_pct_{b}"] is not None))
+                                 if v["new"][f"bias_median_pct_{b}"] is not None)
+                     + f"; new answer is tunedb best's first row {v['new']['same_as_db_best'] * 100:.0f}%")
     return "\n".join(lines)
 
 

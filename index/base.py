@@ -282,9 +282,10 @@ class RecordStore(ABC):
     def best_costs(self, target: Any, workload: Any, k: int = 1) -> list[ConfigCost]:
         """The ``k`` best configs of (target, workload) by the one estimator
         (``tunedb.index.estimate``: the median of the per-record medians of each config's ok
-        records, confirmation re-measurements only once there are enough of them), ascending
-        by (cost, config_key), each with its interval and a representative record.  ``[]``
-        when there are none or ``k <= 0``."""
+        records, confirmation re-measurements only once there are enough of them), in its
+        ranking order (confirmed estimates first, then by cost, then config_key:
+        ``tunedb.index.estimate.rank_key``), each with its interval and a representative
+        record.  ``[]`` when there are none or ``k <= 0``."""
         from tunedb.index.estimate import rank
 
         if k <= 0:

@@ -26,6 +26,13 @@ Definition (units: seconds per run of the kernel)
     6. ``noisy``: the interval's half-width exceeds :data:`NOISY_REL_HALFWIDTH` (10 %) of the
        cost, or a record used says its repeats were noisy and there is no interval to show it.
 
+Ranking (:func:`rank`, and so ``best``, an entry's best cost, the tuner's answer)
+    Configs whose estimate is confirmed (3.) come first, by cost; then the others, by cost;
+    ties by ``config_key``.  The lowest of many search samples is biased low (winner's curse):
+    a lower number that no measurement after the choice has confirmed is not evidence of a
+    faster config, so it does not displace one that was confirmed.  An entry with no confirmed
+    config ranks by cost alone.  :func:`rank_key` is the order.
+
 A number shown to a user comes with ``records`` (n), the interval and the noisy flag:
 :meth:`CostEstimate.text`.  :func:`fmt_seconds` is the one unit style (seconds with SI
 prefixes, three significant digits).
@@ -292,9 +299,16 @@ def estimate(records: Iterable[Record]) -> CostEstimate | None:
     return _estimate_at(_arrays_of(recs, [0] * len(recs), 1), 0)
 
 
+def rank_key(est: CostEstimate, config_key: str) -> tuple[int, float, str]:
+    """The ranking order (module docstring): confirmed estimates first, then by cost, then by
+    ``config_key``."""
+    return (0 if est.basis == "confirmed" else 1, est.value, config_key)
+
+
 def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:
     """The configs of ``records`` (one entry's ok records; failed ones ignored), each with its
-    estimate, ascending by (value, config_key); the first ``k`` (all when None)."""
+    estimate, in ranking order (:func:`rank_key`: confirmed first, then by cost); the first
+    ``k`` (all when None)."""
     recs = _usable(records)
     if not recs or (k is not None and k <= 0):
         return []
@@ -316,7 +330,7 @@ def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:
         if est is not None:
             r = recs[rep[gi]]
             out.append(ConfigCost(config_key=ck, config=r.config, estimate=est, record=r))
-    out.sort(key=lambda c: (c.estimate.value, c.config_key))
+    out.sort(key=lambda c: rank_key(c.estimate, c.config_key))
     return out if k is None else out[:k]
 
 
@@ -385,6 +399,6 @@ def estimate_of_row(row: dict[str, Any]) -> CostEstimate:
                         confirmed=row["confirmed"])
 
 
-__all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "estimate_table", "estimate_groups", "estimate_of_row",
+__all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "rank_key", "estimate_table", "estimate_groups", "estimate_of_row",
            "record_medians", "record_value", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
            "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN", "CONFIRM_ORIGINS"]

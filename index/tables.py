@@ -51,7 +51,8 @@ def drop_stale(t: pa.Table, invalidated: Mapping[str, int]) -> pa.Table:
 def entries(t: pa.Table) -> pa.Table:
     """One row per (target_key, workload_key) of ``t``: target_key, target_name, target,
     workload_key, family, workload, records, ok_records, best_cost (seconds: the lowest
-    estimated cost of the entry's configs, ``tunedb.index.estimate``; null when none is ok),
+    estimated cost of the entry's configs, the lowest confirmed one when there is one: the cost
+    of the config ``best`` lists first, ``tunedb.index.estimate.rank_key``; null when none is ok),
     sorted by (target_name, workload_key).  ``t`` needs :data:`ENTRY_COLUMNS` and
     :data:`ESTIMATE_COLUMNS`."""
     from tunedb.index.estimate import estimate_table
@@ -79,8 +80,14 @@ def entries(t: pa.Table) -> pa.Table:
         _, first = np.unique(lk, return_index=True)
         kt = keys.take(pa.array(first))
         est = est.join(kt, "lookup_key")
-        best = est.group_by(["target_key", "workload_key"], use_threads=False).aggregate([("value", "min")]) \
-            .rename_columns(["target_key", "workload_key", "best_cost"])
+        # the entry's first config in ranking order (tunedb.index.estimate.rank_key: confirmed
+        # estimates first): the lowest confirmed value, else the lowest value
+        confirmed = pc.equal(est.column("basis"), "confirmed")
+        est = est.append_column("value_confirmed", pc.if_else(confirmed, est.column("value"), None))
+        best = est.group_by(["target_key", "workload_key"], use_threads=False).aggregate(
+            [("value_confirmed", "min"), ("value", "min")])
+        best = pa.table({"target_key": best.column("target_key"), "workload_key": best.column("workload_key"),
+                         "best_cost": pc.coalesce(best.column("value_confirmed_min"), best.column("value_min"))})
         g = g.join(best, ["target_key", "workload_key"], join_type="left outer")
     else:
         g = g.append_column("best_cost", pa.nulls(g.num_rows, pa.float64()))

@@ -111,6 +111,24 @@ def test_confirmation_measurements_decide_once_there_are_two(store):
     assert store.entries().column("best_cost").to_pylist() == [pytest.approx(1.5)]
 
 
+def test_confirmed_costs_rank_before_lower_unconfirmed_ones(store):
+    """Winner's curse at the store: a config confirmed after it was chosen ranks before a
+    config whose lower cost is only a search's sample, in best, best_costs and the entry's
+    best_cost alike; without any confirmation the lowest cost ranks first."""
+    store.commit(tunedb.Record(T1, W, {"tile": 1}, [1.0], meta={"origin": "random"}))  # a lucky sample
+    store.commit(tunedb.Record(T1, W, {"tile": 2}, [1.1], meta={"origin": "model"}))
+    assert [c.config["tile"] for c in store.best_costs(T1, W, k=3)] == [1, 2]
+    assert store.entries().column("best_cost").to_pylist() == [pytest.approx(1.0)]
+    for cost in (1.3, 1.2):
+        store.commit(tunedb.Record(T1, W, {"tile": 2}, [cost], meta={"origin": "confirm"}))
+    ranked = store.best_costs(T1, W, k=3)
+    assert [c.config["tile"] for c in ranked] == [2, 1]
+    assert [c.estimate.basis for c in ranked] == ["confirmed", "all"]
+    assert ranked[0].estimate.value == pytest.approx(1.25) and ranked[1].estimate.value == pytest.approx(1.0)
+    assert [r.config["tile"] for r in store.best(T1, W, k=2)] == [2, 1]
+    assert store.entries().column("best_cost").to_pylist() == [pytest.approx(1.25)]
+
+
 def test_repeated_measurements_of_one_config_are_all_counted(store):
     """A re-measurement is a new record: len, records() and change_token see it at once (the
     Parquet handle once counted its own commits by triple and missed repeats until a refresh)."""

@@ -50,7 +50,8 @@ def test_open_reads_no_partition_until_a_query_needs_it(tmp_path):
     db = TuningDB.open(tmp_path / "db")
     for t in targets[:3]:
         assert db.lookup(t, W, {"tile": 7}).cost == pytest.approx(3e-3)
-        assert [r.config["tile"] for r in db.best(t, W, k=2)] == [0, 5]
+        best = [r.config["tile"] for r in db.best(t, W, k=2)]  # ten configs tie at 1 ms
+        assert len(set(best)) == 2 and all(tile % 5 == 0 for tile in best)
         assert len(db.records(t)) == 50
     db.commit(Record(targets[0], W, {"tile": 999}, [1e-6]))  # commits load only their own target
     assert db.best(targets[0], W)[0].config == {"tile": 999}
@@ -155,11 +156,12 @@ def test_built_partition_indexes_are_cached_in_derived_and_never_used_stale(tmp_
         f.write_bytes(b"garbage")
     assert answers() == built
     db = TuningDB.open(tmp_path / "db")
-    db.commit(Record(targets[0], W, {"tile": 9}, [1e-9]))
+    for _ in range(2):  # two new records of tile 9 outvote its old one (a median of three)
+        db.commit(Record(targets[0], W, {"tile": 9}, [1e-9]))
     db.close()
     TuningDB.open(tmp_path / "db").compact()
     (lk0, best0, n0) = answers()[0][0]
-    assert lk0 != built[0][0][0] and best0[0] == lk0 and n0 == 41  # the new measurement answers
+    assert lk0 != built[0][0][0] and best0[0] == lk0 and n0 == 42  # the new measurements answer
     assert sorted(cache.glob("*.npz")) != files and len(list(cache.glob("*.npz"))) == 2
 
 
@@ -170,7 +172,7 @@ def test_entries_are_remembered_until_the_db_changes(tmp_path, monkeypatch):
     _fill(tmp_path / "db", targets, 10)
     db = TuningDB.open(tmp_path / "db")
     first = db.entries()
-    assert len(list((tmp_path / "db" / "derived").glob("entries-*.parquet"))) == 1
+    assert len(list((tmp_path / "db" / "derived").glob("entries2-*.parquet"))) == 1
     from tunedb.index import tables
 
     def no_summary(t):

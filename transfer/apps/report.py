@@ -204,7 +204,8 @@ def entry_estimates(t: Any, keep: np.ndarray | None = None) -> Any:
     ``tunedb.index.estimate.estimate_table`` (value, lo, hi, records, samples, coverage,
     confirmed, basis, noisy; :func:`estimate_of_row` of a row is its CostEstimate).  Each config
     is estimated from its records (``estimate_table`` by ``lookup_key``, vectorised), the entry's
-    best is the lowest value, ties by ``config_key`` when ``t`` has it (as ``tunedb best``
+    best is the first in ranking order (``tunedb.index.estimate.rank_key``: confirmed estimates
+    first, then the lowest value), ties by ``config_key`` when ``t`` has it (as ``tunedb best``
     orders them), else by ``lookup_key``."""
     import pyarrow as pa
 
@@ -231,7 +232,8 @@ def entry_estimates(t: Any, keep: np.ndarray | None = None) -> Any:
         tie = np.unique(ck, return_inverse=True)[1].reshape(-1)
     else:
         tie = elk
-    order = np.lexsort((tie, value, ek))
+    unconfirmed = est.column("basis").to_numpy(zero_copy_only=False) != "confirmed"
+    order = np.lexsort((tie, value, unconfirmed, ek))  # (rank_key's order within each entry)
     eks = ek[order]
     pick = order[np.r_[True, eks[1:] != eks[:-1]]] if len(eks) else order
     out = est.take(pa.array(pick))

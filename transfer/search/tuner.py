@@ -273,7 +273,6 @@ class Tuner:
         self._use_rgpe = False
         self.origin_counts: dict[str, dict[str, int]] = {}  # origin -> {"cache_hits", "measured", "failed"}
         self._seed_src: dict[str, dict] = {}  # seed config signature -> its (most similar) source entry
-        self._confirmed_winner: str | None = None  # the config Tuner.confirm chose (its signature)
 
     def _add_time(self, step: str, t0: float) -> None:
         """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
@@ -893,7 +892,6 @@ class Tuner:
                           for s in leaders}
         if ests[win] is not None:
             self.best = (ests[win].value, dict(self.configs[win]))
-            self._confirmed_winner = win
 
     def _remeasure(self, s: str, origin: str) -> list[float]:
         """Measure config ``s`` once more (committed, ``meta["origin"] = origin``); its value, if ok."""
@@ -920,6 +918,22 @@ class Tuner:
                 return got
         return estimate(self.run_records.get(s, ()))
 
+    def _lowest(self) -> str | None:
+        """The first of this run's configs as the store ranks them (``tunedb.index.estimate.rank``
+        over the DB's records of this run's configs: confirmed estimates first), over this
+        run's own records when there is no DB."""
+        by_key = {_sig_short(self.configs[s]): s for s in self.run_records}
+        recs: list = []
+        if self.db is not None:
+            try:
+                recs = [r for r in self.db.entry_records(self.target, self.workload) if r.config_key in by_key]
+            except ValueError:
+                recs = []
+        if not recs:
+            recs = [r for rs in self.run_records.values() for r in rs]
+        ranked = rank_configs(recs, 1)
+        return by_key[ranked[0].config_key] if ranked else None
+
     def _leaders(self, n: int) -> list[str]:
         """The ``n`` configs of this run with the lowest estimates over this run's records."""
         recs = [r for rs in self.run_records.values() for r in rs]
@@ -927,22 +941,16 @@ class Tuner:
         return [by_key[c.config_key] for c in rank_configs(recs, n) if c.config_key in by_key]
 
     def _final_best(self) -> tuple[Any, dict] | None:
-        """(estimate, config) of the run's winner: the confirmed winner when :meth:`confirm`
-        chose one; else, of the run's leaders (its best estimates), the one whose estimate
-        (``_estimate``) is lowest (selection-biased: nothing was measured after the choice)."""
+        """(estimate, config) of the run's answer: the first of its configs as the store ranks
+        them (:meth:`_lowest`; the one ``tunedb best`` lists first when the run evaluated it).
+        After :meth:`confirm` that is the confirmed winner (confirmed estimates rank first);
+        without a confirmation it is the lowest estimate, selection-biased."""
         if self.best is None:
             return None
-        win = getattr(self, "_confirmed_winner", None)
-        if win is not None:
-            e = self._estimate(win)
-            if e is not None:
-                return e, dict(self.configs[win])
-        cands = list(dict.fromkeys([_sig(self.best[1])] + self._leaders(3)))
-        ests = [(self._estimate(s), s) for s in cands if s in self.configs]
-        ests = [(e, s) for e, s in ests if e is not None]
-        if not ests:
+        s = self._lowest()
+        e = self._estimate(s) if s is not None else None
+        if e is None:
             return None
-        e, s = min(ests, key=lambda es: (es[0].value, es[1]))
         return e, dict(self.configs[s])
 
     def _result(self, stopped_by: str, interrupted: bool, total_s: float) -> TuneResult:

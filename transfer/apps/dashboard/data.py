@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.estimate import estimate_of_row, estimate_table
+from tunedb.index.estimate import estimate_of_row, estimate_table, rank_key
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import FigureSpec
 
@@ -459,7 +459,7 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
     used = t if keep is None else t.filter(pa.array(keep))
     est_of = {row["config_key"]: estimate_of_row(row) for row in
               estimate_table(used.select(["config_key", "status", "costs", "meta"]), by=("config_key",)).to_pylist()}
-    ranked = sorted(est_of, key=lambda ck: (est_of[ck].value, ck))[:k]
+    ranked = sorted(est_of, key=lambda ck: rank_key(est_of[ck], ck))[:k]
     ok = [r for r in rows if r["status"] == "ok" and r["costs"] and r["record_id"] not in refuted]
     by_cfg: dict[str, list[dict]] = {}
     for r in ok:

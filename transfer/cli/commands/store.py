@@ -106,9 +106,12 @@ def run_best(args) -> None:
                          ("noisy" if c.estimate.noisy else "") + (" confirmed" if c.estimate.basis == "confirmed"
                                                                    else ""),
                          c.record.source, c.config] for i, c in enumerate(best)])
-    emit(args, {"target": target, "workload": workload, "configs": rows, "records": rows},
-         human + "\ncost: median of the per-record medians of each config's ok records (n records); "
-                 "interval: its confidence interval")
+    note = ("\ncost: median of the per-record medians of each config's ok records (n records); "
+            "interval: its confidence interval")
+    if any(c.estimate.basis == "confirmed" for c in best):
+        note += ("; confirmed configs (re-measured after they were chosen) rank first: a lower cost "
+                 "below them is a search's sample, not confirmed (tunedb compare decides)")
+    emit(args, {"target": target, "workload": workload, "configs": rows, "records": rows}, human + note)
 
 
 def run_compact(args) -> None:
