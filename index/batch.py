@@ -26,7 +26,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index.keys import canonical_json, canonical_json_normalised, key_of_text, rid_hashes
-from tunedb.index.record import SOURCE_RE, STATUSES, Record, _as_json_object, target_display_name, this_host
+from tunedb.index.record import (
+    SOURCE_RE,
+    STATUSES,
+    TEXT_FIELDS,
+    Record,
+    _as_json_object,
+    target_display_name,
+    this_host,
+)
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
@@ -286,6 +294,10 @@ class RecordBatch:
         for name in ("host", "origin"):
             fail(pc.is_null(t.column(name)).to_numpy(zero_copy_only=False),
                  lambda i, name=name: f"field '{name}' must be a string")
+        for name in TEXT_FIELDS:
+            if name in t.column_names:
+                fail(pc.fill_null(pc.match_substring(t.column(name), "\x00"), False).to_numpy(zero_copy_only=False),
+                     lambda i, name=name: f"field '{name}' contains a NUL character (no backend can store one)")
 
     # ------------------------------------------------------------- unpacking
     def to_records(self) -> list[Record]:

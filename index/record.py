@@ -31,6 +31,9 @@ from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 STATUSES = ("ok", "compile_error", "runtime_error", "wrong_result", "timeout", "invalid")
 SOURCE_RE = re.compile(r"^(measured|replay|imported:[A-Za-z0-9_.-]+|migrated:.+)$")
 _RID_RE = re.compile(r"[0-9a-f]{32}")
+#: the record's plain text columns: none may hold a NUL character (PostgreSQL text cannot, so no
+#: backend accepts one; the JSON columns escape it as \u0000 and are not affected)
+TEXT_FIELDS = ("target_name", "family", "error", "host", "origin", "session", "source")
 
 
 _HOST: str | None = None
@@ -190,6 +193,9 @@ class Record:
         for name in ("host", "origin"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"record {rid}: field '{name}' must be a string")
+        for name in TEXT_FIELDS:
+            if "\x00" in (getattr(self, name) or ""):
+                raise ValueError(f"record {rid}: field '{name}' contains a NUL character (no backend can store one)")
 
     # -------------------------------------------------------------- conversion
     def to_row(self) -> dict:

@@ -95,6 +95,22 @@ def admin_url(port: int) -> str:
     return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
 
+def restart(base: Path, mode: str = "immediate") -> None:
+    """Restart the cluster of ``start(base)`` with ``pg_ctl restart -m MODE`` (``immediate``: a
+    crash, every connection cut, recovery on start), waiting until it accepts connections."""
+    pg_ctl = find_bin("pg_ctl")
+    home = _server_home(Path(base).resolve())
+    _run([pg_ctl, "-D", str(home / "data"), "-l", str(home / "log"), "-m", mode, "-w", "-t", "60", "restart"])
+
+
+def halt(base: Path) -> None:
+    """Stop the cluster of ``start(base)`` like a crash (``-m immediate``), keeping its files:
+    ``start(base, port)`` brings it back."""
+    pg_ctl = find_bin("pg_ctl")
+    home = _server_home(Path(base).resolve())
+    _run([pg_ctl, "-D", str(home / "data"), "-m", "immediate", "-w", "stop"])
+
+
 def stop(base: Path) -> None:
     """Stop the cluster of ``start(base)`` (no error when it is not running)."""
     pg_ctl = find_bin("pg_ctl")

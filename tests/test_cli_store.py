@@ -159,6 +159,34 @@ def test_disk_full_is_one_line_exit_2_and_writes_nothing(tmp_path):
         assert not [p for p in full.rglob("*") if p.is_file() and p.name.startswith("_tmp-")]
 
 
+def test_full_disk_with_a_dead_writers_journal_is_one_line(tmp_path):
+    """A writer died and left its journal; the disk is full.  Every writing command tries to fold
+    that journal first, cannot, and then fails: one ``tunedb error`` line on stderr and exit 2,
+    not a warning with its source line before it."""
+    dump = tmp_path / "records.jsonl"
+    src = tmp_path / "src"
+    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3]) for i in range(50)])
+    assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
+    with small_fs(tmp_path / "mnt") as _kind:
+        full = tmp_path / "mnt" / "db"
+        code = ("import os, sys; from tunedb.index import TuningDB, Record; db = TuningDB.open(sys.argv[1]); "
+                "[db.commit(Record({'kind': 'cpu', 'name': 'dead'}, {'family': 'matmul', 'M': 1}, {'t': i}, [1e-3])) "
+                "for i in range(20)]; os._exit(0)")
+        p = subprocess.run([sys.executable, "-c", code, str(full)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert list((full / "journal").glob("*.jsonl")), "the dead writer's journal is left"
+        with open(tmp_path / "mnt" / "filler", "wb") as f:  # fill the disk
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        for args in (["import", "jsonl", str(dump)], ["compact"], ["dedup"], ["forget", "--keep-top", "1"]):
+            line = _one_line_error(run_cli("--db", str(full), *args))
+            assert os.strerror(errno.ENOSPC) in line, (args, line)
+
+
 def test_db_under_proc_is_one_line_exit_2():
     _one_line_error(run_cli("--db", "/proc/tunedb-x", "init"))
 

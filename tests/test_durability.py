@@ -34,7 +34,7 @@ from tunedb.index import TuningDB
 from tunedb.index.parquet.journal import JournalWarning, encode_rows, read_contents
 from tunedb.index.parquet.journal_fold import journal_row
 
-from helpers import run_command, small_fs
+from helpers import run_cli, run_command, small_fs
 from store_workers import DURABILITY_TARGETS, durable_records
 
 HERE = Path(__file__).resolve().parent
@@ -406,3 +406,18 @@ def test_snapshot_files_is_consistent_mid_crash(tmp_path):
     assert ds.dataset([str(f) for f in files], format="parquet").count_rows() == len(acked) == len(db)
     assert hive_rows(path) == len(acked)  # the opener finished the killed compaction's deletions
     assert {t["target_name"] for t in db.targets()} == {t["name"] for t in DURABILITY_TARGETS}
+
+
+def test_cli_prints_a_journal_warning_as_one_line(tmp_path):
+    """A command that folds a dead writer's damaged journal says so in one ``tunedb: warning:``
+    line: no file name, no source line."""
+    path = tmp_path / "db"
+    TuningDB.open(path).close()
+    lines = _journal_lines("cli", 8)
+    j = path / "journal" / "otherhost-1-0123456789ab.jsonl"
+    j.write_bytes(b"".join(lines[:3]) + lines[3][:25] + b"".join(lines[4:]))
+    p = run_cli("compact", "--db", str(path))
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tunedb: warning: ") and "corrupt" in err[0], err
+    assert "warnings.warn" not in p.stderr and ".py:" not in p.stderr

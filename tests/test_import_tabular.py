@@ -169,3 +169,53 @@ def test_record_counts_of_every_shared_file(tmp_path: Path, capsys) -> None:
     assert total == len(TuningDB.open(db)) == 2121 + 48 + 7 * 4362 + 6 * 11130
     print(f"\nparsed {parsed} records at {parsed / t_parse:.0f} rec/s; parse+commit of all at "
           f"{total / (t_all - t_parse):.0f} rec/s")
+
+
+# ------------------------------------------------------------------------------------ input caps
+def _one_line_refusal(p) -> str:
+    assert p.returncode == 2, (p.returncode, p.stderr[-500:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tunedb: error: ") and "Traceback" not in p.stderr, p.stderr
+    return lines[0]
+
+
+def test_a_gzip_bomb_is_refused_in_seconds_in_bounded_memory(tmp_path):
+    """A 0.3 MB gzip file holding 300 MiB of text: refused after reading one character past the
+    cap (256 MiB), under a 2 GiB address-space limit, with one line; nothing is written."""
+    import resource
+    import subprocess
+    import sys
+    import zlib
+
+    bomb = tmp_path / "bomb.json.gz"
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = b" " * (1 << 20)
+    with open(bomb, "wb") as f:
+        f.write(comp.compress(b'{"cache": {'))
+        for _ in range(300):
+            f.write(comp.compress(chunk))
+        f.write(comp.compress(b"}}") + comp.flush())
+    assert bomb.stat().st_size < 1 << 20
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "tunedb", "import", "kernel-tuner", str(bomb), "--db", str(tmp_path / "db")],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    line = _one_line_refusal(p)
+    assert "over the import cap" in line and time.perf_counter() - t0 < 60
+    assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0
+
+
+def test_a_record_line_over_the_cap_refuses_the_file(tmp_path, capsys):
+    """A JSON line of 20 MiB (over the 16 MiB cap per record) among good ones: the import is
+    refused with one line and nothing is written."""
+    good = {"target": {"kind": "cpu", "name": "c"}, "workload": {"family": "matmul", "M": 1}, "config": {"t": 1},
+            "costs": [1e-3]}
+    huge = dict(good, config={"t": "x" * (20 << 20)})
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(huge) + "\n")
+    assert cli_main(["import", "jsonl", str(path), "--db", str(tmp_path / "db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "line 2" in err[0] and "over the import cap" in err[0]
+    assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0

@@ -234,8 +234,11 @@ def test_live_beside_a_cpu_bound_process(tmp_path):
             return record_value(measure(target, workload, cfg, backend=backend, force=True)[0])
 
         c = compare(interleaved(one, one), question="sign")
-        assert c.verdict not in ("faster", "slower"), c
-        assert c.ratio is not None and c.lo <= 1 <= c.hi
+        # the same config against itself: a "faster"/"slower" verdict comes out at about the
+        # test's level (5 %; tests/test_compare.py measures it), so what must hold on a live busy
+        # machine is that no verdict claims a difference beyond the 5 % margin
+        assert c.ratio is not None and 1 / 1.05 <= c.ratio <= 1.05, c
+        assert c.lo <= 1.05 and c.hi >= 1 / 1.05, c
     finally:
         burner.kill()
         burner.wait()

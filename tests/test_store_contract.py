@@ -535,3 +535,56 @@ def test_parquet_projection_of_a_schema1_db_reads_missing_columns_as_unknown(tmp
             assert_projections_match(db, **f)
         got = db.records(columns=["origin", "host"])
         assert set(got.column("host").to_pylist()) == {""} and set(got.column("origin").to_pylist()) == {""}
+
+
+HOSTILE = ["it's \"quoted\"", "back\\slash \\N \\. %s $1 %(x)s", "crlf\r\nline", "'; DROP TABLE records; --",
+           "\U0001f680 non-BMP \U00010348", "tab\tsep,comma", "a\u0000b"]
+
+
+def test_hostile_values_round_trip_unchanged(store):
+    """Quotes, backslashes, COPY and placeholder syntax, CRLF, SQL text, non-BMP characters and a
+    NUL (escaped in the JSON columns) in every JSON column and in the plain text columns (no NUL
+    there: the next test): every backend stores and returns them unchanged."""
+    recs = []
+    for i, v in enumerate(HOSTILE):
+        text = v.replace("\u0000", "")
+        failed = i % 2 == 0
+        recs.append(tunedb.Record({"kind": "cpu", "name": f"hostile {text}"}, {"family": "matmul", "note": v, "M": i},
+                                  {"s": v}, [] if failed else [1e-3], status="runtime_error" if failed else "ok",
+                                  error=text if failed else "", session=text, meta={"v": v, text: [v]}))
+    assert store.commit(recs) == len(recs)
+    got = {r["record_id"]: r for r in store.records().to_pylist()}
+    for r in recs:
+        row = got[r.record_id]
+        assert (row["target"], row["workload"], row["config"], row["meta"], row["error"], row["session"],
+                row["target_name"]) == (r.target_json, r.workload_json, r.config_json, r.meta_json, r.error,
+                                        r.session, r.target_name)
+        hit = store.lookup(r.target, r.workload, r.config)
+        assert hit is not None and hit.record_id == r.record_id and hit.config == r.config
+
+
+@pytest.mark.parametrize("field", ["target_name", "family", "error", "session", "source", "host", "origin"])
+def test_a_nul_in_a_text_field_is_refused_at_commit_on_every_backend(store, field):
+    """A NUL character in a plain text column: one ValueError at commit, for a Record and for a
+    batch alike, and nothing of the commit stored."""
+    target, workload = {"kind": "cpu", "name": "nul"}, {"family": "matmul", "M": 1}
+    args: dict = {"source": "measured", "session": "", "error": "", "host": None, "origin": ""}
+    if field == "target_name":
+        target = {"kind": "cpu", "name": "n\u0000ul"}
+    elif field == "family":
+        workload = {"family": "mat\u0000mul", "M": 1}
+    else:
+        args[field] = {"source": "migrated:x\u0000"}.get(field, f"{field}\u0000")
+    good = tunedb.Record({"kind": "cpu", "name": "nul"}, {"family": "matmul", "M": 1}, {"t": 2}, [1e-3])
+    bad = tunedb.Record(target, workload, {"t": 1}, [1e-3], **args)
+    with pytest.raises(ValueError) as e:
+        store.commit([good, bad])
+    assert "NUL" in str(e.value) and "\n" not in str(e.value) and f"'{field}'" in str(e.value)
+    plain = {"source": "measured", "session": "", "error": "", "origin": ""}  # the good row's values
+    cols = {k: [plain[k], args[k]] for k in plain}
+    with pytest.raises(ValueError) as e:
+        store.commit(tunedb.RecordBatch.from_columns(
+            target=[good.target, target], workload=[good.workload, workload], config=[{"t": 3}, {"t": 4}],
+            costs=[[1e-3], [1e-3]], host=["", args["host"] or ""], **cols))
+    assert "NUL" in str(e.value) and f"'{field}'" in str(e.value)
+    assert len(store) == 0

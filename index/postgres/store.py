@@ -10,6 +10,20 @@ Durability: every write is one transaction and returns after it committed (the s
 ``synchronous_commit``, on by default, makes that a flushed WAL record): a crash of the client
 (even SIGKILL) after the return loses nothing, one before leaves all or nothing.
 
+Truthful commits and retries: a commit whose connection is lost (server restart, failover,
+connection reset: ``psycopg.OperationalError``) may have committed before the reply was lost.
+The commit's number (``tunedb_commit_seq``, stored in every row it inserts as the high half of
+``seq``) is known before COMMIT is sent, so after reconnecting the store asks the server whether
+rows of that number exist (or every record of the batch is already stored): then the commit is
+reported as done, with the count it inserted; otherwise it is retried.  At most
+:data:`COMMIT_ATTEMPTS` attempts, waiting :data:`RETRY_BACKOFF_S` x 2**(attempt - 1) seconds
+between them (0.25, 0.5, 1, 2, 4 s: a restart or failover of several seconds is ridden out); then ``OSError``.
+So a commit that returned was stored, and one that raised was not, unless the server could not
+be asked before the attempts ran out: then the ``OSError`` says the outcome is unknown (a retry
+with the same records is a no-op if it was stored).  A server that cannot be
+reached, is starting up or is in recovery is an ``OSError`` too (the contract's transient error);
+``ValueError`` stays what it is everywhere: bad input, nothing sent.
+
 Concurrency: any number of processes and threads may read and write at once.  A handle is one
 connection guarded by a lock (threads take turns); a forked child opens its own connection.
 Reads go to the server, so every handle sees every acknowledged commit (``refresh`` is a no-op).
@@ -55,6 +69,11 @@ from tunedb.index.record import Record, target_slug
 from tunedb.index.schema import RECORD_SCHEMA, conform, record_schema
 
 _TS = pa.timestamp("us", tz="UTC")
+
+#: how many times a commit is attempted when its connection fails (module docstring)
+COMMIT_ATTEMPTS = 6
+#: the first wait between attempts, in seconds (doubled after each)
+RETRY_BACKOFF_S = 0.25
 
 #: columns copied from a batch as they are (the batch's names; all are records columns)
 _PLAIN = ["record_id", "target_key", "target_name", "target", "workload_key", "family", "workload", "config_key",
@@ -162,8 +181,8 @@ class PostgresStore(RecordStore):
 
     ``url`` is a libpq URL (``postgresql://user[:password]@host[:port]/dbname[?options]``).
     Opening connects, migrates the schema (``tunedb.index.postgres.schema.migrate``) and reads
-    the database's identity.  ``ValueError`` (one line) when psycopg is missing, the server
-    cannot be reached or the schema is newer than this code.
+    the database's identity.  ``ValueError`` (one line) when psycopg is missing or the schema
+    is newer than this code; ``OSError`` (one line) when the server cannot be reached.
 
     ``read_only``: the handle never writes (the dashboard's promise): nothing is migrated (a
     database without tunedb's schema, or with another version of it, is a ``ValueError``), every
@@ -214,8 +233,8 @@ class PostgresStore(RecordStore):
         pg = self._psycopg
         try:
             conn = pg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
-        except pg.OperationalError as e:
-            raise ValueError(f"cannot connect to {redact(self._url)}: {_one_line(e)}") from None
+        except pg.OperationalError as e:  # down, starting up, in recovery, refused: transient
+            raise OSError(f"cannot connect to {redact(self._url)}: {_one_line(e)}") from None
         conn.execute("SET TIME ZONE 'UTC'")
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
@@ -256,10 +275,40 @@ class PostgresStore(RecordStore):
         if table.num_rows == 0:
             return 0
         data = self._incoming_csv(table)
+        ids = sorted(set(table.column("record_id").to_pylist()))
+        unknown: list[int] = []  # commit numbers whose outcome the server could not be asked about
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            sent: list[int] = []  # the commit's number once the server gave it
+            try:
+                return self._commit_once(data, sent)
+            except OSError as e:
+                failure = e
+            for no in [*unknown, *sent]:
+                try:
+                    outcome = self._commit_outcome(no, ids)
+                except OSError:
+                    if no not in unknown:
+                        unknown.append(no)
+                    continue
+                if no in unknown:
+                    unknown.remove(no)
+                if outcome is not None:
+                    return outcome
+            if attempt < COMMIT_ATTEMPTS:
+                time.sleep(RETRY_BACKOFF_S * 2 ** (attempt - 1))
+        if unknown:
+            raise OSError(f"{failure}; whether the commit was stored is unknown (the server could not be asked): "
+                          "committing the same records again is safe") from None
+        raise failure
+
+    def _commit_once(self, data: bytes, sent: list[int]) -> int:
+        """One attempt of :meth:`commit`: the transaction; appends its commit number to ``sent``
+        as soon as the server assigned it.  ``OSError`` when the connection fails."""
         with self._db() as conn:
             with conn.transaction():
                 conn.execute(_INCOMING)
                 commit_no = conn.execute("SELECT nextval('tunedb_commit_seq')").fetchone()[0]
+                sent.append(int(commit_no))
                 with conn.cursor() as cur:
                     with cur.copy(_COPY_IN) as copy:
                         copy.write(data)
@@ -268,6 +317,20 @@ class PostgresStore(RecordStore):
                 if new:
                     conn.execute(_BUMP)
         return int(new)
+
+    def _commit_outcome(self, commit_no: int, ids: list[str]) -> int | None:
+        """After a commit's connection failed: how many rows commit ``commit_no`` inserted if it
+        committed (or 0 when every record of the batch is stored already, by it or before it),
+        None when it did not commit (then it is retried); ``OSError`` when the server cannot be
+        asked now."""
+        lo, hi = commit_no * 4294967296, (commit_no + 1) * 4294967296
+        with self._db() as conn:
+            ours, present = conn.execute(
+                "SELECT count(*) FILTER (WHERE seq >= %s AND seq < %s), count(*) FROM records "
+                "WHERE record_id = ANY(%s)", (lo, hi, ids)).fetchone()
+        if ours:
+            return int(ours)
+        return 0 if present == len(ids) else None
 
     @staticmethod
     def _incoming_csv(table: pa.Table) -> bytes:
@@ -438,12 +501,19 @@ class PostgresStore(RecordStore):
                 buf.write(chunk)
         if buf.tell() == 0:
             return record_schema(columns).empty_table()
-        buf.seek(0)
-        t = pacsv.read_csv(buf, read_options=pacsv.ReadOptions(column_names=names),
-                           parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
-                           convert_options=pacsv.ConvertOptions(
-                               column_types={n: _READ[n][1] for n in names}, strings_can_be_null=False,
-                               quoted_strings_can_be_null=False))
+        size = buf.tell()
+        parse = pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
+        convert = pacsv.ConvertOptions(column_types={n: _READ[n][1] for n in names}, strings_can_be_null=False,
+                                       quoted_strings_can_be_null=False)
+        data = pa.py_buffer(buf.getbuffer())
+        try:
+            t = pacsv.read_csv(pa.BufferReader(data), read_options=pacsv.ReadOptions(column_names=names),
+                               parse_options=parse, convert_options=convert)
+        except pa.ArrowInvalid:
+            # a row larger than the reader's block (1 MiB) straddles two blocks: read the whole
+            # text as one block (from a reader of its own: the failed one may still be reading ahead)
+            one = pacsv.ReadOptions(column_names=names, block_size=min(size + 1, 2**31 - 1))
+            t = pacsv.read_csv(pa.BufferReader(data), read_options=one, parse_options=parse, convert_options=convert)
         cols = {}
         for n in names:
             c = t.column(n).combine_chunks()

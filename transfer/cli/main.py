@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import sys
+import warnings
 
 from tunedb.transfer.cli.util import UserError
 
@@ -140,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``tunedb`` command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    shown = warnings.showwarning
+    pending: list[str] = []  # warnings, one line each: printed when the command ends without an error
+    warnings.showwarning = lambda message, category, *_a, **_k: pending.append(_warning_line(message, category))
     try:
         rc = args.func(args)
+        _flush(pending)
     except UserError as e:
         sys.stderr.write(f"tunedb: error: {e}\n")
         return 2
@@ -154,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"tunedb: error: {text[0] if text else type(e).__name__}\n")
         return 2
     except KeyboardInterrupt:
+        _flush(pending)
         sys.stderr.write("tunedb: interrupted; everything measured so far is kept\n")
         return 130
     except BrokenPipeError:
@@ -161,7 +167,23 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # disk full, permission denied, a file where a directory belongs, ...
         sys.stderr.write(f"tunedb: error: {os_error_text(e)}\n")
         return 2
+    finally:
+        warnings.showwarning = shown
     return int(rc or 0)
+
+
+def _warning_line(message: Warning | str, category: type[Warning]) -> str:
+    """A warning as the command line prints it: ``tunedb: warning: <its first line>`` (no file
+    name, no source line)."""
+    text = str(message).strip().splitlines()
+    return f"tunedb: warning: {text[0] if text else category.__name__}"
+
+
+def _flush(pending: list[str]) -> None:
+    """Print the collected warning lines (each once) on stderr."""
+    for line in dict.fromkeys(pending):
+        sys.stderr.write(line + "\n")
+    pending.clear()
 
 
 if __name__ == "__main__":

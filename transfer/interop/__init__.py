@@ -39,6 +39,11 @@ from tunedb.index.keys import canonical_json_normalised, hash64, key_of, key_of_
 from tunedb.index.record import Record, target_display_name, this_host
 
 MAX_REPORTED_ERRORS = 10
+#: the most text one imported file may hold after decompression (characters; 16x the largest
+#: Kernel Tuner cache in the shared data): a larger file, or a gzip bomb, is refused unread
+MAX_IMPORT_TEXT = 256 << 20
+#: the most characters one line (one record, one JSON log entry) of an imported file may hold
+MAX_IMPORT_LINE = 16 << 20
 
 
 class ImportFormatError(ValueError):
@@ -347,13 +352,28 @@ def open_text(path: Path) -> Any:
         raise ImportFormatError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-def read_text(path: Path) -> str:
-    """Whole text of a (possibly gzip-compressed) UTF-8 file; ImportFormatError when unreadable."""
+def read_text(path: Path, limit: int | None = None) -> str:
+    """Whole text of a (possibly gzip-compressed) UTF-8 file, at most ``limit`` characters
+    (default :data:`MAX_IMPORT_TEXT`): decompression stops one character past the cap, so the
+    memory used is bounded by it.  ImportFormatError (one line) when unreadable or over the cap."""
+    cap = MAX_IMPORT_TEXT if limit is None else limit
     try:
         with open_text(path) as f:
-            return f.read()
+            text = f.read(cap + 1)
     except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as e:
         raise ImportFormatError(f"cannot read {path}: {e}") from None
+    if len(text) > cap:
+        raise ImportFormatError(f"{path}: more than {cap >> 20} MiB of text (after decompression): over the "
+                                "import cap; split the file")
+    return text
+
+
+def check_line(path: Path, no: int, line: str) -> None:
+    """ImportFormatError (one line) when line ``no`` of ``path`` is longer than
+    :data:`MAX_IMPORT_LINE`: one record that large is refused, and so the whole file."""
+    if len(line) > MAX_IMPORT_LINE:
+        raise ImportFormatError(f"{path}: line {no} has {len(line) >> 20} MiB: over the import cap of "
+                                f"{MAX_IMPORT_LINE >> 20} MiB per record")
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
@@ -363,6 +383,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
         s = line.strip()
         if not s or s.startswith("#"):
             continue
+        check_line(path, no, s)
         try:
             yield no, s, json.loads(s), None
         except json.JSONDecodeError as e:

@@ -37,6 +37,7 @@ from tunedb.transfer.interop import (
     ImportFormatError,
     ImportIssue,
     Prepared,
+    check_line,
     make_record,
     read_text,
     stable_record_id,
@@ -125,6 +126,7 @@ def parse_jsonl(path: Path) -> Iterator[Record | ImportIssue]:
         s = line.strip()
         if not s:
             continue
+        check_line(path, no, s)
         lines += 1
         try:
             d = json.loads(s)
