@@ -27,11 +27,14 @@ import pyarrow.compute as pc
 
 from tunedb.index.keys import canonical_json, canonical_json_normalised, key_of_text, rid_hashes
 from tunedb.index.record import (
+    MAX_RECORD_BYTES,
+    SIZED_COLUMNS,
     SOURCE_RE,
     STATUSES,
     TEXT_FIELDS,
     Record,
     _as_json_object,
+    record_too_big,
     target_display_name,
     this_host,
 )
@@ -298,6 +301,12 @@ class RecordBatch:
             if name in t.column_names:
                 fail(pc.fill_null(pc.match_substring(t.column(name), "\x00"), False).to_numpy(zero_copy_only=False),
                      lambda i, name=name: f"field '{name}' contains a NUL character (no backend can store one)")
+        size = pc.multiply(pc.fill_null(pc.list_value_length(costs), 0), 8).cast(pa.int64())
+        for name in SIZED_COLUMNS:
+            if name in t.column_names:
+                size = pc.add(size, pc.fill_null(pc.binary_length(t.column(name)), 0).cast(pa.int64()))
+        size_np = np.asarray(size.to_numpy(zero_copy_only=False))
+        fail(size_np > MAX_RECORD_BYTES, lambda i: record_too_big(int(size_np[i])))
 
     # ------------------------------------------------------------- unpacking
     def to_records(self) -> list[Record]:

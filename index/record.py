@@ -34,6 +34,20 @@ _RID_RE = re.compile(r"[0-9a-f]{32}")
 #: the record's plain text columns: none may hold a NUL character (PostgreSQL text cannot, so no
 #: backend accepts one; the JSON columns escape it as \u0000 and are not affected)
 TEXT_FIELDS = ("target_name", "family", "error", "host", "origin", "session", "source")
+#: the largest record the contract allows, in bytes: the UTF-8 size of its JSON columns (target,
+#: workload, config, meta) and text columns (error, session, source, host, origin) plus 8 bytes
+#: a cost.  Every backend stores and returns a record of this size; a larger one is refused at
+#: validation, on every backend.  (Real records are kilobytes: a MetaSchedule trace is under
+#: 100 KiB.)
+MAX_RECORD_BYTES = 4 << 20
+#: the columns whose size counts towards ``MAX_RECORD_BYTES`` (as ``RECORD_SCHEMA`` names them)
+SIZED_COLUMNS = ("target", "workload", "config", "meta", "error", "session", "source", "host", "origin")
+
+
+def record_too_big(n_bytes: int) -> str:
+    """The message for a record of ``n_bytes`` over ``MAX_RECORD_BYTES``."""
+    return (f"is {n_bytes:,} bytes, over the {MAX_RECORD_BYTES:,} bytes (4 MiB) a record may hold "
+            f"(JSON and text columns, 8 bytes a cost)")
 
 
 _HOST: str | None = None
@@ -196,6 +210,22 @@ class Record:
         for name in TEXT_FIELDS:
             if "\x00" in (getattr(self, name) or ""):
                 raise ValueError(f"record {rid}: field '{name}' contains a NUL character (no backend can store one)")
+        if self._chars() > MAX_RECORD_BYTES // 4:  # (a character is 1-4 bytes: only then count bytes)
+            n = self.size_bytes()
+            if n > MAX_RECORD_BYTES:
+                raise ValueError(f"record {rid}: {record_too_big(n)}")
+
+    def _texts(self) -> tuple[str, ...]:
+        return (self.target_json, self.workload_json, self.config_json, self.meta_json, self.error, self.session,
+                self.source, self.host, self.origin)
+
+    def _chars(self) -> int:
+        return sum(map(len, self._texts())) + 8 * len(self.costs)
+
+    def size_bytes(self) -> int:
+        """The bytes this record counts against ``MAX_RECORD_BYTES``: the UTF-8 size of its
+        JSON and text columns plus 8 a cost."""
+        return sum(len(t.encode("utf-8", "surrogatepass")) for t in self._texts()) + 8 * len(self.costs)
 
     # -------------------------------------------------------------- conversion
     def to_row(self) -> dict:

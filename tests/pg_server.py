@@ -44,17 +44,22 @@ def _as_server_user(cmd: list[str]) -> list[str]:
     return cmd
 
 
-def _run(cmd: list[str], timeout: float = 120) -> None:
-    p = subprocess.run(_as_server_user(cmd), capture_output=True, text=True, timeout=timeout)
+def _run(cmd: list[str], timeout: float = 120, prefix: tuple[str, ...] = ()) -> None:
+    p = subprocess.run([*prefix, *_as_server_user(cmd)], capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{Path(cmd[0]).name} failed (rc {p.returncode}): "
                            + ((p.stderr or p.stdout).strip().splitlines() or ["no output"])[-1])
 
 
-def start(base: Path, port: int | None = None) -> str:
+def start(base: Path, port: int | None = None, *, listen: str = "127.0.0.1", prefix: tuple[str, ...] = (),
+          trust: str | None = None, settings: dict[str, str] | None = None) -> str:
     """Create and start a cluster in ``base`` (``data/``, ``sock/``, ``log``) on ``port``
     (default: a free one); returns the admin URL (user postgres, database postgres).
-    ``RuntimeError`` (one line) when it cannot."""
+    ``listen``: the address it listens on; ``prefix``: a command the server runs under (another
+    network namespace: ``ip netns exec NS``); ``trust``: a further network (CIDR) whose clients
+    connect without a password; ``settings``: further server settings.  Starting a cluster that
+    exists starts it again (crash recovery after a kill).  ``RuntimeError`` (one line) when it
+    cannot."""
     initdb, pg_ctl = find_bin("initdb"), find_bin("pg_ctl")
     if not initdb or not pg_ctl:
         raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin "
@@ -71,10 +76,16 @@ def start(base: Path, port: int | None = None) -> str:
     if not (home / "data" / "PG_VERSION").exists():
         _run([initdb, "-D", str(home / "data"), "-U", "postgres", "-A", "trust", "-E", "UTF8",
               "--no-sync", "--no-instructions"])
-    opts = f"-p {port} -k {home / 'sock'} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    _run([pg_ctl, "-D", str(home / "data"), "-l", str(home / "log"), "-o", opts, "-w", "-t", "60", "start"])
+    hba = home / "data" / "pg_hba.conf"
+    if trust and trust not in hba.read_text():
+        with open(hba, "a") as f:
+            f.write(f"host all all {trust} trust\n")
+    opts = f"-p {port} -k {home / 'sock'} -c listen_addresses={listen} -c max_connections=200"
+    opts += "".join(f" -c {k}={v}" for k, v in (settings or {}).items())
+    _run([pg_ctl, "-D", str(home / "data"), "-l", str(home / "log"), "-o", opts, "-w", "-t", "60", "start"],
+         prefix=prefix)
     (base / "port").write_text(str(port))
-    return admin_url(port)
+    return admin_url(port, listen)
 
 
 def _server_home(base: Path) -> Path:
@@ -91,8 +102,8 @@ def _server_home(base: Path) -> Path:
     return home
 
 
-def admin_url(port: int) -> str:
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+def admin_url(port: int, host: str = "127.0.0.1") -> str:
+    return f"postgresql://postgres@{host}:{port}/postgres"
 
 
 def restart(base: Path, mode: str = "immediate") -> None:

@@ -2,6 +2,7 @@
 
     python tests/pg_workers.py open URL                 # open (migrating), print the schema version
     python tests/pg_workers.py write URL SEED ROUNDS    # ROUNDS commits (0: until killed)
+    python tests/pg_workers.py write-through-faults URL SEED SECONDS   # see write_through_faults
 
 ``write`` commits single records and batches of fresh records (ids derived from SEED) mixed
 with records of a shared pool (the same ids and contents in every writer), and prints
@@ -59,6 +60,38 @@ def write(url: str, seed: int, rounds: int) -> None:
     store.close()
 
 
+def write_through_faults(url: str, seed: int, seconds: float) -> None:
+    """Commit batches of fresh records for ``seconds``, riding out network and server faults:
+    ``ack SECONDS IDS`` after a commit returned (how long it took), ``fail SECONDS IDS`` or
+    ``unknown SECONDS IDS`` (its OSError said the outcome is unknown) after one raised, then ``error MESSAGE`` (the error's text, repr'd so a
+    line break would show); ``host NAME`` first."""
+    import socket
+    import time
+
+    import tunedb
+
+    rng = random.Random(seed)
+    print("host", socket.gethostname(), flush=True)
+    store = tunedb.open(url)
+    i = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        batch = [fresh_record(seed, i + k) for k in range(rng.randint(1, 40))]
+        i += len(batch)
+        ids = " ".join(r.record_id for r in batch)
+        t0 = time.monotonic()
+        try:
+            store.commit(batch)
+        except OSError as e:
+            kind = "unknown" if "unknown" in str(e) else "fail"
+            sys.stdout.write(f"{kind} {time.monotonic() - t0:.3f} {ids}\nerror {str(e)!r}\n")
+        else:
+            sys.stdout.write(f"ack {time.monotonic() - t0:.3f} {ids}\n")
+        sys.stdout.flush()
+        time.sleep(rng.uniform(0, 0.05))
+    store.close()
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "open":
         from tunedb.index.postgres.schema import schema_version
@@ -69,6 +102,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "write":
         write(argv[1], int(argv[2]), int(argv[3]))
+        return 0
+    if argv[0] == "write-through-faults":
+        write_through_faults(argv[1], int(argv[2]), float(argv[3]))
         return 0
     return 2
 

@@ -131,7 +131,7 @@ def test_os_error_from_the_store_is_one_line_exit_2(tmp_path):
     # target's partition folder -- which here is a plain file (NotADirectoryError)
     src = tmp_path / "src"
     TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(100)])
-    (partition,) = [d.name for d in (src / "records").iterdir() if d.is_dir()]
+    (partition,) = [d.name for d in (src / "records").glob("target_slug=*") if d.is_dir()]
     dump = tmp_path / "records.jsonl"
     assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
     dst = tmp_path / "dst"

@@ -219,3 +219,27 @@ def test_a_record_line_over_the_cap_refuses_the_file(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "line 2" in err[0] and "over the import cap" in err[0]
     assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "kernel-tuner"])
+def test_a_record_over_the_record_size_cap_refuses_the_import(tmp_path, capsys, fmt):
+    """A 5 MiB record (under the line cap, over the 4 MiB a record may hold) among good ones:
+    the whole import is refused with one line, exit 2, and nothing is written -- in the
+    tabular importer and in the Kernel Tuner importer alike."""
+    path = tmp_path / "in.json"
+    if fmt == "jsonl":
+        good = {"target": {"kind": "cpu", "name": "c"}, "workload": {"family": "matmul", "M": 1},
+                "config": {"t": 1}, "costs": [1e-3]}
+        path.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, config={"t": "x" * (5 << 20)})) + "\n")
+        args = ["import", "jsonl", str(path)]
+    else:
+        cache = {"device_name": "NVIDIA RTX A4000", "kernel_name": "k", "problem_size": [64, 64],
+                 "tune_params_keys": ["block_size_x"], "tune_params": {"block_size_x": [16, 32]}, "objective": "time",
+                 "cache": {"16": {"block_size_x": 16, "time": 1.0, "times": [1.0]},
+                           "32": {"block_size_x": 32, "time": 2.0, "times": [2.0] * (700 << 10)}}}
+        path.write_text(json.dumps(cache))
+        args = ["import", "kernel-tuner", str(path)]
+    assert cli_main([*args, "--db", str(tmp_path / "db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "4 MiB" in err[0] and "nothing is imported" in err[0], err
+    assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import deltalake
 import pyarrow.dataset as ds
 import pytest
 
@@ -143,13 +144,14 @@ def test_crash_mid_compaction_never_double_counts(tmp_path):
     db.JOURNAL_MAX = 0  # a Parquet file per commit
     for r in recs(6):
         db.commit(r)
-    part = next((tmp_path / "db" / "records").iterdir())
+    part = next((tmp_path / "db" / "records").glob("target_slug=*"))
     saved = tmp_path / "saved"
     shutil.copytree(part, saved)
     db.compact()
     for f in saved.iterdir():  # put the superseded sources back, as after a crash before unlink
         shutil.copy(f, part / f.name)
     assert ds.dataset(tmp_path / "db" / "records", partitioning="hive").count_rows() == 12  # the crash window
+    assert deltalake.DeltaTable(str(tmp_path / "db" / "records")).to_pyarrow_dataset().count_rows() == 6
     db2 = TuningDB.open(tmp_path / "db", create=False)
     assert len(db2) == 6 and db2.records().num_rows == 6
     assert len(list(part.glob("part-*.parquet"))) == 0  # cleaned up on open (by a reader too)

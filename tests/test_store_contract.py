@@ -588,3 +588,32 @@ def test_a_nul_in_a_text_field_is_refused_at_commit_on_every_backend(store, fiel
             costs=[[1e-3], [1e-3]], host=["", args["host"] or ""], **cols))
     assert "NUL" in str(e.value) and f"'{field}'" in str(e.value)
     assert len(store) == 0
+
+
+def test_the_largest_record_the_contract_allows_round_trips_and_a_byte_more_is_refused(store):
+    """A record of exactly ``MAX_RECORD_BYTES`` (a 4 MiB config) is stored and returned
+    unchanged; one byte more is refused at commit with one line, as a Record and in a batch,
+    and nothing of that commit is stored."""
+    from tunedb.index.record import MAX_RECORD_BYTES
+
+    target, workload = {"kind": "cpu", "name": "big"}, {"family": "matmul", "M": 1}
+    empty = tunedb.Record(target, workload, {"pad": ""}, [1e-3])
+    pad = "x" * (MAX_RECORD_BYTES - empty.size_bytes())
+    largest = tunedb.Record(target, workload, {"pad": pad}, [1e-3])
+    assert largest.size_bytes() == MAX_RECORD_BYTES
+    assert store.commit([largest]) == 1
+    hit = store.lookup(target, workload, {"pad": pad})
+    assert hit is not None and hit.config["pad"] == pad
+    row = next(r for r in store.records().to_pylist() if r["record_id"] == largest.record_id)
+    assert row["config"] == largest.config_json
+    over = tunedb.Record(target, workload, {"pad": pad + "y"}, [1e-3])
+    small = tunedb.Record(target, workload, {"pad": "small"}, [1e-3])
+    with pytest.raises(ValueError) as e:
+        store.commit([small, over])
+    assert "4 MiB" in str(e.value) and over.record_id in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError) as e:
+        store.commit(tunedb.RecordBatch.from_columns(target=[target, target], workload=[workload, workload],
+                                                     config=[{"pad": "small"}, {"pad": pad + "y"}],
+                                                     costs=[[1e-3], [1e-3]]))
+    assert "4 MiB" in str(e.value)
+    assert len(store) == 1

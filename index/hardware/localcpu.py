@@ -45,6 +45,11 @@ MARCH_LEVELS = {
 
 
 @functools.lru_cache(maxsize=1)
+def _read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
 def cpu_info() -> dict:
     """Model, vendor, core count, cache sizes (KiB) and ISA flags of this CPU."""
     info: dict = {"model": platform.processor() or "unknown", "vendor": "unknown", "flags": []}
@@ -71,9 +76,7 @@ def cpu_info() -> dict:
         for idx in sorted(os.listdir(base)):
             try:
                 d = os.path.join(base, idx)
-                level = open(os.path.join(d, "level")).read().strip()
-                ctype = open(os.path.join(d, "type")).read().strip()
-                size = open(os.path.join(d, "size")).read().strip()
+                level, ctype, size = (_read_text(os.path.join(d, n)) for n in ("level", "type", "size"))
             except OSError:
                 continue
             kb = int(re.sub(r"[^0-9]", "", size) or 0) * (1024 if size.endswith("M") else 1)

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tunedb.index.parquet import deltalog
 from tunedb.index.parquet.fsutil import fsync_dir, stage_bytes, unlink_quietly
 from tunedb.index.record import target_slug as target_slug
 from tunedb.index.schema import RECORD_SCHEMA, conform
@@ -139,7 +140,7 @@ def _partition_dir(records_dir: Path, slug: str) -> Path:
 
 
 def publish_parts(records_dir: Path, specs: list[PartSpec], *, skip: Callable[[Path], bool] | None = None,
-                  parallel: bool = False) -> list[Path | None]:
+                  parallel: bool = False, log: bool = True) -> list[Path | None]:
     """Publish ``specs`` durably and all-or-nothing; returns the published path of each spec
     (None for one that ``skip(final path)`` said is already there).
 
@@ -150,7 +151,10 @@ def publish_parts(records_dir: Path, specs: list[PartSpec], *, skip: Callable[[P
     call renamed and the temp files left, then raises (a concurrent compaction that merged
     one of them in that instant keeps its rows: the one window where a failed commit is not
     all-or-nothing).  A partition directory made for the commit stays (empty: readers see no
-    rows in it).  Thread-safe: touches no shared state."""
+    rows in it).  ``log``: phase 3 adds the published files to the Delta log as one version
+    (``tunedb.index.parquet.deltalog``); when that fails they are un-published like a failed
+    rename.  A rewrite passes False and logs its output with its inputs' removal itself.
+    Thread-safe: touches no shared state."""
     temps: list[Path] = []
     out: list[Path | None] = [None] * len(specs)
     staged: list[tuple[int, Path, Path]] = []  # (spec index, temp, final)
@@ -194,6 +198,8 @@ def publish_parts(records_dir: Path, specs: list[PartSpec], *, skip: Callable[[P
             out[i] = final
         for d in sorted({final.parent for _, _, final in staged}):
             fsync_dir(d)
+        if log and renamed:
+            deltalog.commit(records_dir, renamed)
     except BaseException:
         for final in renamed:
             unlink_quietly(final)
@@ -203,11 +209,13 @@ def publish_parts(records_dir: Path, specs: list[PartSpec], *, skip: Callable[[P
     return out
 
 
-def write_part(records_dir: Path, slug: str, table: pa.Table, meta: dict[bytes, bytes], prefix: str) -> Path:
+def write_part(records_dir: Path, slug: str, table: pa.Table, meta: dict[bytes, bytes], prefix: str,
+               log: bool = True) -> Path:
     """Write ``table`` durably as a new file of partition ``slug`` (write-then-rename with
     fsync of file and directory; nothing is published when it raises); ``prefix`` is "part"
-    (a commit) or "cpart" (compacted).  Returns the published path.  Thread-safe."""
-    path = publish_parts(records_dir, [PartSpec(slug, table, meta, prefix)])[0]
+    (a commit) or "cpart" (compacted); ``log`` as in ``publish_parts``.  Returns the published
+    path.  Thread-safe."""
+    path = publish_parts(records_dir, [PartSpec(slug, table, meta, prefix)], log=log)[0]
     assert path is not None
     return path
 
@@ -265,6 +273,20 @@ def scan_partitions(records_dir: Path) -> tuple[dict[str, list[Path]], list[Path
     return parts, temps
 
 
+def live_files(records_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(live files, superseded files) of every partition: published part files split by whether
+    a compacted file of their partition lists them as superseded."""
+    live: list[Path] = []
+    sup_out: list[Path] = []
+    files_by_dir, _ = scan_partitions(records_dir)
+    for d, files in files_by_dir.items():
+        names = [f.name for f in files]
+        sup = superseded_by(Path(d), names)
+        for f in files:
+            (sup_out if f.name in sup else live).append(f)
+    return live, sup_out
+
+
 def count_parts(d: Path) -> int | None:
     """How many published files partition ``d`` holds (None when it is gone)."""
     try:
@@ -294,11 +316,54 @@ def superseded_by(d: Path, names: list[str]) -> set[str]:
     return sup
 
 
+class Rewrite(NamedTuple):
+    """A partition rewrite published but not finished: its output (None: no rows kept) and the
+    input files it supersedes."""
+
+    output: Path | None
+    inputs: list[Path]
+
+
+def finish_rewrites(records_dir: Path, rewrites: list[Rewrite], operation: str) -> None:
+    """Finish ``rewrites``: ONE Delta log version adds every output and removes every input,
+    then the inputs are deleted (and emptied partition directories).  When logging fails the
+    outputs are deleted (tunedb's view goes back to the inputs too) and the error raised."""
+    if not rewrites:
+        return
+    try:
+        deltalog.commit(records_dir, [r.output for r in rewrites if r.output is not None],
+                        [f for r in rewrites for f in r.inputs], operation=operation)
+    except BaseException:
+        abandon_rewrites(rewrites)
+        raise
+    # the very next step: delete the superseded inputs (a crash before the last unlink leaves
+    # files that the next opener deletes, see the module docstring of ``tunedb.index.parquet.store``)
+    dirs = sorted({f.parent for r in rewrites for f in r.inputs})
+    for r in rewrites:
+        for f in r.inputs:
+            unlink_quietly(f)
+    for d in dirs:
+        try:
+            fsync_dir(d)
+            if not any(PART_RE.match(n) for n in os.listdir(d)):
+                os.rmdir(d)
+        except OSError:
+            pass
+
+
+def abandon_rewrites(rewrites: list[Rewrite]) -> None:
+    """Undo published, unfinished ``rewrites``: delete their outputs (inputs stay live)."""
+    for r in rewrites:
+        if r.output is not None:
+            unlink_quietly(r.output)
+
+
 def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.ndarray] | None, *,
                       min_files: int = 2, small_only: bool = False, small_bytes: int = 1 << 20,
                       written: Callable[[Path], None] | None = None,
                       transform: Callable[[pa.Table], pa.Table] | None = None,
-                      skip_if: Callable[[Path, list[str]], bool] | None = None) -> dict | None:
+                      skip_if: Callable[[Path, list[str]], bool] | None = None,
+                      operation: str = "OPTIMIZE", deferred: list[Rewrite] | None = None) -> dict | None:
     """Rewrite partition ``d`` into one compacted file, keeping rows where ``keep(table)`` is
     true (all rows when None), de-duplicated by record_id.  The caller holds the DB lock
     (exclusive): only files listed here are merged, so concurrent appends are never touched.
@@ -312,18 +377,27 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
     (``tunedb upgrade`` recovers origins that way).  ``skip_if(d, live names)`` true: nothing to do
     in this partition (after the superseded leftovers are deleted).
     Returns this partition's counts (partitions, files_before, files_after, rows_before,
-    rows_after), or None when there was nothing to rewrite.
+    rows_after), or None when there was nothing to rewrite.  ``deferred``: the output is
+    published but not logged, and the inputs stay; the ``Rewrite`` is appended to the list for
+    ``finish_rewrites`` to log with the others in one version (a ``forget`` over many
+    partitions is then one change for Delta readers) -- or ``abandon_rewrites`` to undo.
 
-    Crash safety: the compacted file (listing what it supersedes) is published before any old
-    file is deleted, and deleting them is the very next step; a crash in between leaves both:
-    tunedb's readers ignore the superseded ones and every opener deletes them.  On a failure
+    Crash safety: the compacted file (listing what it supersedes) is published, then one Delta
+    log version (``operation``) adds it and removes the old files, and only then are they
+    deleted; a crash in between leaves both: tunedb's readers ignore the superseded ones, Delta
+    readers read the version they find (old files or new, never both), and every opener logs
+    what the log lacks and then deletes them.  On a failure
     while writing (ENOSPC) nothing is published or deleted and the error is raised."""
     try:
         names = sorted(n for n in os.listdir(d) if PART_RE.match(n))
     except FileNotFoundError:
         return None
-    # drop files already superseded by a compacted file (crash leftovers)
+    # drop files already superseded by a compacted file (crash leftovers): out of the Delta log
+    # first (with the compacted file that supersedes them, should the log lack it), then from disk
     sup = superseded_by(d, names)
+    if sup & set(names):
+        deltalog.commit(records_dir, [d / n for n in names if n not in sup], [d / n for n in sup & set(names)],
+                        operation="RECONCILE")
     for n in sup & set(names):
         try:
             os.unlink(d / n)
@@ -355,23 +429,15 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
         table = table.take(pa.array(order))
         meta = {k: v for k, v in md.items() if k in (META_TARGET_KEY, META_TARGET, META_TARGET_NAME)}
         meta[META_SUPERSEDES] = json.dumps(names).encode()
-        path = write_part(records_dir, d.name.split("=", 1)[1], table, meta, "cpart")
+        path = write_part(records_dir, d.name.split("=", 1)[1], table, meta, "cpart", log=False)
         stats["files_after"] = 1
     else:
         path = None
-    # the very next step: delete the superseded inputs (a crash before the last unlink leaves
-    # files that the next opener deletes, see the module docstring of ``tunedb.index.parquet.store``)
-    for n in names:
-        try:
-            os.unlink(d / n)
-        except FileNotFoundError:
-            pass
-    fsync_dir(d)
+    rewrite = Rewrite(path, [d / n for n in names])
+    if deferred is not None:
+        deferred.append(rewrite)
+    else:
+        finish_rewrites(records_dir, [rewrite], operation)
     if path is not None and written is not None:
         written(path)
-    if not any(PART_RE.match(n) for n in os.listdir(d)):
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
     return stats

@@ -5,6 +5,7 @@ Layout of a DB directory::
     tunedb.json                         marker (format, schema version)
     records/target_slug=<slug>/part-<ns>-<id>.parquet    one file per commit and target
     records/target_slug=<slug>/cpart-<ns>-<id>.parquet   compacted files (list what they supersede)
+    records/_delta_log/                 the Delta Lake log of the live files (outside readers)
     journal/<host>-<pid>-<id>.jsonl     write-ahead journals of small commits (see tunedb.index.parquet.journal)
     invalidations/part-*.parquet        (target_key, invalidated_at): stale-marking, append-only
     verdicts/part-*.parquet             (record_id, verdict, marked_at): see tunedb.index.parquet.verdicts
@@ -32,14 +33,16 @@ Contract
 * Readers de-duplicate by ``record_id``.  A compacted file names the files it supersedes in
   its Parquet metadata; readers ignore superseded files, so a crash in the middle of a
   compaction never double-counts.
-* Crash recovery and other readers: a compaction deletes the files it superseded right
-  after publishing its output, and every opener (``open``, ``refresh``; read-only use too, as
-  long as the directory is writable) deletes superseded files a killed compaction left and
-  folds journals whose writer is gone; folding is idempotent (``tunedb.index.parquet.journal_fold``).  So
-  once tunedb has opened the DB after a crash, ``pyarrow.dataset.dataset(DB/records,
-  partitioning="hive")`` (DuckDB, Polars) counts every folded record once.  At any time --
-  during a compaction, right after a crash, or on a read-only copy -- ``snapshot_files()``
-  is the one call that gives other engines a consistent list of files to read.
+* Other readers: ``records/`` is a Delta Lake table (``tunedb.index.parquet.deltalog``): every
+  published file is logged once durable, and a rewrite swaps its inputs for its output in one
+  log version before deleting the inputs, so pyarrow (``deltalake``), Polars, DuckDB and Spark
+  reading the table see each change whole -- never a temp file, a rewrite's output beside its
+  inputs, or a forgotten row -- at any kill point.  ``snapshot_files()`` gives the same live
+  files from tunedb.
+* Crash recovery: every opener (``open``, ``refresh``; read-only use too, as long as the
+  directory is writable) logs what a killed writer published but did not log, deletes the
+  superseded files a killed rewrite left (once the log no longer lists them) and folds journals
+  whose writer is gone; folding is idempotent (``tunedb.index.parquet.journal_fold``).
 * A handle sees its own commits at once and other processes' commits after ``refresh()``
   (or a new ``open``).  Returned Records are immutable; returned tables are fresh copies.
 * Thread safety: one handle may be shared by threads (an internal lock guards its state).
@@ -100,7 +103,7 @@ from tunedb.index.base import (
 )
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
-from tunedb.index.parquet import invalidations, journal_fold, layout, memindex, parts, verdicts
+from tunedb.index.parquet import deltalog, invalidations, journal_fold, layout, memindex, parts, verdicts
 from tunedb.index.parquet import runs as runfiles
 from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, replace_derived, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
@@ -206,6 +209,7 @@ class TuningDB(RecordStore):
         self._keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
         self._entries_memo: tuple | None = None  # (change_token, entries table)
         self._refreshes = 0
+        self._relist = False
         self._compact_due: set = set()
         self.read_only = False
 
@@ -337,8 +341,11 @@ class TuningDB(RecordStore):
                         time.sleep(0.005 * (attempt + 1))
                 else:
                     self._refresh_once()
-                if self._superseded and not self.read_only:
+                if not self.read_only and self._reconcile_log() and self._superseded:
                     self._remove_superseded()
+                if self._relist:  # files the index held were deleted: list and index again
+                    self._relist = False
+                    self._refresh_once()
 
     def _refresh_once(self) -> None:
         self._refreshes += 1
@@ -454,6 +461,30 @@ class TuningDB(RecordStore):
             return  # an older schema's (or a read-only handle's) journals are read in place
         own = self._journal.path if self._journal is not None else None
         journal_fold.fold_abandoned(self.journal_dir, own, lambda p: self._fold(p, recovering=True), strict=strict)
+
+    def _reconcile_log(self) -> bool:
+        """Bring the Delta log in line with the files (``deltalog.reconcile``): live files it
+        lacks are added, superseded ones removed.  A live file the log has removed already (a
+        rewrite killed after logging, before deleting its inputs) counts as superseded from now
+        on.  Returns whether superseded files may be deleted: the log no longer lists them (or
+        the DB keeps no log: an older schema).  A log that cannot be written (a full disk, a
+        read-only medium) is left for a later refresh, and so are the files."""
+        if not self.writable_schema:
+            return True
+        root = str(self.records_dir) + os.sep
+        live = [f for p in self._parts.values() for f in p.live if f.startswith(root) and f.endswith(".parquet")]
+        try:
+            st = deltalog.read_state(self.records_dir)
+            removed = [f for f in live if deltalog.relative(self.records_dir, f) in st.removed]
+            gone = set(removed)
+            deltalog.reconcile(self.records_dir, [Path(f) for f in live if f not in gone],
+                               [Path(f) for f in (*self._superseded, *removed)], clean_temps=self._refreshes <= 1)
+        except OSError:
+            return False
+        if removed:
+            self._superseded = [*self._superseded, *removed]
+            self._relist = True
+        return True
 
     # ------------------------------------------------------- in-memory index
     def _remove_superseded(self) -> None:
@@ -669,21 +700,33 @@ class TuningDB(RecordStore):
 
     # ----------------------------------------------------------- rewriting
     def _rewrite_partitions(self, dirs: list[Path], keep, *, blocking: bool = True,
-                            min_files: int = 2, small_only: bool = False, refresh: bool = True) -> dict:
+                            min_files: int = 2, small_only: bool = False, refresh: bool = True,
+                            operation: str = "OPTIMIZE", atomic: bool = False) -> dict:
         """Rewrite each partition into one compacted file, keeping rows where ``keep(table)``
         is true (all rows when None).  Runs under the DB lock; concurrent appends are never
-        touched (only files listed at the start are merged; see ``parts.rewrite_partition``)."""
+        touched (only files listed at the start are merged; see ``parts.rewrite_partition``).
+        Each partition is one Delta log version (``operation``), or with ``atomic`` the whole
+        rewrite is one, and all-or-nothing (a failure in any partition undoes the others)."""
         stats = {"partitions": 0, "files_before": 0, "files_after": 0, "rows_before": 0, "rows_after": 0}
         with file_lock(self.path / "_lock", blocking=blocking) as held:
             if not held:
                 return stats
-            for d in dirs:
-                st = parts.rewrite_partition(self.records_dir, Path(d), keep, min_files=min_files,
-                                             small_only=small_only, small_bytes=self.AUTO_COMPACT_MAX_BYTES,
-                                             written=lambda p: self._count_commit(p.parent, "cpart"))
-                if st is not None:
-                    for k in stats:
-                        stats[k] += st[k]
+            deferred: list[parts.Rewrite] | None = [] if atomic else None
+            try:
+                for d in dirs:
+                    st = parts.rewrite_partition(self.records_dir, Path(d), keep, min_files=min_files,
+                                                 small_only=small_only, small_bytes=self.AUTO_COMPACT_MAX_BYTES,
+                                                 written=lambda p: self._count_commit(p.parent, "cpart"),
+                                                 operation=operation, deferred=deferred)
+                    if st is not None:
+                        for k in stats:
+                            stats[k] += st[k]
+            except BaseException:
+                if deferred:
+                    parts.abandon_rewrites(deferred)
+                raise
+            if deferred:
+                parts.finish_rewrites(self.records_dir, deferred, operation)
         if refresh:
             self.refresh()
         return stats
@@ -715,7 +758,7 @@ class TuningDB(RecordStore):
         and costs; the earliest is kept.  Returns counts (``removed``)."""
         self._check_writable()
         self._fold_journals()
-        st = self._rewrite_partitions(self._all_partition_dirs(), keep=dedup_mask)
+        st = self._rewrite_partitions(self._all_partition_dirs(), keep=dedup_mask, operation="DELETE", atomic=True)
         st["removed"] = st["rows_before"] - st["rows_after"]
         return st
 
@@ -738,7 +781,7 @@ class TuningDB(RecordStore):
 
         def keep(t: pa.Table) -> np.ndarray:
             return retention_mask(t, keep_top=keep_top, cutoff_us=cutoff, drop_all=drop_all)
-        st = self._rewrite_partitions(dirs, keep=keep, min_files=1)
+        st = self._rewrite_partitions(dirs, keep=keep, min_files=1, operation="DELETE", atomic=True)
         st["removed"] = st["rows_before"] - st["rows_after"]
         return st
 

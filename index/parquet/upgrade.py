@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index.parquet import journal_fold, layout, parts
+from tunedb.index.parquet import deltalog, journal_fold, layout, parts
 from tunedb.index.parquet.fsutil import file_lock
 from tunedb.index.parquet.journal import try_lock_abandoned
 from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
@@ -132,6 +132,10 @@ def upgrade(path: str | os.PathLike) -> dict:
         return t
 
     with file_lock(p / layout.LOCK, shared=False):
+        # 0. the Delta log of the files as they are (a DB of an older schema kept none), so that
+        # readers outside tunedb see the whole DB at every step that follows
+        live, superseded = parts.live_files(records_dir)
+        deltalog.reconcile(records_dir, live, superseded)
         # 1. journals of writers that are gone become Parquet (idempotent folds)
         held = _held_journals(journal_dir)
         if held:
@@ -148,7 +152,7 @@ def upgrade(path: str | os.PathLike) -> dict:
         # 2. every partition with an old-layout file: one compacted file of the new layout
         for d in parts.partition_dirs(records_dir):
             st = parts.rewrite_partition(records_dir, d, None, min_files=1, transform=transform,
-                                         skip_if=_current_layout)
+                                         skip_if=_current_layout, operation="UPGRADE")
             if st is not None:
                 out["partitions"] += 1
                 out["files_before"] += st["files_before"]

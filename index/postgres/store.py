@@ -18,6 +18,8 @@ rows of that number exist (or every record of the batch is already stored): then
 reported as done, with the count it inserted; otherwise it is retried.  At most
 :data:`COMMIT_ATTEMPTS` attempts, waiting :data:`RETRY_BACKOFF_S` x 2**(attempt - 1) seconds
 between them (0.25, 0.5, 1, 2, 4 s: a restart or failover of several seconds is ridden out); then ``OSError``.
+Connections get :data:`CONNECTION_DEFAULTS` (TCP keepalives and a user timeout) unless the URL
+sets those parameters, so a cut network path or a dead server host fails the attempt in seconds.
 So a commit that returned was stored, and one that raised was not, unless the server could not
 be asked before the attempts ran out: then the ``OSError`` says the outcome is unknown (a retry
 with the same records is a no-op if it was stored).  A server that cannot be
@@ -74,6 +76,12 @@ _TS = pa.timestamp("us", tz="UTC")
 COMMIT_ATTEMPTS = 6
 #: the first wait between attempts, in seconds (doubled after each)
 RETRY_BACKOFF_S = 0.25
+#: libpq settings a connection gets unless its URL sets them: a dead network path or a dead
+#: server host is found in seconds rather than after the kernel's default TCP timeouts (about
+#: 15 minutes for data in flight, 2 hours for an idle connection).  ``tcp_user_timeout`` (ms):
+#: sent data unacknowledged that long fails the connection; keepalives probe a quiet one.
+CONNECTION_DEFAULTS = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
+                       "keepalives_count": "3", "tcp_user_timeout": "20000"}
 
 #: columns copied from a batch as they are (the batch's names; all are records columns)
 _PLAIN = ["record_id", "target_key", "target_name", "target", "workload_key", "family", "workload", "config_key",
@@ -232,7 +240,11 @@ class PostgresStore(RecordStore):
     def _connect(self) -> Any:
         pg = self._psycopg
         try:
-            conn = pg.connect(self._url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
+            given = pg.conninfo.conninfo_to_dict(self._url)
+            extra = {k: v for k, v in CONNECTION_DEFAULTS.items() if k not in given}
+            if "connect_timeout" not in given:
+                extra["connect_timeout"] = str(max(1, int(self._connect_timeout)))
+            conn = pg.connect(self._url, autocommit=True, **extra)
         except pg.OperationalError as e:  # down, starting up, in recovery, refused: transient
             raise OSError(f"cannot connect to {redact(self._url)}: {_one_line(e)}") from None
         conn.execute("SET TIME ZONE 'UTC'")

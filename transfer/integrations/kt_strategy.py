@@ -69,6 +69,7 @@ if not hasattr(_kt, "tune_kernel"):  # pragma: no cover - a checkout's kernel_tu
 from tunedb.index.estimate import CostEstimate, estimate
 from tunedb.index.keys import canonical_json
 from tunedb.index.record import Record
+from tunedb.transfer.interop import merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, _target, _workload, cache_key, device_of
 from tunedb.transfer.measure.backend import MeasureBackend
 from tunedb.transfer.search import runlog
@@ -127,6 +128,34 @@ def device_name(runner: Any, tuning_options: Any = None) -> str:
     return device_of({"device_name": name if isinstance(name, str) else ""}, Path(cachefile or "device"))
 
 
+def driver_target(runner: Any) -> tuple[dict, dict] | None:
+    """(target, more device facts for the run summary) of the device Kernel Tuner's runner
+    drives, as its driver describes it (``tunedb.index.hardware.devices``): the OpenCL device of
+    an OpenCL backend, the CUDA device (compute capability, driver version; SM count and memory
+    through NVML where it answers) of a CUDA backend.  None when the runner has no live device
+    (simulation mode) or its backend is one tunedb cannot ask: then the device's name is
+    resolved through the catalog."""
+    from tunedb.index.hardware import devices
+
+    backend = getattr(getattr(runner, "dev", None), "dev", None)
+    if backend is None:
+        return None
+    ctx = getattr(backend, "ctx", None)
+    cl_devices = getattr(ctx, "devices", None) if ctx is not None else None
+    if cl_devices:
+        return devices.opencl_target(cl_devices[0]), devices.opencl_device_info(cl_devices[0])
+    env = getattr(backend, "env", None) or {}
+    cc = getattr(backend, "cc", None) or env.get("compute_capability")
+    name = env.get("device_name") or getattr(backend, "name", None)
+    if cc and name:
+        probed = probed_device(str(name)) or {}
+        t = devices.cuda_target(str(name), cc, env.get("cuda_version"), sm_count=probed.get("sm_count"),
+                                memory_mb=probed.get("memory_mb"))
+        merge_device_fields(t, resolve_device_fields(str(name), "gpu"))
+        return t, {k: v for k, v in probed.items() if k not in t}
+    return None
+
+
 def target_of(device: str) -> dict:
     """The tunedb target of a Kernel Tuner device name (the importer's: catalog fields added)."""
     return dict(_target(device).value)
@@ -160,7 +189,8 @@ def _run_keys(searchspace: Any, runner: Any, tuning_options: Any, target: str | 
               ) -> tuple[dict, dict, list[str]]:
     keys = list(searchspace.tune_params.keys())
     if target is None:
-        tgt = target_of(device_name(runner, tuning_options))
+        described = driver_target(runner)
+        tgt = described[0] if described is not None else target_of(device_name(runner, tuning_options))
     elif isinstance(target, str):
         tgt = target_of(target)
     else:
@@ -416,7 +446,11 @@ class WarmStart:
         if best_est is not None:  # the run's best is the estimator's, not the Tuner's min over records
             res = replace(res, best_config=best_cfg, best_cost=best_est.value)
         results, db_answers = self._results(evaluations, backend, keys, costs)
-        device = None if simulation else probed_device(str(target.get("name", "")))
+        device = None
+        if not simulation:
+            described = driver_target(runner)
+            device = ({**described[0], **described[1]} if described is not None
+                      else probed_device(str(target.get("name", ""))))
         run_id = runlog.save_tuner_runs(self.db, "kernel-tuner", target, [res], watch, before,
                                         cold=bool(opts.cold), options={"budget": opts.budget, "seed": opts.seed},
                                         extra={"interrupted": interrupted, "kt_fevals": len(cost_func.results),

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tunedb.index.keys import canonical_json_normalised, hash64, key_of, key_of_text, normalise
-from tunedb.index.record import Record, target_display_name, this_host
+from tunedb.index.record import MAX_RECORD_BYTES, Record, record_too_big, target_display_name, this_host
 
 MAX_REPORTED_ERRORS = 10
 #: the most text one imported file may hold after decompression (characters; 16x the largest
@@ -48,6 +48,11 @@ MAX_IMPORT_LINE = 16 << 20
 
 class ImportFormatError(ValueError):
     """A whole input file cannot be imported (unreadable, or not in the announced format)."""
+
+
+class ImportCapError(ImportFormatError):
+    """Input over one of the import caps (text size, line length, record size): the whole import
+    is refused, never a record skipped, so nothing is written."""
 
 
 class ExportFormatError(ValueError):
@@ -372,7 +377,7 @@ def check_line(path: Path, no: int, line: str) -> None:
     """ImportFormatError (one line) when line ``no`` of ``path`` is longer than
     :data:`MAX_IMPORT_LINE`: one record that large is refused, and so the whole file."""
     if len(line) > MAX_IMPORT_LINE:
-        raise ImportFormatError(f"{path}: line {no} has {len(line) >> 20} MiB: over the import cap of "
+        raise ImportCapError(f"{path}: line {no} has {len(line) >> 20} MiB: over the import cap of "
                                 f"{MAX_IMPORT_LINE >> 20} MiB per record")
 
 
@@ -505,6 +510,9 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
         d["meta_json"] = meta_json
     else:
         d["meta_json"] = _canon(d["meta"]) if d["meta"] else "{}"
+    if r.size_bytes() > MAX_RECORD_BYTES:
+        raise ImportCapError(f"record {record_id}: {record_too_big(r.size_bytes())}: over the import cap, so "
+                             f"nothing is imported")
     r.validate()
     return r
 

@@ -34,6 +34,7 @@ from typing import Any
 from tunedb.index.record import Record
 from tunedb.transfer.interop import (
     ExportReport,
+    ImportCapError,
     ImportFormatError,
     ImportIssue,
     Prepared,
@@ -314,6 +315,8 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, wall_s=wall,
                               timestamp=ts, source=SOURCE, record_id=rid,
                               meta={"autotvm": value, "origin": {"file": path.name, "line": no}})
+        except ImportCapError:
+            raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
             yield ImportIssue(where(path, no), str(e) or type(e).__name__)
             continue

@@ -43,11 +43,13 @@ from json.encoder import encode_basestring, encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
+from tunedb.index.hardware.devices import cpu_opencl_name
 from tunedb.index.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
 from tunedb.index.record import Record
 from tunedb.transfer.interop import (
     ExportFormatError,
     ExportReport,
+    ImportCapError,
     ImportFormatError,
     ImportIssue,
     Prepared,
@@ -198,8 +200,13 @@ def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str
 
 
 def _target(device: str, label: str | None = None) -> Prepared:
-    t: dict[str, Any] = {"kind": "gpu", "name": f"{device} [{label}]" if label else device}
-    merge_device_fields(t, resolve_device_fields(device, "gpu"))
+    """The target of a cache file's device name: a GPU resolved through the catalog, unless the
+    name is a CPU OpenCL device's (PoCL's ``pthread-<cpu>``, a CPU runtime's brand string)."""
+    kind = "cpu" if cpu_opencl_name(device) else "gpu"
+    t: dict[str, Any] = {"kind": kind, "name": f"{device} [{label}]" if label else device}
+    if kind == "cpu":
+        t["runtime"] = "opencl"
+    merge_device_fields(t, resolve_device_fields(device, kind))
     return Prepared.of(t, "target")
 
 
@@ -223,6 +230,8 @@ def _header(doc: Mapping[str, Any], path: Path, device: str | None, keys: list[s
         if note is not None and notes is not None:
             notes.append(note)
         return _target(name, label), _workload(doc, path, keys)
+    except ImportCapError:
+        raise
     except (ValueError, TypeError, RecursionError) as e:
         raise ImportFormatError(f"{path}: unusable cache header: {e}") from None
 
@@ -397,6 +406,8 @@ def _parse_cache(doc: Mapping[str, Any], path: Path, keys: list[str] | None, tp:
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,
                               timestamp=ts, source=SOURCE, record_id=rid, meta=meta, meta_normalised=True,
                               meta_json=meta_json)
+        except ImportCapError:
+            raise
         except (ValueError, TypeError, KeyError, RecursionError) as e:
             yield ImportIssue(where(path, f"entry {i} ({key})"), str(e) or type(e).__name__)
             continue
@@ -638,6 +649,8 @@ def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None, notes: lis
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,
                               timestamp=to_utc(r.get("timestamp")), source=SOURCE, record_id=rid,
                               meta={"kernel_tuner": {"key": key, "t4": r}})
+        except ImportCapError:
+            raise
         except (ValueError, TypeError, KeyError, RecursionError) as e:
             yield ImportIssue(where(path, f"result {i}"), str(e) or type(e).__name__)
             continue

@@ -33,6 +33,7 @@ from tunedb.index.keys import key_of
 from tunedb.index.record import Record
 from tunedb.transfer.interop import (
     ExportReport,
+    ImportCapError,
     ImportFormatError,
     ImportIssue,
     Prepared,
@@ -214,6 +215,8 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
                               record_id=rid,
                               meta={"metaschedule": {"record": inner, "workload": [shash, mod_b64]},
                                     "origin": {"file": rfile.name, "line": no}})
+        except ImportCapError:
+            raise
         except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
             yield ImportIssue(where(rfile, no), str(e) or type(e).__name__)
             continue

@@ -34,6 +34,7 @@ from tunedb.index.record import Record
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.transfer.interop import (
     ExportReport,
+    ImportCapError,
     ImportFormatError,
     ImportIssue,
     Prepared,
@@ -142,6 +143,8 @@ def parse_jsonl(path: Path) -> Iterator[Record | ImportIssue]:
         good += 1
         try:
             rec = b.build(d, d)
+        except ImportCapError:
+            raise
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             yield ImportIssue(where(path, no), str(e) or type(e).__name__)
             continue
@@ -210,6 +213,8 @@ def parse_parquet(path: Path) -> Iterator[Record | ImportIssue]:
             try:
                 rec = b.build(row, row)
                 rids.add(rec.record_id)
+            except ImportCapError:
+                raise
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
                 yield ImportIssue(f"{f.name}:row {i}", str(e) or type(e).__name__)
                 continue
