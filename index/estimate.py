@@ -168,16 +168,29 @@ def order_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
     possible; j = 1 (min..max, coverage below ``level``) when n is too small; (1, 0) for n <= 1."""
     if n <= 1:
         return 1, 0.0
-    from scipy.stats import binom
-
     alpha = 1.0 - level
+    # the Binomial(n, 1/2) CDF, cdf[i] = P(X <= i) = sum_{m <= i} C(n, m) / 2^n: in exact integers
+    # up to 1,000 values, from log-probabilities above (its tail is all the interval needs)
+    cdf: list[float] = []
+    if n <= 1000:
+        total, acc = 1 << n, 0
+        for m in range(n // 2 + 1):
+            acc += math.comb(n, m)
+            cdf.append(acc / total)
+    else:
+        acc_f, base = 0.0, math.lgamma(n + 1) - n * math.log(2.0)
+        for m in range(n // 2 + 1):
+            acc_f += math.exp(base - math.lgamma(m + 1) - math.lgamma(n - m + 1))
+            cdf.append(acc_f)
+            if acc_f > alpha:  # past the tail: j is settled
+                break
     j = 1
-    for cand in range(1, n // 2 + 1):
-        if binom.cdf(cand - 1, n, 0.5) <= alpha / 2:
+    for cand in range(1, len(cdf) + 1):
+        if cdf[cand - 1] <= alpha / 2:
             j = cand
         else:
             break
-    return j, float(1.0 - 2.0 * binom.cdf(j - 1, n, 0.5))
+    return j, float(1.0 - 2.0 * cdf[j - 1])
 
 
 def record_medians(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -305,6 +318,37 @@ def rank_key(est: CostEstimate, config_key: str) -> tuple[int, float, str]:
     return (0 if est.basis == "confirmed" else 1, est.value, config_key)
 
 
+def rank_arrays(flat: np.ndarray, lengths: np.ndarray, config_keys: Sequence[str], group: np.ndarray,
+                confirm: np.ndarray, noisy: np.ndarray, timestamps: np.ndarray, k: int | None = None
+                ) -> list[tuple[int, CostEstimate, int]]:
+    """:func:`rank` over records given as arrays (one entry per ok record with >= 1 cost):
+    ``flat``/``lengths`` their costs (seconds), ``group`` the config (index into ``config_keys``)
+    of each, ``confirm``/``noisy`` per record as in :func:`estimate_groups`, ``timestamps`` any
+    increasing time (ties of the representative go to the latest).  Returns ``(group,
+    estimate, representative record's position)`` in ranking order, the first ``k`` (all when
+    None).  The representative is the record whose median is nearest the estimate, the latest
+    among equals (the last in order among full ties)."""
+    n_groups = len(config_keys)
+    group = np.asarray(group, np.int64)
+    arrs = estimate_groups(flat, lengths, group, confirm, n_groups, noisy)
+    meds = record_medians(flat, lengths)
+    dist = np.abs(meds - arrs["value"][group])
+    pos = np.arange(len(group))
+    order = np.lexsort((-pos, -np.asarray(timestamps, np.float64), dist, group))
+    first = np.ones(len(order), bool)
+    first[1:] = group[order][1:] != group[order][:-1]
+    rep = np.full(n_groups, -1, np.int64)
+    rep[group[order][first]] = order[first]
+    # rank_key's order: confirmed first, then by value, then by config_key (groups without a value: out)
+    valid = np.flatnonzero(~np.isnan(arrs["value"]))
+    key_rank = np.empty(n_groups, np.int64)
+    key_rank[np.argsort(np.asarray(config_keys, dtype=object).astype(str), kind="stable")] = np.arange(n_groups)
+    ranked = valid[np.lexsort((key_rank[valid], arrs["value"][valid], ~arrs["basis_confirmed"][valid]))]
+    if k is not None:
+        ranked = ranked[:k]
+    return [(int(gi), _estimate_at(arrs, int(gi)), int(rep[gi])) for gi in ranked]
+
+
 def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:
     """The configs of ``records`` (one entry's ok records; failed ones ignored), each with its
     estimate, in ranking order (:func:`rank_key`: confirmed first, then by cost); the first
@@ -313,25 +357,15 @@ def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:
     if not recs or (k is not None and k <= 0):
         return []
     index: dict[str, int] = {}
-    group = [index.setdefault(r.config_key, len(index)) for r in recs]
-    arrs = _arrays_of(recs, group, len(index))
-    meds = record_medians(np.fromiter((c for r in recs for c in r.costs), np.float64),
-                          np.array([len(r.costs) for r in recs], np.int64))
-    rep: dict[int, int] = {}
-    for i, gi in enumerate(group):
-        j = rep.get(gi)
-        v = float(arrs["value"][gi])
-        if j is None or (abs(meds[i] - v), -recs[i].timestamp.timestamp()) <= \
-                (abs(meds[j] - v), -recs[j].timestamp.timestamp()):
-            rep[gi] = i
-    out = []
-    for ck, gi in index.items():
-        est = _estimate_at(arrs, gi)
-        if est is not None:
-            r = recs[rep[gi]]
-            out.append(ConfigCost(config_key=ck, config=r.config, estimate=est, record=r))
-    out.sort(key=lambda c: rank_key(c.estimate, c.config_key))
-    return out if k is None else out[:k]
+    group = np.array([index.setdefault(r.config_key, len(index)) for r in recs], np.int64)
+    lengths = np.array([len(r.costs) for r in recs], np.int64)
+    flat = np.fromiter((c for r in recs for c in r.costs), np.float64, count=int(lengths.sum()))
+    confirm = np.array([is_confirmation(r) for r in recs], bool)
+    noisy = np.array([bool(r.meta.get("noisy")) for r in recs], bool)
+    ts = np.array([r.timestamp.timestamp() for r in recs], np.float64)
+    keys = list(index)
+    return [ConfigCost(config_key=keys[gi], config=recs[j].config, estimate=est, record=recs[j])
+            for gi, est, j in rank_arrays(flat, lengths, keys, group, confirm, noisy, ts, k)]
 
 
 # --------------------------------------------------------------------------- Arrow tables

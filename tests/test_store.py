@@ -211,3 +211,37 @@ def test_four_writers_and_a_compacting_reader(tmp_path):
     assert len(set(ids)) == 8000
     pairs = {(c) for c in t.column("config").to_pylist()}
     assert len(pairs) == 8000
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_best_costs_from_columns_equals_the_estimator_over_records(tmp_path, seed):
+    """The Parquet store ranks an entry from its decoded columns; the answer is exactly
+    ``estimate.rank`` over ``entry_records``: the same configs in the same order, the same
+    estimates and the same representative records -- with several files, repeated configs,
+    confirmation re-measurements, noisy records, failures, ties and a refuted record."""
+    from tunedb.index.estimate import rank
+
+    rng = random.Random(seed)
+    db = TuningDB.open(tmp_path / "db")
+    t, w = {"kind": "cpu", "name": "rank"}, {"family": "matmul", "M": 8}
+    for batch in range(4):
+        recs = []
+        for i in range(120):
+            c = {"tile": rng.randrange(25)}
+            meta = {}
+            if rng.random() < 0.15:
+                meta["origin"] = rng.choice(["confirm", "compare", "runoff"])
+            if rng.random() < 0.1:
+                meta["noisy"] = True
+            failed = rng.random() < 0.05
+            costs = [] if failed else [round(rng.choice([1e-3, 2e-3, rng.uniform(1e-3, 3e-3)]), 6)
+                                       for _ in range(rng.randint(1, 4))]
+            recs.append(Record(t, w, c, costs, status="runtime_error" if failed else "ok", meta=meta))
+        db.commit(recs)
+    db.mark({db.best(t, w, 3)[2].record_id: "refuted"})
+    for k in (1, 5, 100):
+        fast = db.best_costs(t, w, k)
+        slow = rank(db.entry_records(t, w), k)
+        assert [c.config_key for c in fast] == [c.config_key for c in slow]
+        assert [c.estimate for c in fast] == [c.estimate for c in slow]
+        assert [c.record.record_id for c in fast] == [c.record.record_id for c in slow]

@@ -127,6 +127,14 @@ from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
 
 
+def _meta_flags(meta: str, confirm_origins: tuple[str, ...]) -> tuple[bool, bool]:
+    """(a confirmation re-measurement, said to be noisy) of a record's meta JSON text."""
+    if not meta or ('"origin"' not in meta and '"noisy"' not in meta):  # (most metas: no JSON parse)
+        return False, False
+    d = json.loads(meta)
+    return d.get("origin") in confirm_origins, bool(d.get("noisy"))
+
+
 def _read_file(path: str, columns: list[str] | None) -> pa.Table:
     """One record file, every column or only ``columns`` (those the file has: a schema-1 file
     lacks ``host`` and ``origin``; ``schema.conform`` fills them in)."""
@@ -963,6 +971,75 @@ class TuningDB(RecordStore):
                 self.hits -= 1
                 return None
             return rec
+
+    def best_costs(self, target: Any, workload: Any, k: int = 1) -> list:
+        """``RecordStore.best_costs``, computed from the partition's decoded columns: only the
+        ``k`` representative records are built as Records (the contract's definition through
+        ``estimate.rank_arrays``, which ``estimate.rank`` uses too)."""
+        if k <= 0:
+            return []
+        return self._retrying(self._best_costs, target, workload, k)
+
+    def _best_costs(self, target: Any, workload: Any, k: int) -> list:
+        from tunedb.index.estimate import CONFIRM_ORIGINS, ConfigCost, rank, rank_arrays
+
+        tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
+        ek = hash64(tkey, wkey)
+        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
+        with self._lock:
+            p = self._parts.get(tkey[:16])
+            if p is None:
+                return []
+            if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
+                return rank(self._entry_records(target, workload), k)
+            ar = self._loaded(p).arrays
+            rows = np.asarray(memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, self._refuted_hashes),
+                              np.int64)
+            if not len(rows):
+                return []
+            files, frows = ar.a["file"][rows], ar.a["row"][rows]
+            n = len(rows)
+            ckeys = np.empty(n, "S32")
+            starts = np.zeros(n, np.int64)
+            lengths = np.zeros(n, np.int64)
+            ts = np.zeros(n, np.int64)
+            confirm = np.zeros(n, bool)
+            noisy = np.zeros(n, bool)
+            values, base = [], 0
+            for f in np.unique(files):
+                t = self._tables.get(p.files[int(f)], self._mem, self.TABLE_CACHE_ROWS)
+                at = np.flatnonzero(files == f)
+                r = frows[at]
+                ckeys[at] = t["_cfg_key"][r]
+                off = t["_cost_off"]
+                starts[at] = base + off[r]
+                lengths[at] = off[r + 1] - off[r]
+                ts[at] = t["_ts"][r]
+                values.append(t["_cost_val"])
+                base += len(t["_cost_val"])
+                # the confirmation and noise flags of each distinct meta text, then per row
+                combos = t["_combos"]
+                if combos is not None:
+                    texts, codes = [c[5] for c in combos], t["_combo"][r]
+                else:
+                    codes_all, texts = t["_combo"][5]
+                    codes = codes_all[r]
+                flags = np.array([_meta_flags(m, CONFIRM_ORIGINS) for m in texts], bool).reshape(-1, 2)
+                confirm[at], noisy[at] = flags[codes, 0], flags[codes, 1]
+            sel = np.flatnonzero(lengths > 0)
+            uniq, group = np.unique(ckeys, return_inverse=True)
+            keys = [u.decode() for u in uniq.tolist()]
+            ln = lengths[sel]
+            idx = np.repeat(starts[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln) + np.arange(int(ln.sum()))
+            flat = np.concatenate(values)[idx] if len(values) else np.zeros(0)
+            ranked = rank_arrays(flat, ln, keys, group[sel], confirm[sel], noisy[sel], ts[sel], k)
+            out = []
+            for gi, est, j in ranked:
+                rec = self._materialise(p, int(rows[sel[j]]), tw)
+                if self._refuted and rec.record_id in self._refuted:  # (a rid-hash collision: rare)
+                    return rank(self._entry_records(target, workload), k)
+                out.append(ConfigCost(config_key=keys[gi], config=rec.config, estimate=est, record=rec))
+        return out
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""

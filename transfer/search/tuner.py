@@ -579,14 +579,24 @@ class Tuner:
         vals = self._value_codes()
         names = self.space.names
         X = np.zeros((len(cfgs), len(names)))
-        ok = np.ones(len(cfgs), bool)
-        for r, c in enumerate(cfgs):
-            for j, n in enumerate(names):
-                v = vals[j].get(repr(c.get(n))) if isinstance(c, Mapping) else None
-                if v is None:
+        ok = np.array([isinstance(c, Mapping) for c in cfgs], bool)
+        missing = object()
+        for j, n in enumerate(names):
+            table, memo = vals[j], {}
+            col = X[:, j]
+            for r, c in enumerate(cfgs):
+                if not ok[r]:
+                    continue
+                v = c.get(n, missing)
+                try:
+                    key = (v.__class__, v)  # (1, 1.0 and True are different values of a knob)
+                    code = memo[key] if key in memo else memo.setdefault(key, table.get(repr(v)))
+                except TypeError:  # an unhashable value (a list)
+                    code = table.get(repr(v))
+                if code is None:
                     ok[r] = False
-                    break
-                X[r, j] = v
+                else:
+                    col[r] = code
         return X, ok
 
     def _value_codes(self) -> list[dict]:
@@ -618,7 +628,7 @@ class Tuner:
         try:
             for i, src in enumerate(self._sources):
                 m = src["match"]
-                t = self.db.records(m.target, m.workload)
+                t = self.db.records(m.target, m.workload, columns=["config", "cost", "status"])
                 best: dict[str, float] = {}
                 for c, v, st in zip(t.column("config").to_pylist(), t.column("cost").to_pylist(),
                                     t.column("status").to_pylist()):

@@ -42,6 +42,8 @@ def register(sub, common) -> None:
                    help="device name of every imported file's records: overrides each file's device name, "
                         "empty or not, and keeps files whose times disagree on that one target (they are "
                         "still reported); not for parquet/jsonl")
+    p.add_argument("--no-models", action="store_true",
+                   help="do not fit the imported families' cost models now (the first tuning run then does)")
     p.set_defaults(func=run_import)
 
     e = sub.add_parser("export", parents=[common], help="export records to another tuner's format or parquet/jsonl")
@@ -82,9 +84,18 @@ def run_import(args) -> int:
         except ValueError as e:
             raise UserError(f"import rejected, nothing written: {e}") from None
     seconds = time.perf_counter() - t0
-    payload = dict(report.to_json(), format=fmt, new=int(new or 0), seconds=round(seconds, 3))
+    models: dict[str, float] = {}
+    if new and not args.no_models:
+        from tunedb.transfer.search.modelcache import prepare
+
+        models = prepare(db, sorted({str(r.workload.get("family", "")) for r in records}))
+    payload = dict(report.to_json(), format=fmt, new=int(new or 0), seconds=round(seconds, 3),
+                   models={f: round(v, 3) for f, v in models.items()})
     human = (f"imported {report.imported} record(s) ({payload['new']} new) from {report.files} {fmt} input(s), "
              f"skipped {report.skipped}")
+    if models:
+        human += (f"; fitted the cost model of {len(models)} kernel famil{'y' if len(models) == 1 else 'ies'} in "
+                  f"{sum(models.values()):.1f} s (tuning runs reuse it)")
     for err in report.errors:
         human += f"\n  skipped {err['where']}: {err['error']}"
     if not getattr(args, "json", False):
