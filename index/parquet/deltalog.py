@@ -106,6 +106,9 @@ def log_dir(records_dir: Path) -> Path:
 
 def relative(records_dir: Path, path: Path | str) -> str:
     """A data file's path in the log: relative to ``records/``, '/'-separated."""
+    text, root = str(path), str(records_dir)
+    if text.startswith(root + os.sep):  # (the common case, without relpath's normalising)
+        return text[len(root) + 1:].replace(os.sep, "/")
     return Path(os.path.relpath(path, records_dir)).as_posix()
 
 
@@ -269,7 +272,7 @@ def _create_version(ld: Path, version: int, data: bytes) -> bool:
     return True
 
 
-def commit(records_dir: Path, adds: Iterable[Path] = (), removes: Iterable[Path | str] = (), *,
+def commit(records_dir: Path, adds: Iterable[Path | str] = (), removes: Iterable[Path | str] = (), *,
            operation: str = "WRITE") -> int | None:
     """Log ``adds`` (published data files) and ``removes`` (files to drop) as one new version,
     following the module's rules: an add of a path the log removed before, or of a file gone
@@ -277,21 +280,20 @@ def commit(records_dir: Path, adds: Iterable[Path] = (), removes: Iterable[Path 
     version, or None when nothing was left to log.  OSError when the log cannot be written
     (then nothing was logged)."""
     ld = log_dir(records_dir)
-    add_paths = [(relative(records_dir, p), Path(p)) for p in adds]
+    add_paths = [(relative(records_dir, p), str(p)) for p in adds]
     rm_paths = [r if isinstance(r, str) and not os.path.isabs(r) else relative(records_dir, r) for r in removes]
     for _ in range(MAX_ATTEMPTS):
         st = read_state(records_dir)
         rm = [p for p in dict.fromkeys(rm_paths) if p in st.live]
         add: list[tuple[str, int]] = []
+        rm_set = set(rm)
         for rel, p in dict.fromkeys(add_paths):
-            if rel in st.removed or rel in rm:
-                continue
+            if rel in st.live or rel in st.removed or rel in rm_set:
+                continue  # (already listed; or removed: never added again)
             try:
-                size = p.stat().st_size
+                size = os.stat(p).st_size
             except FileNotFoundError:
                 continue
-            if st.live.get(rel) == size:
-                continue  # already listed
             add.append((rel, size))
         if not add and not rm and st.version >= 0:
             return None
@@ -310,7 +312,7 @@ def commit(records_dir: Path, adds: Iterable[Path] = (), removes: Iterable[Path 
     raise OSError(errno.EAGAIN, f"could not add a version to {ld}: {MAX_ATTEMPTS} lost races with other writers")
 
 
-def reconcile(records_dir: Path, live: Iterable[Path], superseded: Iterable[Path | str], *,
+def reconcile(records_dir: Path, live: Iterable[Path | str], superseded: Iterable[Path | str], *,
               clean_temps: bool = True) -> int | None:
     """Bring the log in line with tunedb's view: ``live`` (published, not superseded files) that
     the log lacks are added, ``superseded`` files and files gone from disk are removed -- one
@@ -322,7 +324,8 @@ def reconcile(records_dir: Path, live: Iterable[Path], superseded: Iterable[Path
             if n.startswith("_tmp-"):
                 remove_dead_temp(ld / n)
     st = read_state(records_dir)
-    gone = [p for p in st.live if not (records_dir / p).exists()]
+    root = str(records_dir)
+    gone = [p for p in st.live if not os.path.exists(os.path.join(root, p))]
     return commit(records_dir, live, [*superseded, *gone], operation="RECONCILE")
 
 

@@ -485,8 +485,8 @@ class TuningDB(RecordStore):
             st = deltalog.read_state(self.records_dir)
             removed = [f for f in live if deltalog.relative(self.records_dir, f) in st.removed]
             gone = set(removed)
-            deltalog.reconcile(self.records_dir, [Path(f) for f in live if f not in gone],
-                               [Path(f) for f in (*self._superseded, *removed)], clean_temps=self._refreshes <= 1)
+            deltalog.reconcile(self.records_dir, [f for f in live if f not in gone], [*self._superseded, *removed],
+                               clean_temps=self._refreshes <= 1)
         except OSError:
             return False
         if removed:
