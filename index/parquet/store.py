@@ -980,12 +980,18 @@ class TuningDB(RecordStore):
             return []
         return self._retrying(self._best_costs, target, workload, k)
 
+    def _entry_query(self, target: Any, workload: Any) -> tuple[str, int, tuple | None]:
+        """(target_key, entry key, ``tw``) of a (target, workload) query: ``tw`` is its target and
+        workload as ``rowcache.record_at`` takes them (the rows' own are the query's: not read
+        back, their config is), None when given as keys or names."""
+        tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
+        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
+        return tkey, hash64(tkey, wkey), tw
+
     def _best_costs(self, target: Any, workload: Any, k: int) -> list:
         from tunedb.index.estimate import CONFIRM_ORIGINS, ConfigCost, rank, rank_arrays
 
-        tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
-        ek = hash64(tkey, wkey)
-        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
+        tkey, ek, tw = self._entry_query(target, workload)
         with self._lock:
             p = self._parts.get(tkey[:16])
             if p is None:
@@ -1046,10 +1052,7 @@ class TuningDB(RecordStore):
         return self._retrying(self._entry_records, target, workload)
 
     def _entry_records(self, target: Any, workload: Any) -> list[Record]:
-        tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
-        ek = hash64(tkey, wkey)
-        # the rows' target and workload are the query's: not read back (their config is)
-        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
+        tkey, ek, tw = self._entry_query(target, workload)
         with self._lock:
             p = self._parts.get(tkey[:16])
             if p is None:
