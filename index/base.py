@@ -76,6 +76,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunedb.index.lookups import Lookups
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -272,6 +274,13 @@ class RecordStore(ABC):
     def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
         """:meth:`lookup` of each config of one (target, workload), in order."""
         return [self.lookup(target, workload, c) for c in configs]
+
+    def lookup_batch(self, target: Any, workload: Any, configs: Iterable[Any]) -> Lookups:
+        """:meth:`lookup` of a population of configs of one (target, workload) in one call, as
+        :class:`~tunedb.index.lookups.Lookups`: which configs have an answer (``found``, one bool
+        array), each answer's Record built when it is read.  A backend with a faster batch path
+        overrides this; the answers are :meth:`lookup_many`'s."""
+        return Lookups.of(self.lookup_many(target, workload, configs))
 
     @abstractmethod
     def entry_records(self, target: Any, workload: Any) -> list[Record]:

@@ -109,7 +109,7 @@ from tunedb.index.base import (
 from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64, rid_hash
 from tunedb.index.record import Record
-from tunedb.index.schema import conform, record_schema
+from tunedb.index.schema import conform, empty_records
 
 MODES = ("ordered", "union")
 
@@ -121,7 +121,7 @@ def concat_records(parts: list[pa.Table], columns: list[str] | None = None) -> p
     parts = [(conform(p) if columns is None else p.select(columns)).replace_schema_metadata(None)
              for p in parts if p.num_rows]
     if not parts:
-        return record_schema(columns).empty_table()
+        return empty_records(columns)
     return tables.first_by_record_id(pa.concat_tables(parts))
 
 

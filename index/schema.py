@@ -53,6 +53,12 @@ def record_schema(columns: list[str] | None = None) -> pa.Schema:
     return RECORD_SCHEMA if columns is None else pa.schema([RECORD_SCHEMA.field(c) for c in columns])
 
 
+def empty_records(columns: list[str] | None = None) -> pa.Table:
+    """A table of no records with :func:`record_schema` ``(columns)`` (not ``Schema.empty_table``:
+    pyarrow imports pandas for that, 0.2-0.3 s in a fresh process)."""
+    return pa.Table.from_batches([], schema=record_schema(columns))
+
+
 def conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     """``table`` (record columns of any schema version this tunedb reads) with exactly the
     columns of ``RECORD_SCHEMA`` (or of :func:`record_schema` ``(columns)``, a projection), in

@@ -23,6 +23,7 @@ from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import (
     canonical_json,
     canonical_json_flat,
+    canonical_json_flat_many,
     canonical_json_normalised,
     hash64,
     key_of,
@@ -197,3 +198,18 @@ def test_numpy_scalars_and_subclasses_normalise_like_python_values():
     assert normalise(value) == {"f": 2, "g": 0.5, "i": -3, "b": True, "o": {"z": 1, "a": 2}, "t": [1, [2]]}
     assert type(normalise(value)["b"]) is bool and type(normalise(value)["f"]) is int
     assert canonical_json(value) == '{"b":true,"f":2,"g":0.5,"i":-3,"o":{"a":2,"z":1},"t":[1,[2]]}'
+
+
+int_configs = st.dictionaries(st.sampled_from(["a", "b%d", "é", "", "x\"y", "tile"]), st.integers(-2**70, 2**70),
+                              min_size=1, max_size=6)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(int_configs | flat_objects | objects, max_size=12), st.integers(0, 5))
+def test_population_canonicalisation_matches_one_by_one(population, n_same):
+    """``canonical_json_flat_many`` (the batch look-up's template path) gives each config's
+    ``canonical_json_flat``, for populations sharing a key set and for mixed ones (bools,
+    strings, floats, nested values, other key sets)."""
+    if population and isinstance(population[0], dict):  # repeat the first shape with new values
+        population += [{k: (i if type(v) is int else v) for k, v in population[0].items()} for i in range(n_same)]
+    assert canonical_json_flat_many(population) == [canonical_json_flat(v) for v in population]

@@ -245,3 +245,21 @@ def test_best_costs_from_columns_equals_the_estimator_over_records(tmp_path, see
         assert [c.config_key for c in fast] == [c.config_key for c in slow]
         assert [c.estimate for c in fast] == [c.estimate for c in slow]
         assert [c.record.record_id for c in fast] == [c.record.record_id for c in slow]
+
+
+def test_a_batch_lookup_read_after_a_compaction_gives_the_same_records(tmp_path):
+    """``lookup_batch`` builds answers when they are read: a file merged away between the
+    look-up and the read is no error, the answer is the same record (looked up again)."""
+    db = TuningDB(tmp_path / "db")
+    t, w = {"kind": "cpu", "name": "x"}, {"family": "f", "n": 1}
+    rs = []
+    for part in range(3):  # three part files
+        batch = [Record(t, w, {"i": part * 100 + i}, [1e-3 * (i + 1)]) for i in range(100)]
+        db.commit(batch)
+        rs += batch
+    got = db.lookup_batch(t, w, [r.config for r in rs[::7]] + [{"i": -5}])
+    assert got.hits == len(rs[::7])
+    db.compact()
+    other = TuningDB(tmp_path / "db")
+    other.compact()  # another handle merges the files this handle's answers point at
+    assert [r.record_id for r in got[:-1]] == [r.record_id for r in rs[::7]] and got[-1] is None

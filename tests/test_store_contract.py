@@ -300,6 +300,31 @@ def test_a_refuted_latest_measurement_does_not_answer_lookup(store):
     assert store.lookup(T1, W, {"tile": 7}) is None and store.best(T1, W, 3) == []
 
 
+def test_lookup_batch_answers_as_lookup_does(store):
+    """A population looked up in one call: the same answers as one lookup each (hits, misses,
+    failures, repeats of one config, arguments by key or name), found says which, and a refuted
+    latest record is no answer."""
+    rs = recs(30)
+    store.commit(rs[:25])
+    store.commit(tunedb.Record(T1, W, {"tile": 99}, [], status="compile_error", error="no"))
+    store.commit(rs[25:])  # a small commit after a large one (a journal/overlay on some backends)
+    configs = [{"tile": i} for i in (3, 1000, 99, 29, 3, -1, 0)] + [rs[7].config_key]
+    got = store.lookup_batch(T1, W, configs)
+    one = [store.lookup(T1, W, c) for c in configs]
+    assert len(got) == len(configs) and got.found.tolist() == [r is not None for r in one]
+    assert [None if r is None else r.record_id for r in got] == [None if r is None else r.record_id for r in one]
+    assert got.hits == 6 and got[2].status == "compile_error" and got[-1].record_id == rs[7].record_id
+    assert got[1] is None and got[3] is got[3]  # built once
+    by_name = store.lookup_batch("alpha", W, [{"tile": 4}, {"tile": 4.0}])
+    assert [r.record_id for r in by_name] == [rs[4].record_id] * 2
+    assert store.lookup_batch(T2, W, configs).hits == 0 and len(store.lookup_batch(T1, W, [])) == 0
+    assert [None if r is None else r.record_id for r in store.lookup_many(T1, W, configs)] == \
+        [None if r is None else r.record_id for r in one]
+    store.mark({rs[3].record_id: "refuted"})
+    again = store.lookup_batch(T1, W, [{"tile": 3}, {"tile": 0}])
+    assert again.found.tolist() == [False, True] and again[0] is None
+
+
 def test_threads_commit_and_read_concurrently(store):
     errors: list[BaseException] = []
 

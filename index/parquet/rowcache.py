@@ -119,8 +119,10 @@ class TableCache:
             return t
         tab = mem.get(path)
         if tab is None:
-            names = set(pq.read_schema(path).names)  # a schema-1 file has no host/origin
-            tab = pq.read_table(path, columns=[c for c in ROW_COLUMNS if c in names], memory_map=True)
+            # (ParquetFile, not read_table: that imports pyarrow.dataset, and with it pandas, 0.3 s)
+            f = pq.ParquetFile(path, memory_map=True)
+            names = set(f.schema_arrow.names)  # a schema-1 file has no host/origin
+            tab = f.read(columns=[c for c in ROW_COLUMNS if c in names], use_threads=False)
         t = decode(tab)
         self._tables[path] = t
         self.rows += t["_n"]

@@ -102,7 +102,16 @@ from tunedb.index.base import (
     select_runs,
 )
 from tunedb.index.batch import RecordBatch
-from tunedb.index.keys import canonical_json, canonical_json_flat, hash64, key_of_text, rid_hash, rid_hashes
+from tunedb.index.keys import (
+    canonical_json,
+    canonical_json_flat,
+    canonical_json_flat_many,
+    hash64,
+    key_of_text,
+    rid_hash,
+    rid_hashes,
+)
+from tunedb.index.lookups import Lookups
 from tunedb.index.parquet import deltalog, invalidations, journal_fold, layout, memindex, parts, verdicts
 from tunedb.index.parquet import runs as runfiles
 from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, replace_derived, tree_bytes
@@ -121,7 +130,7 @@ from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import TableCache, record_at
 from tunedb.index.record import Record
 from tunedb.index.retention import dedup_mask, retention_mask
-from tunedb.index.schema import conform, record_schema
+from tunedb.index.schema import conform, empty_records
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
@@ -138,9 +147,9 @@ def _meta_flags(meta: str, confirm_origins: tuple[str, ...]) -> tuple[bool, bool
 def _read_file(path: str, columns: list[str] | None) -> pa.Table:
     """One record file, every column or only ``columns`` (those the file has: a schema-1 file
     lacks ``host`` and ``origin``; ``schema.conform`` fills them in)."""
+    f = pq.ParquetFile(path)  # (not read_table: that imports pyarrow.dataset and pandas, 0.3 s)
     if not columns:
-        return pq.read_table(path)
-    f = pq.ParquetFile(path)
+        return f.read(use_threads=False)
     present = set(f.schema_arrow.names)
     return f.read(columns=[c for c in columns if c in present], use_threads=False)
 
@@ -972,6 +981,81 @@ class TuningDB(RecordStore):
                 return None
             return rec
 
+    def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
+        """:meth:`lookup` of each config of one (target, workload), in order (see ``lookup_batch``)."""
+        return list(self.lookup_batch(target, workload, configs))
+
+    def lookup_batch(self, target: Any, workload: Any, configs: Iterable[Any]) -> Lookups:
+        """The answers of a population of configs of one (target, workload) (see
+        ``RecordStore.lookup_batch``): the entry's key prefix is hashed once, the configs' lookup
+        keys are searched in the partition's sorted key array in one ``searchsorted``, and an
+        answering Record is built only when it is read (from the file that held it at the time of
+        the look-up; one merged away since is looked up again)."""
+        return self._retrying(self._lookup_batch, target, workload, list(configs))
+
+    def _lookup_batch(self, target: Any, workload: Any, configs: list) -> Lookups:
+        tj, wj, tkey, wkey, prefix, tdict, wdict = self._entry_of(target, workload)
+        n = len(configs)
+        texts: list = canonical_json_flat_many([{} if isinstance(c, str) else c for c in configs])
+        lk_list = []
+        copy, from_bytes = prefix.copy, int.from_bytes
+        for i, config in enumerate(configs):
+            if isinstance(config, str):
+                ckey = config
+                texts[i] = None
+            else:
+                ckey = key_of_text(texts[i][0])
+            h = copy()
+            h.update(ckey.encode())
+            lk_list.append(from_bytes(h.digest(), "little", signed=True))
+        lks = np.array(lk_list, np.int64)
+        with self._lock:
+            p = self._parts.get(tkey[:16])
+            self.lookups += n
+            if p is None or not n:
+                return Lookups(np.zeros(n, bool), lambda i: None)
+            ar = self._loaded(p).arrays
+            ks = ar.last_keys
+            if len(ks):
+                at = ks.searchsorted(lks)
+                at[at == len(ks)] = len(ks) - 1
+                found = ks[at] == lks
+                packed = ar.last_packed[at]
+            else:
+                found, packed = np.zeros(n, bool), np.zeros(n, np.int64)
+            overlay = {i: r for i, lk in enumerate(lk_list) if (r := p.overlay.get(lk)) is not None} \
+                if p.overlay else {}
+            for i in overlay:
+                found[i] = True
+            files = list(p.files)
+
+            def fetch(i: int) -> Record | None:
+                if i in overlay:
+                    rec = overlay[i]
+                else:
+                    known = None
+                    if tj is not None and wj is not None and texts[i] is not None:
+                        cj, flat = texts[i]
+                        known = (tdict, wdict, dict(configs[i]) if flat else json.loads(cj), tj, wj, cj, tkey, wkey,
+                                 key_of_text(cj))
+                    pos = int(packed[i])
+                    try:
+                        with self._lock:
+                            t = self._tables.get(files[pos >> 32], self._mem, self.TABLE_CACHE_ROWS)
+                            rec = record_at(t, pos & 0xFFFFFFFF, int(lks[i]), known, self._keys.json)
+                    except FileNotFoundError:  # merged away since: the answer is the same record
+                        return self.lookup(target, workload, configs[i])
+                return None if rec.record_id in self._refuted else rec
+
+            if self._refuted:  # (rare) a refuted answer is no answer: build the hits now to know
+                built = {i: fetch(i) for i in np.flatnonzero(found).tolist()}
+                found = np.array([built.get(i) is not None for i in range(n)], bool)
+                lookups = Lookups(found, built.__getitem__)
+            else:
+                lookups = Lookups(found, fetch)
+            self.hits += lookups.hits
+            return lookups
+
     def best_costs(self, target: Any, workload: Any, k: int = 1) -> list:
         """``RecordStore.best_costs``, computed from the partition's decoded columns: only the
         ``k`` representative records are built as Records (the contract's definition through
@@ -1137,7 +1221,7 @@ class TuningDB(RecordStore):
                 raise RuntimeError("DB kept changing while reading")
         read = [conform(x, columns or None) for x in read]
         if not read:
-            return record_schema(columns or None).empty_table()
+            return empty_records(columns or None)
         return pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
 
     def entries(self) -> pa.Table:
@@ -1154,7 +1238,7 @@ class TuningDB(RecordStore):
         out = None
         if cached is not None:
             try:
-                out = pq.read_table(cached)
+                out = pq.ParquetFile(cached).read(use_threads=False)
             except (OSError, pa.ArrowInvalid):
                 out = None
         if out is None:

@@ -68,7 +68,7 @@ from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version
 from tunedb.index.record import Record, target_slug
-from tunedb.index.schema import RECORD_SCHEMA, conform, record_schema
+from tunedb.index.schema import RECORD_SCHEMA, conform, empty_records
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -512,7 +512,7 @@ class PostgresStore(RecordStore):
             for chunk in copy:
                 buf.write(chunk)
         if buf.tell() == 0:
-            return record_schema(columns).empty_table()
+            return empty_records(columns)
         size = buf.tell()
         parse = pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
         convert = pacsv.ConvertOptions(column_types={n: _READ[n][1] for n in names}, strings_can_be_null=False,
