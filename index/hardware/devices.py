@@ -1,4 +1,4 @@
-"""Targets of devices as their driver describes them (OpenCL, CUDA), not as their name reads.
+"""Targets of devices as their driver describes them (OpenCL, CUDA, ROCm/HIP), not as their name reads.
 
 A tuner that runs on a device can ask its runtime what the device is; that answer beats parsing
 the device's name against the catalog (a CPU OpenCL device named ``pthread-AMD EPYC 7763`` is
@@ -14,6 +14,9 @@ not an AMD GPU).  The catalog stays the fall-back for names only: cache files an
   OpenCL runtime compiles for the host it runs on.
 * ``cuda_target(name, compute_capability, driver, ...)``: a CUDA device as Kernel Tuner's CUDA
   backends (and NVML) report it.
+* ``rocm_target(name, gcn_arch, driver, ...)``: an AMD GPU as HIP (Kernel Tuner's HIP backend's
+  ``hipDeviceProp_t``) and AMD SMI report it: the ISA from ``gcnArchName`` (``gfx90a``, feature
+  flags dropped), compute units, memory, driver.
 * ``cpu_opencl_name(name)``: whether a device *name* (from a cache file) is a CPU OpenCL device.
 
 The driver's version is part of the target (``driver``): records timed under another driver
@@ -147,4 +150,22 @@ def cuda_target(name: str, compute_capability: Any = None, driver: Any = None, *
     return t
 
 
-__all__ = ["cpu_opencl_name", "cuda_target", "opencl_device_info", "opencl_target"]
+def rocm_target(name: str, gcn_arch: Any = None, driver: Any = None, *, compute_units: int | None = None,
+                memory_mb: int | None = None) -> dict:
+    """The target of an AMD GPU as HIP reports it: ``gcn_arch`` is ``hipDeviceProp_t.gcnArchName``
+    (``"gfx90a:sramecc+:xnack-"``: the ISA is the part before the first ``:``), ``driver`` the HIP
+    driver version; ``compute_units`` (``multiProcessorCount``) and ``memory_mb`` where known."""
+    t: dict[str, Any] = {"kind": "gpu", "name": _text(name), "runtime": "hip", "vendor": "amd"}
+    isa = _text(gcn_arch).split(":", 1)[0].strip().lower()
+    if re.fullmatch(r"gfx[0-9a-f]{3,5}", isa):
+        t["isa"] = isa
+    if driver not in (None, ""):
+        t["driver"] = _text(driver)
+    if compute_units:
+        t["compute_units"] = int(compute_units)
+    if memory_mb:
+        t["global_mem_mb"] = int(memory_mb)
+    return t
+
+
+__all__ = ["cpu_opencl_name", "cuda_target", "opencl_device_info", "opencl_target", "rocm_target"]

@@ -145,14 +145,27 @@ def driver_target(runner: Any) -> tuple[dict, dict] | None:
     if cl_devices:
         return devices.opencl_target(cl_devices[0]), devices.opencl_device_info(cl_devices[0])
     env = getattr(backend, "env", None) or {}
-    cc = getattr(backend, "cc", None) or env.get("compute_capability")
     name = env.get("device_name") or getattr(backend, "name", None)
-    if cc and name:
+    if not name:
+        return None
+    props = env.get("device_properties")
+    props = props if isinstance(props, Mapping) else {}
+    if "hip_driver_version" in env or "gcnArchName" in props:  # Kernel Tuner's HIP backend
         probed = probed_device(str(name)) or {}
-        t = devices.cuda_target(str(name), cc, env.get("cuda_version"), sm_count=probed.get("sm_count"),
-                                memory_mb=probed.get("memory_mb"))
+        mem = props.get("totalGlobalMem") or probed.get("memory_bytes")
+        t = devices.rocm_target(str(name), props.get("gcnArchName"), env.get("hip_driver_version"),
+                                compute_units=props.get("multiProcessorCount") or probed.get("compute_units"),
+                                memory_mb=int(mem) // 2**20 if isinstance(mem, int) else None)
         merge_device_fields(t, resolve_device_fields(str(name), "gpu"))
-        return t, {k: v for k, v in probed.items() if k not in t}
+        return t, {k: v for k, v in probed.items() if k not in t and v is not None}
+    cc = getattr(backend, "cc", None) or env.get("compute_capability")
+    if cc:  # Kernel Tuner's CUDA backends (cupy, nvcuda, pycuda)
+        probed = probed_device(str(name)) or {}
+        mem = probed.get("memory_bytes")
+        t = devices.cuda_target(str(name), cc, env.get("cuda_version"), sm_count=probed.get("compute_units"),
+                                memory_mb=int(mem) // 2**20 if isinstance(mem, int) else None)
+        merge_device_fields(t, resolve_device_fields(str(name), "gpu"))
+        return t, {k: v for k, v in probed.items() if k not in t and v is not None}
     return None
 
 
