@@ -17,6 +17,7 @@ use, so ``import tunedb`` itself loads no heavy dependency (pyarrow, FAISS, Ligh
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from tunedb.index.lazy import lazy_getattr
@@ -31,7 +32,8 @@ _LAZY = {
     "Entry": ("tunedb.index.base", "Entry"),
     "StoreStats": ("tunedb.index.base", "StoreStats"),
     "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
-    "TuningDB": ("tunedb.index.parquet.store", "TuningDB"),
+    "ParquetStore": ("tunedb.index.parquet.store", "ParquetStore"),
+    "TuningDB": ("tunedb.index.parquet.store", "ParquetStore"),  # the Parquet backend's former name
     "PostgresStore": ("tunedb.index.postgres.store", "PostgresStore"),
     "LayeredStore": ("tunedb.index.layered", "LayeredStore"),
     "TrustedStore": ("tunedb.index.trust", "TrustedStore"),
@@ -44,7 +46,7 @@ _LAZY = {
     "Tuner": ("tunedb.transfer.search.tuner", "Tuner"),
     "TuneOptions": ("tunedb.transfer.search.tuner", "TuneOptions"),
     "TuneResult": ("tunedb.transfer.search.tuner", "TuneResult"),
-    "tune": ("tunedb.transfer.search.tuner", "tune"),
+    "tune": ("tunedb.transfer.apps.tune", "tune"),
     "local_job": ("tunedb.transfer.search.jobs", "local_job"),
     "measure": ("tunedb.transfer.measure.backend", "measure"),
     "copy_records": ("tunedb.transfer.migration.copy", "copy_records"),
@@ -52,7 +54,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "TuningDB", "PostgresStore",
+    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "ParquetStore", "TuningDB", "PostgresStore",
     "LayeredStore", "TrustedStore", "parse_trust",
     "Record", "RecordBatch", "STATUSES",
     "local_target", "resolve_target",
@@ -62,6 +64,36 @@ __all__ = [
 
 
 __getattr__ = lazy_getattr("tunedb", _LAZY, globals())
+
+
+class _SubmoduleAlias:
+    """An import-system finder and loader: ``tunedb.kernel_tuner`` *is* the module
+    ``tunedb.transfer.integrations.kt_strategy`` (no file of that name at the package root, where
+    it would shadow Kernel Tuner for a Python started in a checkout)."""
+
+    ALIASES = {"tunedb.kernel_tuner": "tunedb.transfer.integrations.kt_strategy"}
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name not in self.ALIASES:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, self)
+
+    def create_module(self, spec: object) -> object:
+        import importlib
+
+        module = importlib.import_module(self.ALIASES[spec.name])  # type: ignore[attr-defined]
+        self._own_spec = module.__spec__  # (the import system sets __spec__ to the alias's spec)
+        return module
+
+    def exec_module(self, module: object) -> None:
+        """Nothing to run (the aliased module ran when it was imported); its own spec is put back."""
+        module.__spec__ = self._own_spec  # type: ignore[attr-defined]
+
+
+if not any(isinstance(f, _SubmoduleAlias) for f in sys.meta_path):
+    sys.meta_path.insert(0, _SubmoduleAlias())
 
 
 def __dir__() -> list[str]:
@@ -75,13 +107,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     from tunedb.index.hardware.targets import resolve_target
     from tunedb.index.layered import LayeredStore
     from tunedb.index.memory import MemoryStore
-    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.parquet.store import ParquetStore, TuningDB
     from tunedb.index.postgres.store import PostgresStore
     from tunedb.index.record import STATUSES, Record
     from tunedb.index.stores import open_store as open
     from tunedb.index.trust import TrustedStore, parse_trust
+    from tunedb.transfer.apps.tune import tune
     from tunedb.transfer.measure.backend import measure
     from tunedb.transfer.measure.verify import verify
     from tunedb.transfer.migration.copy import copy_records
     from tunedb.transfer.search.jobs import local_job
-    from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult, tune
+    from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult

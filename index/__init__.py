@@ -13,7 +13,8 @@ from tunedb.index.lazy import lazy_getattr
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _LAZY = {
-    "TuningDB": ("tunedb.index.parquet.store", "TuningDB"),
+    "ParquetStore": ("tunedb.index.parquet.store", "ParquetStore"),
+    "TuningDB": ("tunedb.index.parquet.store", "ParquetStore"),  # the former name
     "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
     "RecordStore": ("tunedb.index.base", "RecordStore"),
     "open_store": ("tunedb.index.stores", "open_store"),
@@ -24,7 +25,7 @@ _LAZY = {
     "key_of": ("tunedb.index.keys", "key_of"),
 }
 
-__all__ = ["TuningDB", "MemoryStore", "RecordStore", "open_store", "Record", "STATUSES", "RecordBatch",
+__all__ = ["ParquetStore", "TuningDB", "MemoryStore", "RecordStore", "open_store", "Record", "STATUSES", "RecordBatch",
            "canonical_json", "key_of", "SCHEMA_VERSION", "TUNEDB_VERSION"]
 
 

@@ -3,7 +3,7 @@
 A *record store* holds tuning records (:class:`~tunedb.index.record.Record`): measurements of a
 ``config`` of a ``workload`` on a ``target``.  Search, measurement, migration, the cost model, the
 report and the TVM database talk to a store only through this class, so any backend that
-implements it plugs in.  Backends: :class:`tunedb.index.parquet.store.TuningDB` (a Parquet
+implements it plugs in.  Backends: :class:`tunedb.index.parquet.store.ParquetStore` (a Parquet
 directory, the embedded default and the truth) and :class:`tunedb.index.memory.MemoryStore`
 (in-process, nothing on disk: tests, notebooks, evaluation loops).
 

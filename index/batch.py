@@ -4,7 +4,7 @@ A ``RecordBatch`` holds records as one Arrow table in the store's column layout
 (``tunedb.index.schema.RECORD_SCHEMA`` without ``target_slug`` and ``committed``, which the
 store adds when it writes).  It is validated and keyed when it is built, exactly as
 ``Record`` is (the same canonical JSON, keys and rules, so a record gets the same keys
-whichever way it was built), and is immutable afterwards.  ``TuningDB.commit`` takes a
+whichever way it was built), and is immutable afterwards.  ``ParquetStore.commit`` takes a
 batch as it takes a list of Records; a batch skips the per-record Python objects, which
 is what makes bulk ingest fast.
 
@@ -33,7 +33,7 @@ from tunedb.index.record import (
     STATUSES,
     TEXT_FIELDS,
     Record,
-    _as_json_object,
+    as_json_object,
     record_too_big,
     target_display_name,
     this_host,
@@ -140,7 +140,7 @@ class RecordBatch:
         cj = []
         for i, c in enumerate(config):
             if type(c) is not dict:
-                c = _as_json_object(c, "config", ids[i])
+                c = as_json_object(c, "config", ids[i])
             try:
                 cj.append(canonical_json(c))
             except ValueError as e:
@@ -357,7 +357,7 @@ def _canon_column(values: Sequence[Any], what: str, ids: list[str]) -> tuple[lis
     for i, v in enumerate(values):
         hit = memo.get(id(v))
         if hit is None:
-            d = _as_json_object(v, what, ids[i])  # normalised by tunedb.index.keys.normalise, as Record does
+            d = as_json_object(v, what, ids[i])  # normalised by tunedb.index.keys.normalise, as Record does
             text = canonical_json_normalised(d)
             hit = memo[id(v)] = (d, text, key_of_text(text))
             keep.append(v)

@@ -84,7 +84,7 @@ def target_slug(target_name: str, target_key: str) -> str:
     return f"{safe}-{target_key[:16]}"
 
 
-def _as_json_object(value: Any, what: str, rid: str) -> dict:
+def as_json_object(value: Any, what: str, rid: str) -> dict:
     if hasattr(value, "to_json_dict"):
         value = value.to_json_dict()
     if not isinstance(value, Mapping):
@@ -130,9 +130,9 @@ class Record:
         rid = self.record_id or uuid.uuid4().hex
         s = object.__setattr__
         s(self, "record_id", rid)
-        t = _as_json_object(self.target, "target", rid)
-        w = _as_json_object(self.workload, "workload", rid)
-        c = _as_json_object(self.config, "config", rid)
+        t = as_json_object(self.target, "target", rid)
+        w = as_json_object(self.workload, "workload", rid)
+        c = as_json_object(self.config, "config", rid)
         fam = w.get("family")
         if not isinstance(fam, str) or not fam:
             raise ValueError(f"record {rid}: field 'workload' needs a non-empty string 'family'")

@@ -27,9 +27,9 @@ def open_store(location: str | os.PathLike, *, create: bool = True, **options: A
         from tunedb.index.memory import MemoryStore
 
         return MemoryStore(text[len("memory:"):], **options)
-    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.parquet.store import ParquetStore
 
-    return TuningDB.open(text, create=create, **options)
+    return ParquetStore.open(text, create=create, **options)
 
 
 __all__ = ["open_store"]

@@ -1,6 +1,6 @@
 """Whole-table views of records: de-duplication, the stale filter and the per-entry summary.
 
-Functions of ``RECORD_SCHEMA`` tables (as ``TuningDB.records`` and the partition rewrites
+Functions of ``RECORD_SCHEMA`` tables (as ``ParquetStore.records`` and the partition rewrites
 read them), returning new tables.  Costs are seconds; ``invalidated`` times and the
 ``committed`` column compare as integer microseconds since the epoch (UTC).
 """

@@ -15,7 +15,7 @@ import numpy as np
 
 from tunedb.transfer.kernels.base import KernelFamily
 from tunedb.transfer.kernels.templating import render_template
-from tunedb.transfer.search.space import Knob, Space
+from tunedb.transfer.space import Knob, Space
 
 TEMPLATE = r"""
 /* tunedb debug_fault kernel (tests only) */

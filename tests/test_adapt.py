@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tunedb.transfer.search.adapt import AdaptReport, adapt_config, adapt_many, snap_value
-from tunedb.transfer.search.space import Constraint, Knob, Space
+from tunedb.transfer.space import Constraint, Knob, Space
 
 TILE = Knob("tile", (1, 2, 4, 8, 16, 32, 64))
 UNROLL = Knob("unroll", (1, 2, 4))

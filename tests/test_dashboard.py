@@ -279,7 +279,8 @@ def test_empty_db_renders_every_view(tmp_path):
 
 
 def test_the_report_and_the_dashboard_draw_the_same_figure(filled, tmp_path):
-    from tunedb.transfer.apps.report import RunsData, add_summaries
+    from tunedb.transfer.apps.report import add_summaries
+    from tunedb.transfer.apps.rundata import RunsData
 
     db = tunedb.open(filled[0], create=False)
     runs = RunsData()
@@ -721,7 +722,8 @@ def test_the_comparison_shows_only_workloads_with_warm_and_cold_in_one_colour_pe
     """Panels only for the workloads with both a warm and a cold search (none empty, none
     overlapping), one colour per label in every panel, each label once in a shared legend; the reach
     table of the same workloads; no such workload: one line saying why."""
-    from tunedb.transfer.apps.report import RunsData, add_summaries
+    from tunedb.transfer.apps.report import add_summaries
+    from tunedb.transfer.apps.rundata import RunsData
 
     db = _open("memory", tmp_path)
     target = {"kind": "gpu", "name": "cmp-gpu"}

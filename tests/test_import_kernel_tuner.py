@@ -14,7 +14,7 @@ from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
 from tunedb.transfer.interop.kernel_tuner import cache_key, load_cache, space_from_cache
 from tunedb.transfer.measure.replay import ReplayData
-from tunedb.transfer.search.space import InvalidConfig
+from tunedb.transfer.space import InvalidConfig
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 KT = DATA / "kernel_tuner"

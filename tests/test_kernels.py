@@ -16,7 +16,7 @@ from tunedb.transfer.kernels.build import generate_source
 from tunedb.transfer.kernels.targets import vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
-from tunedb.transfer.search.space import InvalidConfig
+from tunedb.transfer.space import InvalidConfig
 
 INJECTION = '8); system("reboot"); (1'
 FAST = MeasureOptions(protocol=TimingProtocol(warmup=0, min_repeat_ms=0.5, repeat=2), run_timeout_s=60)

@@ -262,7 +262,7 @@ def test_migrate_on_a_memory_store_equals_the_parquet_db(tmp_path):
 
 
 def test_importing_executors_does_not_import_ray():
-    code = ("import sys; import tunedb.transfer.migration.executors, tunedb.transfer.integrations.ray_executor; "
+    code = ("import sys; import tunedb.transfer.measure.executors, tunedb.transfer.integrations.ray_executor; "
             "print('ray' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "False", p.stderr

@@ -16,8 +16,8 @@ import tunedb
 from tunedb.index.estimate import record_value
 from tunedb.transfer.measure.compare import compare, interleaved
 from tunedb.transfer.measure.synthetic import NoiseModel, SyntheticBackend, lognormal_sigma
-from tunedb.transfer.search.space import Knob, Space
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
+from tunedb.transfer.space import Knob, Space
 
 from helpers import kernel_tuner_file, run_cli
 

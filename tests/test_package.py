@@ -31,13 +31,14 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(path: Path, modules: dict[str, Path], *, type_only: bool = False) -> set[str]:
     """tunedb modules ``path`` imports anywhere (module level or inside functions), except under
-    ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    ``if TYPE_CHECKING:`` (annotations only, never executed) unless ``type_only``."""
     found = set()
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                   for stmt in node.body for n in ast.walk(stmt)}
+    typing_only = set() if type_only else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -51,6 +52,38 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+#: transfer/'s layers, top first: a module may import its own layer's modules and lower layers'
+#: only.  index/ (records at rest, hardware description included: a target is part of every
+#: record's key) is below all of them, and never imports transfer/ (the test below).
+TRANSFER_LAYERS = ("cli", "apps", "migration", "integrations", "search", "measure", "interop", "kernels", "space")
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] == ["tunedb", "index"]:
+        return len(TRANSFER_LAYERS)
+    if parts[:2] == ["tunedb", "transfer"] and len(parts) > 2 and parts[2] in TRANSFER_LAYERS:
+        return TRANSFER_LAYERS.index(parts[2])
+    return None
+
+
+def test_transfer_layers_keep_their_order():
+    """cli -> apps -> migration -> integrations -> search -> measure -> interop -> kernels -> space,
+    then index: no import runs upwards, type-only imports included."""
+    mods = _modules()
+    assert {m.split(".")[2] for m in mods if m.startswith("tunedb.transfer.")} == set(TRANSFER_LAYERS)
+    wrong = []
+    for m, f in mods.items():
+        lm = _layer(m)
+        if lm is None:
+            continue
+        for i in _imports(f, mods, type_only=True):
+            li = _layer(i)
+            if li is not None and li < lm:
+                wrong.append(f"{m} -> {i}")
+    assert not wrong, "imports against the layer order: " + "; ".join(sorted(wrong))
+
+
 def test_index_never_imports_transfer():
     mods = _modules()
     bad = {m: sorted(i for i in _imports(f, mods) if i.startswith("tunedb.transfer"))
@@ -58,9 +91,13 @@ def test_index_never_imports_transfer():
     assert not {m: v for m, v in bad.items() if v}
 
 
-def test_no_import_cycles():
+@pytest.mark.parametrize("type_only", [False, True], ids=["runtime", "with-type-only"])
+def test_no_import_cycles(type_only):
+    """No module cycle, at run time or through ``TYPE_CHECKING`` imports (a cycle of annotations
+    is still two modules that cannot be understood apart)."""
     mods = _modules()
-    graph = {m: {i for i in _imports(f, mods) if i != m} for m, f in mods.items()}
+    graph = {m: {i for i in _imports(f, mods, type_only=type_only) if i != m and not m.startswith(i + ".")}
+             for m, f in mods.items()}
     # a package's __init__ may re-export its own submodules lazily (tunedb/__init__, tunedb.index)
     for m in ("tunedb", "tunedb.index"):
         graph[m] = {i for i in graph[m] if not i.startswith(m + ".")}
@@ -95,6 +132,7 @@ def test_import_is_light_and_public_api_resolves():
     for name in tunedb.__all__:
         assert getattr(tunedb, name) is not None, name
     assert tunedb.__version__ == tunedb.TUNEDB_VERSION
+    assert tunedb.TuningDB is tunedb.ParquetStore  # the Parquet backend's former name keeps working
     with pytest.raises(AttributeError):
         tunedb.no_such_name  # noqa: B018
 
@@ -107,7 +145,7 @@ def test_user_modules_named_index_or_transfer_do_not_shadow_ours(tmp_path):
             "from tunedb.transfer.search.tuner import Tuner; from tunedb.index.parquet.store import TuningDB; "
             "print(type(db).__name__)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.strip() == "TuningDB", r.stderr
+    assert r.returncode == 0 and r.stdout.strip() == "ParquetStore", r.stderr
     r = subprocess.run([sys.executable, "-m", "tunedb", "--version"], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0 and "tunedb" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-c", "import index"], capture_output=True, text=True, cwd=tmp_path.parent)
@@ -125,3 +163,17 @@ def test_wheel_installs_one_top_level_package(tmp_path):
     assert "tunedb/datasets/hardware_catalog.csv" in names
     assert "tunedb/index/base.py" in names and "tunedb/transfer/cli/main.py" in names
     assert not any(n.startswith(("tunedb/tests/", "tunedb/benchmarks/", "tunedb/notebooks/")) for n in names)
+
+
+def test_the_checkout_root_holds_no_module_that_shadows_another_package():
+    """The root is the package ``tunedb``; a Python started there has it on ``sys.path``, so a root
+    ``kernel_tuner.py`` would be ``import kernel_tuner``.  ``tunedb.kernel_tuner`` is an alias of
+    the integration module instead, and Kernel Tuner stays Kernel Tuner."""
+    assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py"]
+    code = ("import kernel_tuner, json; from tunedb.kernel_tuner import WarmStart; "
+            "import tunedb.kernel_tuner as k, tunedb.transfer.integrations.kt_strategy as s; "
+            "print(json.dumps([hasattr(kernel_tuner, 'tune_kernel'), k is s, WarmStart is s.WarmStart, "
+            "k.__spec__.name]))")
+    for cwd in (ROOT, ROOT.parent):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, check=True)
+        assert json.loads(out.stdout) == [True, True, True, "tunedb.transfer.integrations.kt_strategy"]

@@ -13,7 +13,7 @@ from tunedb.index import TuningDB  # noqa: E402
 from tunedb.index.hardware.localcpu import preset  # noqa: E402
 from tunedb.transfer.integrations.ray_executor import RayExecutor, target_resource  # noqa: E402
 from tunedb.transfer.measure.backend import LocalBackend  # noqa: E402
-from tunedb.transfer.migration.executors import ExecutorUnavailable, Finalise, new_run_id  # noqa: E402
+from tunedb.transfer.measure.executors import ExecutorUnavailable, Finalise, new_run_id  # noqa: E402
 from tunedb.transfer.migration.migrate import make_executor, migrate  # noqa: E402
 
 from migrate_helpers import CONV_DIR, DST, FAST, ROOT, SRC, build_source_db, copy_db  # noqa: E402

@@ -127,3 +127,39 @@ def test_a_first_run_after_the_fit_imports_neither_lightgbm_nor_scipy(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["mods"] == []
     assert got["evals"] > 0
+
+
+def test_fitting_a_base_model_imports_no_python_package_of_lightgbm(tmp_path):
+    """``tunedb import`` (and a run whose DB changed) fits through LightGBM's C library."""
+    from tunedb.transfer.measure.replay import ReplayData
+
+    path = replay_history_db(tmp_path / "db", {"A6000": ReplayData(kernel_tuner_file("A6000"))}, ("A6000",))
+    code = ("import json, sys, tunedb; from tunedb.transfer.search import modelcache; "
+            "db = tunedb.open(sys.argv[1]); fams = sorted({e['family'] for e in db.entries().to_pylist()}); "
+            "fit = modelcache.prepare(db, fams); m = modelcache.base_model(db, fams[0]); "
+            "print(json.dumps({'mods': [x for x in ('lightgbm', 'sklearn', 'scipy') if x in sys.modules], "
+            "'fit': fit, 'rho': m.model.heldout_spearman_}))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["mods"] == [] and got["fit"] and got["rho"] > 0.5
+
+
+def test_the_c_library_trains_what_the_python_package_trains():
+    from tunedb.transfer.search import lgbm_capi
+
+    X, y = _data(1500)
+    w = np.random.default_rng(4).uniform(0.2, 1.0, 1500)
+    params = {"objective": "regression", "learning_rate": 0.1, "num_leaves": 31, "min_data_in_leaf": 3,
+              "bagging_fraction": 0.9, "bagging_freq": 1, "feature_fraction": 0.9, "seed": 3, "num_threads": 1,
+              "verbose": -1, "deterministic": True, "force_row_wise": True}
+    ours = TreeEnsemble.from_lightgbm_text(lgbm_capi.train(X, y, params, 60, weight=w))
+    theirs = lgb.train(params, lgb.Dataset(X, label=y, weight=w), num_boost_round=60)
+    Xt, _ = _data(300, seed=9)
+    assert np.array_equal(ours.predict(Xt), theirs.predict(Xt))
+    with pytest.raises(ValueError, match="plain value"):
+        lgbm_capi.train(X, y, {"objective": "regression x=1"}, 1)
+    with pytest.raises(ValueError, match="parameter name"):
+        lgbm_capi.train(X, y, {"bad name": 1}, 1)
+    with pytest.raises(RuntimeError, match="LightGBM"):
+        lgbm_capi.train(X, y, {"objective": "no_such_objective", "verbose": -1}, 1)

@@ -1,4 +1,4 @@
-"""The Parquet directory store (the embedded default and the truth): ``TuningDB`` and its internals.
+"""The Parquet directory store (the embedded default and the truth): ``ParquetStore`` and its internals.
 
 Modules, one job each: ``store`` (the handle), ``parts`` (part files), ``journal`` /
 ``journal_fold`` (write-ahead journal of small commits and its folding into Parquet),

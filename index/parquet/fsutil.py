@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-_HOST = socket.gethostname().replace("-", "_")[:32] or "host"
+HOST = socket.gethostname().replace("-", "_")[:32] or "host"
 #: seconds: a temp file this old whose writer cannot be checked (another host) counts as abandoned
 TEMP_MAX_AGE_S = 3600.0
 
@@ -27,13 +27,13 @@ def fsync_dir(path: Path) -> None:
 
 def temp_name(suffix: str = ".parquet") -> str:
     """A name readers ignore (leading ``_``) that says which host and process wrote it."""
-    return f"_tmp-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{suffix}"
+    return f"_tmp-{HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{suffix}"
 
 
 def temp_owner_alive(name: str, max_age_s: float, path: Path) -> bool:
     """Whether a temp file may still belong to a live writer (so must not be removed)."""
     parts = name.split("-")
-    if len(parts) >= 4 and parts[1] == _HOST:
+    if len(parts) >= 4 and parts[1] == HOST:
         try:
             os.kill(int(parts[2]), 0)
             return True

@@ -3,7 +3,7 @@
 A handle that commits a few records at a time appends them to its own journal file,
 ``journal/<host>-<pid>-<id>.jsonl``, instead of writing a Parquet file per commit (whose
 encoding alone costs about a millisecond).  The store folds a journal into ordinary
-Parquet part files once it holds ``TuningDB.JOURNAL_FOLD`` records, on ``compact`` and
+Parquet part files once it holds ``ParquetStore.JOURNAL_FOLD`` records, on ``compact`` and
 ``close``, and at exit; readers read journals as they read Parquet files, so a record is
 visible and durable the moment its commit returns.  Tools other than tunedb see
 journaled records once they are folded.
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tunedb.index.keys import fast_json_encoder
-from tunedb.index.parquet.fsutil import _HOST, fsync_dir, temp_name, write_all
+from tunedb.index.parquet.fsutil import HOST, fsync_dir, temp_name, write_all
 
 SUFFIX = ".jsonl"
 
@@ -54,7 +54,7 @@ class JournalWarning(UserWarning):
 
 
 def journal_name() -> str:
-    return f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}"
+    return f"{HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}"
 
 
 # json.dumps(row, separators=(",", ":")) with the C encoder built once

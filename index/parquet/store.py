@@ -180,7 +180,7 @@ def _fold_at_exit() -> None:
             pass
 
 
-class TuningDB(RecordStore):
+class ParquetStore(RecordStore):
     """A tuning-record database in one directory: the Parquet backend of
     ``tunedb.index.base.RecordStore`` (see the module docstring for its layout)."""
 
@@ -231,7 +231,7 @@ class TuningDB(RecordStore):
         self.read_only = False
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, create: bool = True, read_only: bool = False) -> "TuningDB":
+    def open(cls, path: str | os.PathLike, *, create: bool = True, read_only: bool = False) -> "ParquetStore":
         """Open the DB at ``path`` (created when missing and ``create``; any number of
         processes may create the same new DB at once, see ``layout.prepare``).  Finishes
         what a crashed process left: folds abandoned journals, deletes superseded files.
@@ -270,7 +270,7 @@ class TuningDB(RecordStore):
         except Exception:
             pass
 
-    def __enter__(self) -> "TuningDB":
+    def __enter__(self) -> "ParquetStore":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -1354,3 +1354,5 @@ class TuningDB(RecordStore):
         return str(self.path)
 
 
+#: The Parquet backend's former name, kept so that existing code keeps working.
+TuningDB = ParquetStore

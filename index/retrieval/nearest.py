@@ -42,8 +42,8 @@ from tunedb.index.record import Record
 from tunedb.index.retrieval import features, vectors
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
     from tunedb.index.estimate import ConfigCost
+    from tunedb.index.retrieval.source import EntrySource
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def parse_weights(weights: Any) -> tuple[float, float]:
     return a / (a + b), b / (a + b)
 
 
-def _target_dict(db: RecordStore, target: Any) -> dict:
+def _target_dict(db: EntrySource, target: Any) -> dict:
     if isinstance(target, Record):
         return target.target
     if isinstance(target, str):
@@ -147,7 +147,7 @@ def _workload_dict(workload: Any) -> dict:
     raise ValueError("workload must be a dict with a string 'family' (or a Record)")
 
 
-def nearest(db: RecordStore, target: Any, workload: Any, k: int = 5, *, same_family: bool = True,
+def nearest(db: EntrySource, target: Any, workload: Any, k: int = 5, *, same_family: bool = True,
             min_similarity: float | None = None, weights: Any = None, exclude_target: bool | str = False,
             best_n: int = 3, index_kind: str | None = None) -> list[Match]:
     """The ``k`` entries of ``db`` most similar to (target, workload); see the module docstring.

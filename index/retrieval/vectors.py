@@ -73,7 +73,7 @@ from tunedb.index.parquet.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.retrieval import features
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.retrieval.source import EntrySource
 
 FORMAT = "tunedb-vectors"
 FORMAT_VERSION = 1
@@ -716,7 +716,7 @@ def _embed_entries(entries: pa.Table, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def sync(db: RecordStore, kind: str | None = None) -> _State:
+def sync(db: EntrySource, kind: str | None = None) -> _State:
     """The vector index of ``db``, matching ``db.entries()`` (built, loaded, extended or
     rebuilt as needed) - see the module docstring.  ``kind``: None/``auto``, ``flat``, ``ivf``, ``hnsw``.
     Its files live in ``db.cache_dir() / "vectors"``; ``db.change_token()`` says when to look again."""

@@ -44,7 +44,7 @@ def _decide(db: RecordStore, target: dict, warm: dict, cold: dict, looks: tuple 
     """Decide "warm's model latency is within :data:`WITHIN` of cold's" by interleaved rounds
     (module docstring, step 3): a ``Comparison`` (ratio = warm / cold)."""
     from tunedb.index.keys import key_of
-    from tunedb.transfer.apps.tune_model import _measured_value
+    from tunedb.transfer.apps.tune_model import measured_value
     from tunedb.transfer.measure.compare import compare
     from tunedb.transfer.search.jobs import local_job
 
@@ -58,14 +58,14 @@ def _decide(db: RecordStore, target: dict, warm: dict, cold: dict, looks: tuple 
         lw = lc = 0.0
         for job, weight, cw, cc, same in pairs:
             if same:
-                v = _measured_value(db, job, cw)
+                v = measured_value(db, job, cw)
                 if v is None:
                     return None, None
                 lw += weight * v
                 lc += weight * v
                 continue
             first, second = (cw, cc) if r % 2 == 0 else (cc, cw)
-            v1, v2 = _measured_value(db, job, first), _measured_value(db, job, second)
+            v1, v2 = measured_value(db, job, first), measured_value(db, job, second)
             if v1 is None or v2 is None:
                 return None, None
             vw, vc = (v1, v2) if r % 2 == 0 else (v2, v1)

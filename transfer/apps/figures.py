@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from tunedb.transfer.apps.report import EntryCurve, GainPoint, TuneRun
+    from tunedb.transfer.apps.rundata import EntryCurve, GainPoint, TuneRun
 
 MAX_PANELS = 6
 MAX_LINES_PER_PANEL = 8

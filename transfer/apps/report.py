@@ -73,6 +73,7 @@ import numpy as np
 from tunedb.index.estimate import CostEstimate, estimate_of_row, estimate_table, fmt_seconds
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import gain_model, short_workload
+from tunedb.transfer.apps.rundata import EntryCurve, GainPoint, RunsData, TuneRun
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
@@ -94,69 +95,6 @@ AT_BOUND_MAX_SE = 0.2
 
 
 # ----------------------------------------------------------------------------- data
-@dataclass
-class EntryCurve:
-    """One (target, workload) entry: the fastest single measurement so far over its records in
-    timestamp order (``best_so_far``: the search's history), and the estimator's best config
-    (``estimate``: its cost, n and interval; ``best_config``).  ``best_cost`` is the estimate's
-    value (the number ``tunedb best`` shows), ``best_seen`` the fastest single measurement."""
-
-    target_key: str
-    target_name: str
-    workload_key: str
-    workload: dict
-    records: int
-    ok_records: int
-    best_so_far: list[float | None]   # after record 1, 2, ... (None until the first ok record)
-    best_config: dict | None = None
-    estimate: CostEstimate | None = None
-    best_seen: float | None = None
-    sources: list[str] = field(default_factory=list)
-
-    @property
-    def best_cost(self) -> float | None:
-        """The estimated cost of the entry's best config (seconds), None without an ok record."""
-        return None if self.estimate is None else self.estimate.value
-
-    @property
-    def family(self) -> str:
-        return str(self.workload.get("family", ""))
-
-
-@dataclass
-class TuneRun:
-    """One search of one workload (a run of run JSON, or one task of a stored run summary):
-    its history is ``[[evaluation (1-based), best_so_far (seconds) or None], ...]``."""
-
-    target: str
-    workload: dict
-    label: str
-    history: list
-    evaluations: int
-    cache_hits: int | None      # None when the run JSON does not say (demo histories)
-    measurements: int | None
-    source: str = ""            # where it came from: a runs file's name, or "database"
-    run_id: str = ""            # the run summary's run_id ("" when the run JSON has none)
-    #: how the search started: "warm" (seeded from the DB), "cold" (no seeds) or "" (not known)
-    start: str = ""
-
-
-@dataclass
-class RunsData:
-    """Tuning runs plus the passes of a ``tunedb demo`` output (hit rates of whole passes).
-
-    ``hit_points`` are ``{"label", "evaluations", "cache_hits", "run_id"}`` in the order given;
-    ``summaries`` the run summaries (the ``RecordStore.add_run`` schema) the runs came from, in
-    the order given (stored ones oldest first)."""
-
-    runs: list[TuneRun] = field(default_factory=list)
-    hit_points: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    summaries: list[dict] = field(default_factory=list)
-    #: the tuning runs read from the database (:func:`count_runs` of the first summaries)
-    stored: int = 0
-
-
 #: the record columns :func:`entry_estimates` reads (and ``config_key`` for ties, when present)
 ESTIMATE_COLUMNS = ["entry_key", "lookup_key", "status", "costs", "meta"]
 
@@ -414,7 +352,7 @@ def _history(raw: Any) -> list[list]:
     return out
 
 
-def _part_name(part: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str:
+def part_name(part: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str:
     """``[demo: ]kind label model-or-target`` of a run (or a demo's part), for labels."""
     words = [str(part.get(k) or "") for k in ("kind", "label")]
     words.append(str(part.get("model") or part.get("target") or ""))
@@ -422,12 +360,12 @@ def _part_name(part: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str
     return f"{parent.get('kind') or 'run'}: {text}" if parent is not None else text
 
 
-def _part_totals(part: Mapping[str, Any]) -> tuple[int, int]:
+def part_totals(part: Mapping[str, Any]) -> tuple[int, int]:
     """(evaluations, cache_hits) of a run: its own totals, else the sums over its parts (a demo:
     :func:`run_parts`) or its tasks."""
     parts = run_parts(part)
     if len(parts) != 1 or parts[0] is not part:
-        subs = [_part_totals(q) for q in parts]
+        subs = [part_totals(q) for q in parts]
     else:
         subs = [(_count(t.get("evaluations")) or 0, _count(t.get("cache_hits")) or 0)
                 for t in part.get("tasks") or [] if isinstance(t, Mapping)]
@@ -503,9 +441,9 @@ def _add_part(out: RunsData, part: Mapping[str, Any], parent: Mapping[str, Any] 
                                 evaluations=len(hist) if evals is None else evals,
                                 cache_hits=_count(t.get("cache_hits")), measurements=_count(t.get("measurements")),
                                 source=where, run_id=run_id, start=start))
-    evals, hits = _part_totals(part)
+    evals, hits = part_totals(part)
     if evals > 0:
-        out.hit_points.append({"label": _part_name(part, parent) or "run", "evaluations": evals,
+        out.hit_points.append({"label": part_name(part, parent) or "run", "evaluations": evals,
                                "cache_hits": hits, "run_id": run_id})
 
 
@@ -553,16 +491,6 @@ def merge_runs(given: RunsData, stored: Iterable[Any]) -> RunsData:
     return out
 
 
-@dataclass
-class GainPoint:
-    """One run's gain ``G`` (fraction of tuning time the DB saved) at ``n`` records before it."""
-
-    n: int
-    gain: float
-    kind: str
-    name: str
-
-
 def gain_points(summaries: Iterable[Mapping[str, Any]]) -> list[GainPoint]:
     """A :class:`GainPoint` per run (or demo part: :func:`run_parts`) with a finite ``gain``
     and an int ``records_before`` >= 0, in the order given."""
@@ -572,7 +500,7 @@ def gain_points(summaries: Iterable[Mapping[str, Any]]) -> list[GainPoint]:
             g, n = _num(part.get("gain")), _count(part.get("records_before"))
             if g is not None and n is not None:
                 out.append(GainPoint(n=n, gain=g, kind=str(part.get("kind") or "run"),
-                                     name=_part_name(part, s if part is not s else None)))
+                                     name=part_name(part, s if part is not s else None)))
     return out
 
 
@@ -906,7 +834,7 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
     data = merge_runs(runs or RunsData(), stored_runs(db))
     table = db.records(include_stale=False)
     targets = db.targets()
-    curves = entry_curves(table, _refuted(db))
+    curves = entry_curves(table, refuted_ids(db))
     page = _Page(out, notes=list(data.notes))
     _tuning_sections(page, curves, data)
     fit, reason = _store_sections(page, table, targets, curves, data)
@@ -918,7 +846,7 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
     return {"out": str(out), "files": ["index.html", *page.files], "notes": page.notes, "summary": summary}
 
 
-def _refuted(db: Any) -> set[str]:
+def refuted_ids(db: Any) -> set[str]:
     """The record_ids ``db`` marks refuted (none for a store without verdicts)."""
     fn = getattr(db, "verdicts", None)
     try:
@@ -1078,7 +1006,7 @@ def _runs_section(runs: RunsData) -> str:
             kind = str(part.get("kind") or "")
             if part is not s:
                 kind = f"{s.get('kind') or 'run'} › {kind}"
-            evals, hits = _part_totals(part)
+            evals, hits = part_totals(part)
             stored = str(part.get("stored") or (s.get("stored") if part is not s else "") or "")
             rows.append([html.escape(stored[:19].replace("T", " ")), html.escape(kind),
                          html.escape(str(part.get("label") or "")), html.escape(str(part.get("target") or "")),

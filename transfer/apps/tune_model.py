@@ -104,7 +104,7 @@ def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int) -> tup
     return best[0], saved
 
 
-def _measured_value(db: RecordStore | None, job: Any, cfg: dict) -> float | None:
+def measured_value(db: RecordStore | None, job: Any, cfg: dict) -> float | None:
     """One confirmation re-measurement of ``cfg`` (committed, ``meta.origin = "confirm"``): its
     value (median of its repeats, seconds), None when it failed."""
     from tunedb.index.estimate import record_value
@@ -121,7 +121,7 @@ def versus_default(db: RecordStore | None, job: Any, tuned: dict, looks: tuple =
     "sign": ratio = tuned / default)."""
     from tunedb.transfer.measure.compare import compare, interleaved
 
-    return compare(interleaved(lambda: _measured_value(db, job, tuned), lambda: _measured_value(db, job, job.defaults)),
+    return compare(interleaved(lambda: measured_value(db, job, tuned), lambda: measured_value(db, job, job.defaults)),
                    question="sign", looks=looks)
 
 

@@ -85,7 +85,7 @@ def parse_config(spec: str) -> dict:
     return c
 
 
-def _is_directory_location(location: str) -> bool:
+def is_directory_location(location: str) -> bool:
     """Whether ``location`` names a Parquet directory (not a URL or ``memory:``)."""
     return "://" not in location and not location.startswith("memory:")
 
@@ -107,12 +107,12 @@ def checked_locations(args) -> list[str]:
     locs = db_locations(args)
     seen: set[str] = set()
     for loc in locs:
-        norm = os.path.realpath(loc) if _is_directory_location(loc) else loc
+        norm = os.path.realpath(loc) if is_directory_location(loc) else loc
         if norm in seen and not loc.startswith("memory:"):
             raise UserError(f"layer {loc} is given twice")
         seen.add(norm)
     for loc in locs[1:]:
-        if _is_directory_location(loc) and not os.path.isdir(loc):
+        if is_directory_location(loc) and not os.path.isdir(loc):
             raise UserError(f"no tunedb database at {loc} (a lower layer must exist)")
     return locs
 
@@ -132,7 +132,7 @@ def open_db(args, *, must_exist: bool = False):
     error (one line), as is a location given twice."""
     locs = checked_locations(args)
     path = locs[0]
-    if must_exist and _is_directory_location(path) and not os.path.isdir(path):
+    if must_exist and is_directory_location(path) and not os.path.isdir(path):
         raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
     top = _open_location(path, create=True, lower=False)
     if len(locs) == 1:

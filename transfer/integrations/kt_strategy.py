@@ -70,11 +70,11 @@ from tunedb.index.estimate import CostEstimate, estimate
 from tunedb.index.keys import canonical_json
 from tunedb.index.record import Record
 from tunedb.transfer.interop import merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, _target, _workload, cache_key, device_of
+from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, cache_key, cache_workload, device_of, device_target
 from tunedb.transfer.measure.backend import MeasureBackend
 from tunedb.transfer.search import runlog
-from tunedb.transfer.search.space import Constraint, Knob, Space
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
+from tunedb.transfer.space import Constraint, Knob, Space
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
@@ -171,7 +171,7 @@ def driver_target(runner: Any) -> tuple[dict, dict] | None:
 
 def target_of(device: str) -> dict:
     """The tunedb target of a Kernel Tuner device name (the importer's: catalog fields added)."""
-    return dict(_target(device).value)
+    return dict(device_target(device).value)
 
 
 def workload_of(kernel_name: str, problem_size: Any, param_keys: list[str]) -> dict:
@@ -180,7 +180,7 @@ def workload_of(kernel_name: str, problem_size: Any, param_keys: list[str]) -> d
     ``"callable"``), ``params`` = the tune-parameter names in order."""
     ps = "callable" if callable(problem_size) else _plain(problem_size)
     doc = {"kernel_name": kernel_name, "problem_size": ps}
-    return dict(_workload(doc, Path(kernel_name), list(param_keys)).value)
+    return dict(cache_workload(doc, Path(kernel_name), list(param_keys)).value)
 
 
 def space_of(searchspace: Any) -> Space:

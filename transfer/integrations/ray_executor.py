@@ -7,7 +7,7 @@ it is scheduled only on a node that declared it owns the target, e.g.::
 
     ray start --head --resources '{"tunedb-target:cpu-native-t1": 1}'
 
-Records are finalised in the task (``transfer.migration.executors.Finalise``), so a task Ray
+Records are finalised in the task (``transfer.measure.executors.Finalise``), so a task Ray
 retries yields the same ``record_id`` and the driver's commit skips the duplicate.  Timed runs on
 one node stay serial (``LocalBackend`` holds a machine-wide lock while timing).  ``ray`` is
 imported lazily (importing this module never needs it); without it ``RayExecutor`` raises
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tunedb.transfer.measure.backend import MeasureBackend
-from tunedb.transfer.migration.executors import Executor, ExecutorUnavailable, Finalise
+from tunedb.transfer.measure.executors import Executor, ExecutorUnavailable, Finalise
 
 if TYPE_CHECKING:
     from tunedb.index.record import Record

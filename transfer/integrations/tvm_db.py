@@ -261,7 +261,7 @@ def _tvm() -> SimpleNamespace:
     return _TVM
 
 
-def _to_tvm_target(target: Any) -> tvm.target.Target:
+def to_tvm_target(target: Any) -> tvm.target.Target:
     """``target`` (a ``tvm.target.Target``, a JSON dict or a target string) as a Target."""
     tvm_ = _tvm().tvm
     if isinstance(target, tvm_.target.Target):
@@ -419,7 +419,7 @@ class _TunedbDatabase:
 
     def set_target(self, target: Any) -> dict:
         """Make ``target`` (Target, JSON dict or string) the current target; returns its dict."""
-        t = _to_tvm_target(target)
+        t = to_tvm_target(target)
         with self._lock:
             self._tvm_target = t
             self._target = _tunedb_target(_target_json(t))
@@ -427,7 +427,7 @@ class _TunedbDatabase:
 
     def target_dict(self, target: Any) -> dict:
         """tunedb target dict of a Target / JSON dict / string (as records are committed)."""
-        return _tunedb_target(_target_json(_to_tvm_target(target)))
+        return _tunedb_target(_target_json(to_tvm_target(target)))
 
     # ---------------------------------------------------------------- workloads
     def _workload_info(self, mod: tvm.IRModule, shash: str | None = None,

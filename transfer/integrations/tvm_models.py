@@ -85,9 +85,9 @@ def extract_tasks(mod: tvm.IRModule, target: Any) -> list:
     ``tvm.target.Target``, JSON dict or string); see the module docstring."""
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
 
-    from tunedb.transfer.integrations.tvm_db import _to_tvm_target
+    from tunedb.transfer.integrations.tvm_db import to_tvm_target
 
-    return list(ms_extract(lower(mod), _to_tvm_target(target), module_equality="structural"))
+    return list(ms_extract(lower(mod), to_tvm_target(target), module_equality="structural"))
 
 
 def mlp(batch: int, hidden: int, blocks: int = 2, ffn: int = 2) -> tvm.IRModule:
@@ -128,8 +128,8 @@ def model_latency(best: dict[str, float | None], weights: dict[str, float]) -> f
     return total
 
 
-def _mean_secs(result: Any) -> float | None:
-    from tunedb.transfer.integrations.tvm_search import _mean_secs as mean
+def mean_secs(result: Any) -> float | None:
+    from tunedb.transfer.integrations.tvm_search import mean_secs as mean
 
     return mean(result)
 
@@ -146,7 +146,7 @@ def _timeline_callback(names: list[str], timeline: list) -> Any:
                   runner_results: list) -> None:
             for b, r in zip(builder_results, runner_results):
                 ok = b.error_msg is None
-                timeline.append([names[int(task_id)], _mean_secs(r) if ok else None])
+                timeline.append([names[int(task_id)], mean_secs(r) if ok else None])
 
     return Timeline()
 
@@ -198,12 +198,12 @@ def tune_relax(mod: tvm.IRModule, target: Any, db_path_or_store: Any, *, trials:
     from tvm.s_tir.meta_schedule.runner import LocalRunner
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
-    from tunedb.transfer.integrations.tvm_db import TunedbDatabase, _to_tvm_target, local_builder
+    from tunedb.transfer.integrations.tvm_db import TunedbDatabase, local_builder, to_tvm_target
     from tunedb.transfer.integrations.tvm_search import WarmStartSearch, pretrain_cost_model
 
     if trials < 1:
         raise ValueError("trials must be >= 1")
-    tgt = _to_tvm_target(target)
+    tgt = to_tvm_target(target)
     cores = int(num_cores or (tgt.attrs.get("num-cores") if "num-cores" in tgt.attrs else 0) or os.cpu_count() or 1)
     if isinstance(db_path_or_store, TunedbDatabase):
         db = db_path_or_store
@@ -263,7 +263,7 @@ def tune_relax(mod: tvm.IRModule, target: Any, db_path_or_store: Any, *, trials:
     best: dict[str, float | None] = {}
     for n in names:
         rec = db.query_tuning_record(task_mods[n], tgt, n)
-        b = _mean_secs(rec) if rec is not None else None
+        b = mean_secs(rec) if rec is not None else None
         best[n] = b
         mine = [s for t, s in timeline if t == n and s is not None]
         out_tasks.append({"name": n, "weight": weights[n], "trials": sum(1 for t, _ in timeline if t == n),

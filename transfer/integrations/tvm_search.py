@@ -76,7 +76,7 @@ def _run_seconds(result: Any) -> float | None:
 
 
 #: the old name (``tunedb.transfer.integrations.tvm_models`` imports it): the same function
-_mean_secs = _run_seconds
+mean_secs = _run_seconds
 
 
 def _postprocessed(mod: tvm.IRModule, trace: Any, postprocs: Iterable[Any], seed: int) -> Any | None:
@@ -295,9 +295,9 @@ def pretrain_cost_model(cost_model: Any, database: Any, mods: Iterable[tvm.IRMod
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
     from tvm_ffi import structural_hash
 
-    from tunedb.transfer.integrations.tvm_db import _to_tvm_target
+    from tunedb.transfer.integrations.tvm_db import to_tvm_target
 
-    tgt = _to_tvm_target(target)
+    tgt = to_tvm_target(target)
     groups: list[tuple[Any, list, list]] = []
     seen: set[int] = set()
     for mod in mods:

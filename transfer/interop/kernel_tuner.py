@@ -63,7 +63,7 @@ from tunedb.transfer.interop import (
     to_utc,
     where,
 )
-from tunedb.transfer.search.space import Constraint, Knob, Space
+from tunedb.transfer.space import Constraint, Knob, Space
 
 FORMAT = "kernel-tuner"
 SOURCE = "imported:kernel-tuner"
@@ -199,7 +199,7 @@ def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str
     return list(map(operator.mul, vals, repeat(scale))), "ok", ""  # [v * scale for v in vals]
 
 
-def _target(device: str, label: str | None = None) -> Prepared:
+def device_target(device: str, label: str | None = None) -> Prepared:
     """The target of a cache file's device name: a GPU resolved through the catalog, unless the
     name is a CPU OpenCL device's (PoCL's ``pthread-<cpu>``, a CPU runtime's brand string)."""
     kind = "cpu" if cpu_opencl_name(device) else "gpu"
@@ -210,7 +210,9 @@ def _target(device: str, label: str | None = None) -> Prepared:
     return Prepared.of(t, "target")
 
 
-def _workload(doc: Mapping[str, Any], path: Path, keys: list[str] | None) -> Prepared:
+def cache_workload(doc: Mapping[str, Any], path: Path, keys: list[str] | None) -> Prepared:
+    """The workload of a cache file: family and kernel = its kernel_name (else the folder), its
+    problem_size, ``params`` = the tune-parameter names in order."""
     kernel = doc.get("kernel_name")
     if not isinstance(kernel, str) or not kernel:
         kernel = path.resolve().parent.name or "kernel"
@@ -229,7 +231,7 @@ def _header(doc: Mapping[str, Any], path: Path, device: str | None, keys: list[s
         name, note = device_choice(doc, path, device)
         if note is not None and notes is not None:
             notes.append(note)
-        return _target(name, label), _workload(doc, path, keys)
+        return device_target(name, label), cache_workload(doc, path, keys)
     except ImportCapError:
         raise
     except (ValueError, TypeError, RecursionError) as e:

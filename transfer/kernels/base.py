@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.transfer.search.space import Space
+from tunedb.transfer.space import Space
 
 #: largest accepted number of elements of any single array of a workload (guards memory)
 MAX_ELEMENTS = 1 << 27

@@ -20,7 +20,7 @@ import numpy as np
 from tunedb.transfer.kernels.base import KernelFamily
 from tunedb.transfer.kernels.targets import cache_bytes, snap_down, snap_up
 from tunedb.transfer.kernels.templating import render_template
-from tunedb.transfer.search.space import Constraint, Knob, Space
+from tunedb.transfer.space import Constraint, Knob, Space
 
 LAYOUTS = ("NCHW", "NHWC")
 TILE_VALUES = (1, 2, 4, 8, 16, 32, 64)

@@ -20,7 +20,7 @@ import numpy as np
 from tunedb.transfer.kernels.base import KernelFamily
 from tunedb.transfer.kernels.targets import cache_bytes, cores, snap_down, snap_up, vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
-from tunedb.transfer.search.space import Constraint, Knob, Space
+from tunedb.transfer.space import Constraint, Knob, Space
 
 #: loop orders of the cache-blocking loops, outermost first (n = nc loop, k = kc loop, m = mc loop)
 ORDERS = ("nkm", "nmk", "knm", "kmn", "mnk", "mkn")

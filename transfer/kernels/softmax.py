@@ -18,7 +18,7 @@ import numpy as np
 from tunedb.transfer.kernels.base import KernelFamily
 from tunedb.transfer.kernels.targets import snap_down, threads, vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
-from tunedb.transfer.search.space import Knob, Space
+from tunedb.transfer.space import Knob, Space
 
 TEMPLATE = r"""
 /* tunedb softmax kernel: generated from transfer/kernels/softmax.py; integers only */

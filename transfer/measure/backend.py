@@ -150,7 +150,7 @@ class LocalBackend(MeasureBackend):
         """Validate; return (family, workload, config or None, failure record or None)."""
         from tunedb.index.record import Record
         from tunedb.transfer.kernels import family_of
-        from tunedb.transfer.search.space import InvalidConfig
+        from tunedb.transfer.space import InvalidConfig
 
         fam = family_of(workload)
         w = fam.validate_workload(workload)

@@ -23,7 +23,7 @@ from typing import Any
 from tunedb.index.keys import canonical_json
 from tunedb.index.record import Record
 from tunedb.transfer.measure.backend import ReplayBackend
-from tunedb.transfer.search.space import Space
+from tunedb.transfer.space import Space
 
 
 class ReplayData:

@@ -62,7 +62,7 @@ from tunedb.transfer.measure.backend import MeasureBackend
 
 if TYPE_CHECKING:
     from tunedb.transfer.measure.replay import ReplayData
-    from tunedb.transfer.search.space import Space
+    from tunedb.transfer.space import Space
 
 
 def lognormal_sigma(cv: float) -> float:

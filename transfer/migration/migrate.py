@@ -17,7 +17,7 @@ For every workload tuned on SRC (or the listed ones):
 
 Every record is committed by this process as soon as it is measured (Ctrl-C keeps them): step 1
 is ``tunedb.transfer.measure.backend.backend.lookup_or_measure`` and step 2 the ``Tuner``, which uses it too.  The
-executor (``transfer.migration.executors``) decides where measurements run (here or as Ray
+executor (``transfer.measure.executors``) decides where measurements run (here or as Ray
 tasks).  ``db`` is any ``RecordStore`` (a Parquet directory or the in-memory store).
 
 Destination: a target (dict or spec string, measured locally: it must be a local preset of
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from tunedb.index.keys import key_of
 from tunedb.index.record import Record, target_display_name
 from tunedb.transfer.measure.backend import MeasureOptions, lookup_or_measure
-from tunedb.transfer.migration.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
+from tunedb.transfer.measure.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
 from tunedb.transfer.search.jobs import Job
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tunedb.transfer.search.space import InvalidConfig, Knob, Space
+from tunedb.transfer.space import InvalidConfig, Knob, Space
 
 
 @dataclass

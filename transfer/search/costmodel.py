@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tunedb.transfer.search import lgbm_capi
 from tunedb.transfer.search.trees import TreeEnsemble, boost_residuals
 
 if TYPE_CHECKING:
@@ -253,7 +254,9 @@ class _Base:
 
 
 class LightGBMCostModel(_Base):
-    """Gradient-boosted trees (LightGBM) on log time.
+    """Gradient-boosted trees (LightGBM) on log time: trained by LightGBM's C library
+    (``lgbm_capi``, without importing the ``lightgbm`` package), evaluated in numpy
+    (``trees.TreeEnsemble``, LightGBM's predictions bit for bit).
 
     One thread by default: the tuner runs beside builds and timed runs, and OpenMP threads
     that spin-wait on an oversubscribed 2-core machine made a fit 50x slower (measured)."""
@@ -267,19 +270,15 @@ class LightGBMCostModel(_Base):
         self.n_jobs = n_jobs
 
     def _fit_xy(self, X, y, w) -> None:
-        import lightgbm as lgb
-
+        # through LightGBM's C library (lgbm_capi): the Python package's import costs seconds
         params = {"objective": "regression", "learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
                   "min_data_in_leaf": 3, "bagging_fraction": 0.9, "bagging_freq": 1, "feature_fraction": 0.9,
                   "seed": self.seed, "num_threads": self.n_jobs, "verbose": -1, "deterministic": True,
                   "force_row_wise": True}
-        ds = lgb.Dataset(X, label=y, weight=w, free_raw_data=True)
-        self.model_ = lgb.train(params, ds, num_boost_round=self.n_estimators)
-        self.model_text_ = self.model_.model_to_string()
+        self.model_text_ = lgbm_capi.train(X, y, params, self.n_estimators, weight=w)
+        self.trees_ = TreeEnsemble.from_lightgbm_text(self.model_text_)
 
     def _predict_x(self, X) -> np.ndarray:
-        if getattr(self, "model_", None) is not None:
-            return np.asarray(self.model_.predict(X, num_threads=self.n_jobs), np.float64)
         return self.trees_.predict(X)
 
     def params(self) -> dict:
@@ -292,7 +291,6 @@ class LightGBMCostModel(_Base):
     def _set_state(self, state: Mapping[str, Any]) -> None:
         # evaluated in numpy (tunedb.transfer.search.trees): a loaded model never imports LightGBM
         self.model_text_ = str(state["booster"])
-        self.model_ = None
         self.trees_ = TreeEnsemble.from_lightgbm_text(self.model_text_)
 
 

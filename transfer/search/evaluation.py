@@ -35,7 +35,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
@@ -213,7 +213,7 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
     hist: dict[str, list] = {name: [] for name in runs}
     surr: dict[str, dict] = {}
     try:
-        db = TuningDB.open(work / "base")
+        db = ParquetStore.open(work / "base")
         for dev, d in datas.items():
             if dev != held:
                 db.commit(list(d.results.values()))
@@ -232,7 +232,7 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
                 n += 1
                 if not over.get("cold"):
                     shutil.copytree(work / "base", work / f"run{n}")
-                rdb = TuningDB.open(work / f"run{n}")  # cold: an empty DB
+                rdb = ParquetStore.open(work / f"run{n}")  # cold: an empty DB
                 res = Tuner(rdb, hd.target, hd.workload, hd.space, backend,
                             TuneOptions(**{"budget": max(budgets), "seed": s, **over})).run()
                 hist[name].append(res.history)

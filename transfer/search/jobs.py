@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunedb.transfer.measure.backend import MeasureBackend
-from tunedb.transfer.search.space import Space
+from tunedb.transfer.space import Space
 
 
 @dataclass

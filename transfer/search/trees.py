@@ -4,8 +4,9 @@ boosted correction a tuning run fits to a base model's residuals.
 A tuning run needs the base cost model only to *predict*, and a few small trees fitted to its
 own evaluations.  Importing LightGBM (which imports scikit-learn, SciPy and pandas when they are
 installed) takes 1-2 s in a fresh process, more than the whole run's own work, so the run reads
-the fitted model's text (``Booster.model_to_string()``) into a :class:`TreeEnsemble` and fits its
-correction with :func:`boost_residuals`.  LightGBM is imported only to fit a base model.
+the fitted model's text (``Booster.model_to_string()``, written by LightGBM's C library through
+``tunedb.transfer.search.lgbm_capi``) into a :class:`TreeEnsemble` and fits its correction with
+:func:`boost_residuals`.  The ``lightgbm`` Python package is never imported.
 
 Contract of :meth:`TreeEnsemble.predict`: the same numbers as ``Booster.predict`` on float64 rows
 (numerical splits with LightGBM's missing-value rules: ``None`` maps NaN to 0, ``Zero`` and ``NaN``

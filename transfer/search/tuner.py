@@ -77,9 +77,8 @@ from tunedb.index.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
 from tunedb.transfer.search.costmodel import default_model
-from tunedb.transfer.search.jobs import local_job
 from tunedb.transfer.search.seeds import interleave, similarity_weights
-from tunedb.transfer.search.space import Space
+from tunedb.transfer.space import Space
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
@@ -1064,36 +1063,3 @@ class Tuner:
                 sigs.add(s)
         return chosen, tags
 
-
-def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any], *, budget: int = 16,
-         options: TuneOptions | None = None, backend: MeasureBackend | None = None, trust: str | None = None,
-         **kw: Any) -> TuneResult:
-    """Tune ``workload`` on ``target`` (a local preset of this machine) with real builds: the public
-    ``tunedb.tune``.
-
-    The space, defaults and hardware knobs come from the workload's kernel family
-    (``local_job``); ``backend`` defaults to ``LocalBackend()``.  ``options`` (default
-    ``TuneOptions(budget=budget)``; when given, ``budget`` is ignored); ``kw`` goes to
-    :class:`Tuner` (``progress``, ``model``).  Every evaluation asks ``db`` first and commits what
-    it measures (see the module docstring), so a rerun is all cache hits.  ``trust`` (e.g.
-    ``"measured,imported:autotvm"``, see ``tunedb.index.trust``): only records it trusts answer
-    look-ups, seeds and the model (``db`` is wrapped in a ``TrustedStore``; commits go to ``db``).
-    Without ``options`` the run re-measures its 2 leaders twice, interleaved, at the end
-    (``confirm_top=2, confirm_rounds=2``), so ``best_cost`` is not the sample that selected the
-    winner (``TuneResult.selection_biased`` is False then).
-    The run's summary is stored in ``db`` (``RecordStore.add_run``, kind ``tune``).
-    Raises ValueError (one line) for a target that is not a local preset, a workload no kernel
-    family accepts or a bad trust policy."""
-    from tunedb.index.trust import trusted_view
-    from tunedb.transfer.search import runlog
-
-    db = trusted_view(db, trust)
-    job = local_job(target, workload, backend)
-    opts = options or TuneOptions(budget=budget, confirm_top=2, confirm_rounds=2)
-    watch, before = runlog.Stopwatch(check_machine=job.backend.name != "replay"), runlog.records_in(db)
-    res = Tuner(db, job.target, job.workload, job.space, job.backend, opts, **job.tuner_kwargs(), **kw).run()
-    # the run's summary beside the records (``RecordStore.runs()``), as the CLI's tune stores it
-    runlog.save_tuner_runs(db, "tune", job.target, [res], watch, before, cold=opts.cold,
-                           options={"budget": opts.budget, "seed": opts.seed, "cold": opts.cold},
-                           extra={"interrupted": res.interrupted})
-    return res

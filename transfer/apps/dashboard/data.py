@@ -182,12 +182,12 @@ def _iso_us(text: Any) -> int | None:
 def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
     """(cache hits, evaluations) over run summaries (a demo counted by its parts; pass the
     de-duplicated summaries, ``RunsData.summaries``, so each run counts once)."""
-    from tunedb.transfer.apps.report import _part_totals, run_parts
+    from tunedb.transfer.apps.report import part_totals, run_parts
 
     hits = evals = 0
     for s in summaries:
         for part in run_parts(s):
-            e, h = _part_totals(part)
+            e, h = part_totals(part)
             evals += e
             hits += h
     return hits, evals
@@ -204,13 +204,6 @@ SNAPSHOT_COLUMNS = ["target_key", "target_name", "workload_key", "family", "work
 #: the record columns :func:`entry_page` uses
 ENTRY_PAGE_COLUMNS = ["record_id", "config_key", "config", "costs", "cost", "status", "source", "origin", "meta",
                       "timestamp", "committed", "target_name", "workload", "host"]
-
-
-def _refuted(db: Any) -> set[str]:
-    """The record_ids ``db`` marks refuted (``verdicts()``, a read)."""
-    from tunedb.transfer.apps.report import _refuted as refuted
-
-    return refuted(db)
 
 
 def read_snapshot_records(db: Any) -> pa.Table:
@@ -263,7 +256,7 @@ def records_part(db: Any, t: pa.Table) -> dict:
     entries table (each entry's best config by the estimator: ``best``, a CostEstimate, and
     ``best_cost``, its value), active entries, failed records (for the pipeline) and the figure
     specs of records over time and the fastest measurement so far per entry."""
-    from tunedb.transfer.apps.report import cost_brief, entry_estimates, not_refuted
+    from tunedb.transfer.apps.report import cost_brief, entry_estimates, not_refuted, refuted_ids
 
     n = t.num_rows
     committed = t.column("committed").cast(pa.int64()).fill_null(0).to_numpy().astype(np.int64)
@@ -271,7 +264,8 @@ def records_part(db: Any, t: pa.Table) -> dict:
     # per entry: its counts, when it was last written, and its recent records (by commit time)
     now_us = int(time.time() * 1e6)
     recent_mask = committed >= now_us - ACTIVE_WINDOW_S * 1_000_000
-    refuted = _refuted(db) if n and ("rid_hash" in t.column_names or "record_id" in t.column_names) else set()
+
+    refuted = refuted_ids(db) if n and ("rid_hash" in t.column_names or "record_id" in t.column_names) else set()
     keep = not_refuted(t, refuted)
     usable = np.asarray(pc.fill_null(pc.and_(pc.equal(t.column("status"), "ok"),
                                              pc.greater(pc.list_value_length(t.column("costs")), 0)), False)) \
@@ -354,11 +348,11 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
     agree with each other and with ``tunedb report``."""
     from tunedb.transfer.apps.report import (
         RunsData,
-        _part_name,
-        _part_totals,
         add_summaries,
         count_runs,
         gain_points,
+        part_name,
+        part_totals,
         run_parts,
         saturation,
     )
@@ -372,7 +366,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
     pipeline = []
     for s in reversed(runs[-MAX_PIPELINE_RUNS:]):
         for part in run_parts(s):
-            evals, hits = _part_totals(part)
+            evals, hits = part_totals(part)
             tasks = [t for t in part.get("tasks") or [] if isinstance(t, Mapping)]
             seeded = [t for t in tasks if t.get("source") == "warm"]
             sources = sorted({str(x) for t in seeded for x in t.get("seeded_from") or [] if x})
@@ -386,7 +380,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
             pipeline.append({
                 "run_id": str(part.get("run_id") or s.get("run_id") or ""),
                 "stored": str(s.get("stored") or "")[:19].replace("T", " "),
-                "name": _part_name(part, s if part is not s else None) or "run",
+                "name": part_name(part, s if part is not s else None) or "run",
                 "kind": str(part.get("kind") or ""), "label": str(part.get("label") or ""),
                 "target": str(part.get("target") or s.get("target") or ""),
                 "evaluations": evals, "lookup": hits,
@@ -448,12 +442,12 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
     fastest-measurement-so-far curve with the best config's estimate as a line.  Reads only this
     entry's records."""
     from tunedb.index.keys import key_of
-    from tunedb.transfer.apps.report import cost_brief, not_refuted, run_parts
+    from tunedb.transfer.apps.report import cost_brief, not_refuted, refuted_ids, run_parts
 
     t = db.records(target_key, workload_key, include_stale=False, columns=ENTRY_PAGE_COLUMNS)
     if t.num_rows == 0:
         return None
-    refuted = _refuted(db)
+    refuted = refuted_ids(db)
     rows = t.to_pylist()
     keep = not_refuted(t, refuted)
     used = t if keep is None else t.filter(pa.array(keep))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tunedb.transfer.cli.util import UserError, _is_directory_location, emit
+from tunedb.transfer.cli.util import UserError, emit, is_directory_location
 
 DEFAULT_PORT = 8050
 
@@ -33,7 +33,7 @@ def register(sub, common) -> None:
 
 def _open_read_only(args):
     """The store(s) ``--db`` (and ``--also``) name, opened read-only, creating nothing: a Parquet
-    directory must exist and be a tunedb DB (``TuningDB.open(read_only=True)``: nothing in it is
+    directory must exist and be a tunedb DB (``ParquetStore.open(read_only=True)``: nothing in it is
     written, not even the fold of a crashed writer's journal); a PostgreSQL URL must hold tunedb's
     schema (``PostgresStore(read_only=True)``: no migration, the server refuses writes); several
     locations are a ``LayeredStore`` with no writable layer."""
@@ -52,7 +52,7 @@ def _open_one_read_only(loc: str):
     from tunedb.index.stores import open_store
 
     memory = loc.startswith("memory:")
-    if _is_directory_location(loc):
+    if is_directory_location(loc):
         if not os.path.isdir(loc):
             raise UserError(f"no tunedb database at {loc}")
         if not os.path.isfile(os.path.join(loc, MARKER)):

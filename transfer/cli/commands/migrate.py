@@ -85,8 +85,8 @@ def _human(rep) -> str:
 
 
 def run_migrate(args) -> int:
-    from tunedb.transfer.cli.commands.tune import _workloads_from_file
-    from tunedb.transfer.migration.executors import ExecutorUnavailable
+    from tunedb.transfer.cli.commands.tune import workloads_from_file
+    from tunedb.transfer.measure.executors import ExecutorUnavailable
     from tunedb.transfer.migration.migrate import make_executor, migrate
 
     if args.top_k < 1:
@@ -101,7 +101,7 @@ def run_migrate(args) -> int:
 
     if key_of(src) not in set(db.entries().column("target_key").to_pylist()):
         raise UserError(f"source target {args.src!r} has no records in {args.db}")
-    workloads = _workloads_from_file(args.workloads) if args.workloads else None
+    workloads = workloads_from_file(args.workloads) if args.workloads else None
     if args.replay:
         dst = Path(args.replay)
     else:

@@ -177,7 +177,7 @@ def run_tune(args) -> int:
     return 130 if res.interrupted else 0
 
 
-def _workloads_from_file(path: str) -> list[dict]:
+def workloads_from_file(path: str) -> list[dict]:
     if not os.path.isfile(path):
         raise UserError(f"cannot read workloads file {path}")
     text = open(path, encoding="utf-8").read()
@@ -196,7 +196,7 @@ def run_warm_start(args) -> int:
     _check_budget(args.budget)
     db = trusted(args, lambda: open_db(args))
     if args.workloads:
-        workloads = _workloads_from_file(args.workloads)
+        workloads = workloads_from_file(args.workloads)
     else:
         src = resolve_target(args.from_target, db)
         from tunedb.index.keys import key_of
