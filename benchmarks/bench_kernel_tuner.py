@@ -53,12 +53,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import kernel_tuner
 import numpy as np
 from kernel_tuner.interface import strategy_map
 from kernel_tuner.strategies.common import CostFunc
 from kernel_tuner.util import StopCriterionReached
 
-import kernel_tuner
 from tunedb.index.memory import MemoryStore
 from tunedb.kernel_tuner import WarmStart
 from tunedb.transfer.interop import collect

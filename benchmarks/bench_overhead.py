@@ -71,10 +71,10 @@ class Timed:
 
 def child(db_dir: str, cache: str, kernel: str, evals: int, kt: list[str]) -> None:
     """The fresh process: prints one JSON line."""
+    import kernel_tuner
     import numpy as np
     from kernel_tuner.interface import strategy_map
 
-    import kernel_tuner
     import tunedb
     from tunedb.kernel_tuner import WarmStart
 

@@ -56,10 +56,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 try:
-    from kernel_tuner.strategies.common import CostFunc
-
     import kernel_tuner as _kt
     from kernel_tuner import util as kt_util
+    from kernel_tuner.strategies.common import CostFunc
 except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("tunedb.kernel_tuner needs Kernel Tuner >= 1.5: pip install 'tunedb[kernel-tuner]'") from _e
 if not hasattr(_kt, "tune_kernel"):  # pragma: no cover - a checkout's kernel_tuner.py shadows the real one
