@@ -7,7 +7,7 @@ import pytest
 
 from tunedb.transfer.measure.replay import ReplayData
 from tunedb.transfer.search.costmodel import spearman
-from tunedb.transfer.search.surrogate import RGPESurrogate, SourceModel, ranking_loss
+from tunedb.transfer.search.surrogate import RGPESurrogate, SourceModel, bootstrap_ranking_losses, ranking_loss
 
 from helpers import kernel_tuner_file
 
@@ -25,6 +25,35 @@ def test_ranking_loss_counts_misranked_pairs():
     assert ranking_loss(y, y) == 0
     assert ranking_loss(-y, y) == 6  # every ordered pair misranked
     assert ranking_loss(np.array([1.0, 3.0, 2.0]), y) == 2
+
+
+def test_bootstrap_losses_are_the_ranking_losses_of_each_sample_with_its_duplicates():
+    rng = np.random.default_rng(3)
+    for n in (2, 7, 60):
+        pred = rng.integers(0, 4, size=(3, n)).astype(float)  # ties on purpose
+        y = rng.integers(0, 5, size=n).astype(float)
+        idx = rng.integers(0, n, size=(16, n))
+        got = bootstrap_ranking_losses(pred, y, idx)
+        want = [[ranking_loss(p[b], y[b]) for b in idx] for p in pred]
+        assert got.tolist() == want
+
+
+def test_a_long_run_is_fitted_on_its_fastest_half_and_its_latest_rows():
+    rng = np.random.default_rng(4)
+    y = rng.normal(size=1000)
+    keep = RGPESurrogate.target_rows(y, 128)
+    assert len(keep) == 128 and np.all(np.diff(keep) > 0)
+    assert set(np.argsort(y)[:64]) <= set(keep.tolist())
+    rest = [i for i in range(1000) if i not in set(np.argsort(y)[:64].tolist())]
+    assert set(rest[-64:]) <= set(keep.tolist())
+    assert RGPESurrogate.target_rows(y[:100], 128).tolist() == list(range(100))
+    X = rng.integers(0, 8, size=(1000, 3)).astype(float)
+    sur = RGPESurrogate(random_state=0).fit(X, y, [(X, y), (X, -y)])
+    assert sur.n_targets_ == 128
+    assert float(np.min(sur.y_)) == float(np.min(y))  # the best observation stays in the fit
+    assert sur.weights_[0] > sur.weights_[1]
+    with pytest.raises(ValueError):
+        RGPESurrogate(max_target_rows=1)
 
 
 def test_weights_go_to_the_monotone_source_and_not_to_the_anti_correlated_one():

@@ -35,7 +35,8 @@ Per-source model: the source's own measured value looked up directly for a confi
 Nadaraya-Watson kernel regression on the same scaled columns (bandwidth: the median pairwise
 distance of the target's configs), with an exact leave-one-out.
 
-Complexity: ``fit`` O(S * n^2 * B) for S sources, n target observations and B bootstrap
+Complexity: ``fit`` O(S * n^2 * B) for S sources, n target observations (at most
+``max_target_rows``: a longer run's fit keeps its fastest half and its latest rows) and B bootstrap
 samples, plus the sources' predictions of the n configs (lookups O(n), kNN O(n * N_s * d) for
 configs a source lacks); ``predict`` O(m * (S + n) * d) plus kNN for rows the sources lack.
 """
@@ -49,7 +50,7 @@ import numpy as np
 
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
 
-__all__ = ["RGPESurrogate", "SourceModel", "ranking_loss"]
+__all__ = ["RGPESurrogate", "SourceModel", "bootstrap_ranking_losses", "ranking_loss"]
 
 
 def _standardise(y: np.ndarray) -> tuple[float, float]:
@@ -65,13 +66,21 @@ def ranking_loss(pred: np.ndarray, y: np.ndarray) -> int:
     return int(np.sum((p[:, None] < p[None, :]) != (t[:, None] < t[None, :])))
 
 
-def _pair_losses(pred: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Ranking losses of each row of ``pred`` (k, n) on the bootstrap samples ``idx`` (B, n)."""
-    p = pred[:, idx]                     # (k, B, n)
-    t = y[idx]                           # (B, n)
-    tp = t[:, :, None] < t[:, None, :]   # (B, n, n)
-    pp = p[:, :, :, None] < p[:, :, None, :]
-    return np.sum(pp != tp[None], axis=(2, 3))
+def bootstrap_ranking_losses(pred: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Ranking losses of each row of ``pred`` (k, n) on the bootstrap samples ``idx`` (B, n).
+
+    A sample's loss counts the misranked pairs of its draws, duplicates included, so it is
+    ``c^T D c`` with ``c`` the sample's draw counts per row and ``D[i, j]`` 1 where rows i and j
+    are misranked: O(k * n^2 * B) multiply-adds in BLAS, no (k, B, n, n) array; exact integers."""
+    n = len(y)
+    counts = np.zeros((idx.shape[0], n))
+    np.add.at(counts, (np.arange(idx.shape[0])[:, None], idx), 1.0)
+    t = y[:, None] < y[None, :]
+    out = np.empty((pred.shape[0], idx.shape[0]))
+    for k, p in enumerate(pred):
+        D = ((p[:, None] < p[None, :]) != t).astype(np.float64)
+        out[k] = np.einsum("bi,bi->b", counts @ D, counts)
+    return np.rint(out).astype(np.int64)
 
 
 def _rbf(A: np.ndarray, B: np.ndarray, var0: float, length_scale: float) -> np.ndarray:
@@ -135,13 +144,17 @@ class RGPESurrogate:
     """Rank-weighted ensemble of per-source models and a target model (see the module docstring).
 
     Parameters: ``n_bootstrap`` samples for the weights, ``n_neighbors`` of the sources' kNN,
-    ``dilution_min`` target observations before the dilution guard applies, ``random_state``.
+    ``dilution_min`` target observations before the dilution guard applies, ``random_state``,
+    ``max_target_rows`` target observations the members are fitted on (:meth:`target_rows`).
     Attributes after ``fit``: ``weights_`` (sources in the order given, then the target),
-    ``source_models_``, ``n_targets_`` (target observations), ``losses_`` (mean bootstrap loss per
+    ``source_models_``, ``n_targets_`` (target observations used, <= ``max_target_rows``), ``losses_`` (mean bootstrap loss per
     member)."""
 
     def __init__(self, n_bootstrap: int = 64, n_neighbors: int = 5, dilution_min: int = 6,
-                 fail_margin: float = 1.0, random_state: int | None = 0):
+                 fail_margin: float = 1.0, random_state: int | None = 0, max_target_rows: int = 128):
+        if max_target_rows < 2:
+            raise ValueError(f"max_target_rows must be >= 2, not {max_target_rows}")
+        self.max_target_rows = max_target_rows
         self.n_bootstrap = n_bootstrap
         self.n_neighbors = n_neighbors
         self.dilution_min = dilution_min
@@ -172,13 +185,27 @@ class RGPESurrogate:
         self.source_models_ = [s if isinstance(s, SourceModel)
                                else SourceModel(self.n_neighbors, self.fail_margin).fit(s[0], s[1], self.scale_)
                                for s in sources]
-        self.X_, self.y_ = X, y
-        self.n_targets_ = len(y)
+        keep = self.target_rows(y, self.max_target_rows)
+        self.X_, self.y_ = X[keep], y[keep]
+        self.n_targets_ = len(self.y_)
         self._gp_cache = None
         self.mean_, self.std_ = _standardise(y)
         self._fit_target()
         self.weights_, self.losses_ = self._weights()
         return self
+
+    @staticmethod
+    def target_rows(y: np.ndarray, cap: int) -> np.ndarray:
+        """Indices of the target observations the members are fitted on: all of them up to
+        ``cap``; beyond it the ``cap // 2`` fastest and the latest of the rest (in the order
+        given), ``cap`` in all, ascending.  So a long run's fit costs O(cap^2) per round, not
+        O(n^2), and keeps its best and its newest evidence."""
+        n = len(y)
+        if n <= cap:
+            return np.arange(n)
+        fastest = np.argsort(y, kind="stable")[: cap // 2]
+        rest = np.setdiff1d(np.arange(n), fastest)
+        return np.sort(np.concatenate([fastest, rest[len(rest) - (cap - len(fastest)):]]))
 
     @staticmethod
     def _width(X: np.ndarray, sources: Sequence[tuple[np.ndarray, np.ndarray]]) -> int:
@@ -229,7 +256,7 @@ class RGPESurrogate:
         P = np.vstack(preds)
         rng = np.random.default_rng(self.random_state)
         idx = rng.integers(0, n, size=(self.n_bootstrap, n))
-        L = _pair_losses(P, self.y_, idx).astype(np.float64)   # (members, B)
+        L = bootstrap_ranking_losses(P, self.y_, idx).astype(np.float64)   # (members, B)
         if n_src and n >= self.dilution_min:
             keep = np.median(L[:n_src], axis=1) <= np.percentile(L[-1], 95)
             L[:n_src][~keep] = np.inf
