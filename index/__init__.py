@@ -18,6 +18,8 @@ _LAZY = {
     "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
     "RecordStore": ("tunedb.index.base", "RecordStore"),
     "open_store": ("tunedb.index.stores", "open_store"),
+    "parse_location": ("tunedb.index.stores", "parse_location"),
+    "Location": ("tunedb.index.stores", "Location"),
     "Record": ("tunedb.index.record", "Record"),
     "STATUSES": ("tunedb.index.record", "STATUSES"),
     "RecordBatch": ("tunedb.index.batch", "RecordBatch"),
@@ -25,7 +27,8 @@ _LAZY = {
     "key_of": ("tunedb.index.keys", "key_of"),
 }
 
-__all__ = ["ParquetStore", "TuningDB", "MemoryStore", "RecordStore", "open_store", "Record", "STATUSES", "RecordBatch",
+__all__ = ["ParquetStore", "TuningDB", "MemoryStore", "RecordStore", "open_store", "parse_location",
+           "Location", "Record", "STATUSES", "RecordBatch",
            "canonical_json", "key_of", "SCHEMA_VERSION", "TUNEDB_VERSION"]
 
 

@@ -242,6 +242,9 @@ class ParquetStore(RecordStore):
         method that would write raises ValueError.  Derived caches a read builds (``entries``,
         ``stats``, ``best``) are the exception: don't call those on a read-only handle when
         nothing may change."""
+        if read_only and os.path.isdir(path) and not os.path.isfile(os.path.join(path, MARKER)):
+            # (prepare would adopt an empty directory as a DB being created: a write)
+            raise ValueError(f"{os.fspath(path)} is not a tunedb database (no {MARKER})")
         p = layout.prepare(path, False if read_only else create)
         db = cls(p, layout.schema_version(p))
         db.read_only = read_only

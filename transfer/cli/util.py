@@ -85,34 +85,36 @@ def parse_config(spec: str) -> dict:
     return c
 
 
-def is_directory_location(location: str) -> bool:
-    """Whether ``location`` names a Parquet directory (not a URL or ``memory:``)."""
-    return "://" not in location and not location.startswith("memory:")
-
-
-def _open_location(location: str, *, create: bool, lower: bool):
-    from tunedb.index.stores import open_store
+def open_location(location: str, *, create: bool, what: str = "database", **options: Any):
+    """``open_store(location, create=create, **options)``; a failure is a user error of one line
+    (``cannot open WHAT LOCATION: why``, the reason from :func:`~tunedb.index.stores.open_error_line`)."""
+    from tunedb.index.stores import open_error_line, open_store
 
     try:
-        return open_store(location, create=create)
+        return open_store(location, create=create, **options)
     except (OSError, ValueError) as e:
-        what = "lower layer" if lower else "database"
-        text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).strip().splitlines()
-        raise UserError(f"cannot open {what} {location}: {text[0] if text else type(e).__name__}") from None
+        raise UserError(f"cannot open {what} {location}: {open_error_line(e)}") from None
 
 
 def checked_locations(args) -> list[str]:
-    """:func:`db_locations`, checked: a location given twice, or a lower layer directory that
-    does not exist, is a user error (one line)."""
+    """:func:`db_locations`, checked: a location given twice, one no store can be at (a remote
+    directory), or a lower layer directory that does not exist, is a user error (one line).  What a location names is the stores' reading
+    (:func:`tunedb.index.stores.parse_location`)."""
+    from tunedb.index.stores import parse_location
+
     locs = db_locations(args)
-    seen: set[str] = set()
-    for loc in locs:
-        norm = os.path.realpath(loc) if is_directory_location(loc) else loc
-        if norm in seen and not loc.startswith("memory:"):
+    parsed = []
+    for i, loc in enumerate(locs):
+        try:  # a location no store can be at fails before any layer is opened (and created)
+            here = parse_location(loc)
+            here.check_openable()
+        except ValueError as e:
+            raise UserError(f"cannot open {'lower layer' if i else 'database'} {loc}: {e}") from None
+        if any(here.same_store_as(seen) for seen in parsed):
             raise UserError(f"layer {loc} is given twice")
-        seen.add(norm)
-    for loc in locs[1:]:
-        if is_directory_location(loc) and not os.path.isdir(loc):
+        parsed.append(here)
+    for loc, here in zip(locs[1:], parsed[1:]):
+        if here.is_local_directory and not here.exists():
             raise UserError(f"no tunedb database at {loc} (a lower layer must exist)")
     return locs
 
@@ -130,16 +132,19 @@ def open_db(args, *, must_exist: bool = False):
     ``--also``) - a ``LayeredStore`` over them in ``args.layers`` mode (default ordered), written
     through the first.  Lower layers are opened with ``create=False``: a missing one is a user
     error (one line), as is a location given twice."""
+    from tunedb.index.stores import parse_location
+
     locs = checked_locations(args)
     path = locs[0]
-    if must_exist and is_directory_location(path) and not os.path.isdir(path):
+    top_loc = parse_location(path)
+    if must_exist and top_loc.is_local_directory and not top_loc.exists():
         raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
-    top = _open_location(path, create=True, lower=False)
+    top = open_location(path, create=True)
     if len(locs) == 1:
         return top
     from tunedb.index.layered import LayeredStore
 
-    lower = [_open_location(loc, create=False, lower=True) for loc in locs[1:]]
+    lower = [open_location(loc, create=False, what="lower layer") for loc in locs[1:]]
     return LayeredStore([top, *lower], writable=0, mode=getattr(args, "layers", None) or "ordered")
 
 

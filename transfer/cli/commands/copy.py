@@ -3,10 +3,9 @@ see ``tunedb.transfer.migration.copy``)."""
 
 from __future__ import annotations
 
-import os
 import sys
 
-from tunedb.transfer.cli.util import UserError, emit, progress_bar, progress_to, table_text
+from tunedb.transfer.cli.util import UserError, emit, open_location, progress_bar, progress_to, table_text
 
 
 def register(sub, common) -> None:
@@ -21,32 +20,26 @@ def register(sub, common) -> None:
     p.set_defaults(func=run_copy)
 
 
-def _open(location: str, *, create: bool, what: str):
-    from tunedb.index.stores import open_store
-
-    if not create and "://" not in location and not location.startswith("memory:") and not os.path.isdir(location):
-        raise UserError(f"no tunedb database at {location} ({what})")
-    try:
-        return open_store(location, create=create)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot open {what} {location}: {str(e).splitlines()[0] if str(e) else e}") from None
-
-
 def run_copy(args) -> int:
     from tunedb.transfer.migration.copy import DEFAULT_BATCH, copy_records, resolve_targets
 
     batch = DEFAULT_BATCH if args.batch is None else args.batch
     if batch < 1:
         raise UserError("--batch must be >= 1")
-    urls = "://" in args.src or "://" in args.dst
-    if args.src == args.dst or (not urls and os.path.realpath(args.src) == os.path.realpath(args.dst)):
+    from tunedb.index.stores import parse_location
+
+    try:
+        same = parse_location(args.src).same_store_as(parse_location(args.dst))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if args.src == args.dst or same:
         raise UserError("SRC and DST are the same store")
-    src = _open(args.src, create=False, what="source")
+    src = open_location(args.src, create=False, what="source")
     try:
         targets = resolve_targets(src, args.target)  # before DST is opened: a bad --target creates nothing
     except ValueError as e:
         raise UserError(str(e)) from None
-    dst = _open(args.dst, create=True, what="destination")
+    dst = open_location(args.dst, create=True, what="destination")
     bar = progress_bar(args, sum(t["records"] for t in targets), "copy", unit="rec")
     counts = {"done": 0}
 

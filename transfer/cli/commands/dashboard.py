@@ -8,10 +8,9 @@ object ``{"url", "db"}`` with ``--json``) and serves until interrupted.  Needs t
 
 from __future__ import annotations
 
-import os
 import sys
 
-from tunedb.transfer.cli.util import UserError, emit, is_directory_location
+from tunedb.transfer.cli.util import UserError, emit, open_location
 
 DEFAULT_PORT = 8050
 
@@ -48,20 +47,13 @@ def _open_read_only(args):
 
 
 def _open_one_read_only(loc: str):
-    from tunedb.index.parquet.layout import MARKER
-    from tunedb.index.stores import open_store
+    """One location opened as the stores read it (:func:`tunedb.index.stores.parse_location`),
+    with ``read_only`` (a new in-memory store has nothing to protect) and the CLI's one-line error."""
+    from tunedb.index.stores import MEMORY, parse_location
 
-    memory = loc.startswith("memory:")
-    if is_directory_location(loc):
-        if not os.path.isdir(loc):
-            raise UserError(f"no tunedb database at {loc}")
-        if not os.path.isfile(os.path.join(loc, MARKER)):
-            raise UserError(f"{loc} is not a tunedb database (no {MARKER})")
-    try:  # a new in-memory store has nothing to protect
-        return open_store(loc, create=False) if memory else open_store(loc, create=False, read_only=True)
-    except (OSError, ValueError) as e:
-        text = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).strip().splitlines()
-        raise UserError(f"cannot open database {loc}: {text[0] if text else type(e).__name__}") from None
+    if parse_location(loc).kind == MEMORY:
+        return open_location(loc, create=False)
+    return open_location(loc, create=False, read_only=True)
 
 
 def run_dashboard(args) -> int:
