@@ -13,7 +13,7 @@ from tunedb.transfer.kernels import FAMILIES_ENV, default_config, families, fami
 from tunedb.transfer.kernels import matmul as matmul_mod
 from tunedb.transfer.kernels import softmax as softmax_mod
 from tunedb.transfer.kernels.build import generate_source
-from tunedb.transfer.kernels.targets import vector_floats, vector_registers
+from tunedb.transfer.kernels.target_properties import vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
 from tunedb.transfer.space import InvalidConfig

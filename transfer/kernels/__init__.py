@@ -10,8 +10,9 @@ A *family* turns a workload dict (``{"family": "matmul", "M": 512, ...}``) and a
   config (no build step).
 
 Default configs are derived from the target (``default_config(workload, target)``: vector width,
-vector registers and cache sizes of the target dict through ``tunedb.transfer.kernels.targets``; no target
-means a portable x86-64-baseline default), never from the CPU this process runs on.
+vector registers and cache sizes of the target dict through
+``tunedb.transfer.kernels.target_properties``; no target means a portable x86-64-baseline
+default), never from the CPU this process runs on.
 
 Registry: ``families()`` lists the family names, ``get_family(name)`` returns the family object
 (``ValueError`` for an unknown name).  Besides the built-in families, the environment variable

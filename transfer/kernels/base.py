@@ -80,8 +80,8 @@ class KernelFamily:
         """A reasonable valid config for ``workload`` on ``target`` (a tuner's starting point).
 
         ``target`` is a target dict (``vector_bits``, ``threads``, ``l1d_kb``/``l2_kb``/``l3_kb``,
-        ...; see ``tunedb.transfer.kernels.targets``); None means a portable default for the x86-64
-        baseline.  Built-in families derive vector widths, register tiles and cache blocks from it;
+        ...; see ``tunedb.transfer.kernels.target_properties``); None means a portable default for
+        the x86-64 baseline.  Built-in families derive vector widths, register tiles and cache blocks from it;
         the result always passes ``self.space(workload).validate``.  Call it through the module's
         ``family_default_config`` to also serve plug-in families whose method takes only the workload.
         """

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from tunedb.transfer.kernels.base import KernelFamily
-from tunedb.transfer.kernels.targets import cache_bytes, cores, snap_down, snap_up, vector_floats, vector_registers
+from tunedb.transfer.kernels.target_properties import (
+    cache_bytes,
+    cores,
+    snap_down,
+    snap_up,
+    vector_floats,
+    vector_registers,
+)
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.space import Constraint, Knob, Space
 

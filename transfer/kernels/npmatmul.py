@@ -16,7 +16,7 @@ import numpy as np
 
 from tunedb.transfer.kernels.base import KernelFamily
 from tunedb.transfer.kernels.matmul import MatmulMath
-from tunedb.transfer.kernels.targets import snap_up
+from tunedb.transfer.kernels.target_properties import snap_up
 from tunedb.transfer.space import Knob, Space
 
 BLOCKS = (8, 16, 32, 64, 128, 256, 512, 1024)

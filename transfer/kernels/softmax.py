@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tunedb.transfer.kernels.base import KernelFamily
-from tunedb.transfer.kernels.targets import snap_down, threads, vector_floats, vector_registers
+from tunedb.transfer.kernels.target_properties import snap_down, threads, vector_floats, vector_registers
 from tunedb.transfer.kernels.templating import render_template
 from tunedb.transfer.space import Knob, Space
 

@@ -1,4 +1,5 @@
-"""Target properties that size a kernel family's default config, with portable fallbacks.
+"""Target properties (vector width and registers, cache sizes, threads) that size a kernel
+family's default config, with portable fallbacks.
 
 A family's ``default_config(workload, target)`` is derived from the target dict (a local preset
 from ``index.hardware.localcpu.preset`` or any stored target) through these helpers, never from
