@@ -47,7 +47,7 @@ _LAZY = {
     "TuneOptions": ("tunedb.transfer.search.tuner", "TuneOptions"),
     "TuneResult": ("tunedb.transfer.search.tuner", "TuneResult"),
     "tune": ("tunedb.transfer.apps.tune", "tune"),
-    "local_job": ("tunedb.transfer.search.jobs", "local_job"),
+    "local_job": ("tunedb.transfer.measure.jobs", "local_job"),
     "measure": ("tunedb.transfer.measure.backend", "measure"),
     "copy_records": ("tunedb.transfer.migration.copy", "copy_records"),
     "verify": ("tunedb.transfer.measure.verify", "verify"),
@@ -114,7 +114,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     from tunedb.index.trust import TrustedStore, parse_trust
     from tunedb.transfer.apps.tune import tune
     from tunedb.transfer.measure.backend import measure
+    from tunedb.transfer.measure.jobs import local_job
     from tunedb.transfer.measure.verify import verify
     from tunedb.transfer.migration.copy import copy_records
-    from tunedb.transfer.search.jobs import local_job
     from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult

@@ -20,7 +20,7 @@ Strategies: Kernel Tuner's ``genetic_algorithm``, ``random_sample``, ``greedy_il
 fresh copy, per repeat, of a DB holding the other five GPUs' caches, imported with
 ``python -m tunedb --db DIR --json import kernel-tuner FILE...``; Tuner seed = repeat index);
 ``Union of bests`` (the other five GPUs' ok configs, best first, round-robin over the GPUs, then
-random; ``tunedb.transfer.search.evaluation.union_of_bests``).  The two custom strategies are
+random; ``tunedb.transfer.apps.evaluation.union_of_bests``).  The two custom strategies are
 in ``benchmarks/methodology/tunedb_strategies.py`` (Kernel Tuner's ``custom_search_method_path``),
 the experiment template in ``benchmarks/methodology/experiment_template.json``.
 
@@ -169,8 +169,8 @@ def prepare_dbs(work: Path, cases: list[tuple[str, str]], copies: int) -> dict:
 def prepare_bests(work: Path, cases: list[tuple[str, str]]) -> None:
     """The union-of-bests order of each case (the other GPUs' ok configs, round-robin), from
     tunedb's ``union_of_bests``; the random tail is drawn by the strategy at run time."""
+    from tunedb.transfer.apps.evaluation import union_of_bests
     from tunedb.transfer.measure.replay import ReplayData
-    from tunedb.transfer.search.evaluation import union_of_bests
 
     for kernel in sorted({k for k, _ in cases}):
         datas = {g: ReplayData(DATA / kernel / f"{g}.json.gz") for g in GPUS}

@@ -20,7 +20,7 @@ and the worst over the held-out devices at each budget.
 
 plus a diagnostic no tuner can run, hindsight_mixture_at_20: the 20 configs ranked best by the
 least-squares mix of the other devices' log times fitted on all of the held-out device's data
-(see tunedb.transfer.search.evaluation.hindsight_mixture); low values mean the other devices' data do not
+(see tunedb.transfer.apps.evaluation.hindsight_mixture); low values mean the other devices' data do not
 rank the held-out optimum well, whatever the search does.  And the evaluations needed to reach
 95% of the optimum (random: the exact expectation (N+1)/(m+1) for m good configs among N, which
 is what infinitely many seeds average to).
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tunedb.index import TuningDB  # noqa: E402
-from tunedb.transfer.search.evaluation import (  # noqa: E402,F401
+from tunedb.transfer.apps.evaluation import (  # noqa: E402,F401
     BUDGETS,
     best_within,
     frac,
@@ -159,7 +159,7 @@ def _second_family_workloads() -> tuple[list, list]:
 def tune_source(db: TuningDB, target: dict, workload: dict, budget: int):
     """How the local benchmark fills its DB: a cold search of ``budget`` measurements on a
     source preset, starting from the family default.  Returns the TuneResult."""
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     job = local_job(target, workload)
     return Tuner(db, job.target, job.workload, job.space, job.backend,
@@ -169,7 +169,7 @@ def tune_source(db: TuningDB, target: dict, workload: dict, budget: int):
 
 def local_benchmark(budget: int, quiet: bool, source_preset: str, new_preset: str) -> dict:
     from tunedb.index.hardware.localcpu import preset
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     src2, new2 = _second_family_workloads()
     work = Path(tempfile.mkdtemp(prefix="bench_transfer_local_"))

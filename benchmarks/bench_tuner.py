@@ -147,7 +147,7 @@ def build_db(path: Path, kernel_dir: Path, held: str, n_records: int, seed: int 
 def one_run(db_path: str, replay: str, budget: int, seed: int, baseline: bool) -> dict:
     """Tune the replayed device once on ``db_path`` (in this process); the figures as JSON data."""
     from tunedb.index import TuningDB
-    from tunedb.transfer.search.jobs import replay_job
+    from tunedb.transfer.measure.jobs import replay_job
     from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
     t0 = time.perf_counter()
@@ -259,7 +259,7 @@ def _warm_derived(base: Path, replay: Path) -> None:
     entries summary (``derived/``; rebuildable), so that every mode starts from a used DB.  The
     persisted cost model is left to the modes (cold cache: absent)."""
     from tunedb.index import TuningDB
-    from tunedb.transfer.search.jobs import replay_job
+    from tunedb.transfer.measure.jobs import replay_job
 
     job = replay_job(str(replay))
     db = TuningDB.open(base)

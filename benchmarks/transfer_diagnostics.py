@@ -4,7 +4,7 @@ Three diagnostics for one held-out device of a Kernel Tuner data set, none of wh
 run (each looks at the held-out device's full measurements):
 
   hindsight_mixture  least-squares mix of the other devices' log times fitted on all of the
-                     held-out device's configs (tunedb.transfer.search.evaluation.hindsight_mixture)
+                     held-out device's configs (tunedb.transfer.apps.evaluation.hindsight_mixture)
   model              the LightGBM cost model trained on the other devices' ok records, asked for
                      every config of the held-out device: rank of the true optimum among its
                      predictions, and the fraction of the optimum its top 20 reach
@@ -44,8 +44,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tunedb.transfer.apps.evaluation import hindsight_mixture, load_devices, union_of_bests  # noqa: E402
 from tunedb.transfer.search.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
-from tunedb.transfer.search.evaluation import hindsight_mixture, load_devices, union_of_bests  # noqa: E402
 from tunedb.transfer.search.tuner import TuneOptions, own_sample_weight  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
@@ -149,8 +149,8 @@ def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, 
 
     from tunedb.index import TuningDB
     from tunedb.index.hardware.localcpu import preset
+    from tunedb.transfer.measure.jobs import local_job
     from tunedb.transfer.search.adapt import adapt_config, hardware_scale
-    from tunedb.transfer.search.jobs import local_job
 
     work = Path(tempfile.mkdtemp(prefix="tunedb_seedcheck_"))
     out = {"workload": workload, "new_preset": new, "sources": {}}

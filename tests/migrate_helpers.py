@@ -8,7 +8,7 @@ from pathlib import Path
 from tunedb.index import TuningDB
 from tunedb.index.hardware.localcpu import preset
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
-from tunedb.transfer.search.jobs import local_job
+from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -295,7 +295,7 @@ def test_unknown_or_odd_target_properties_fall_back_to_portable():
 
 
 def test_local_job_defaults_come_from_the_target(monkeypatch):
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     w = {"family": "matmul", "M": 160, "N": 160, "K": 160}
     for name in ("cpu-x86-64-v3-t1", "cpu-x86-64-t1", "cpu-native-t1"):

@@ -251,7 +251,7 @@ def test_live_tune_model_beside_a_cpu_bound_process(tmp_path):
     DB's one estimate of its chosen config, and a rerun (all hits) reports the same numbers."""
     from tunedb.datasets.models import load_model
     from tunedb.transfer.apps.tune_model import ModelOptions, tune_model
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     target = tunedb.local_target("cpu-x86-64-t1")
     model = load_model("bert_block_256@16")

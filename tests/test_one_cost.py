@@ -25,7 +25,7 @@ WSPEC = "matmul:M=24,N=24,K=24"
 
 
 def _cfg(db_target, workload, i):
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     job = local_job(db_target, workload)
     cfgs = []

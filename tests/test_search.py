@@ -192,7 +192,7 @@ def test_hindsight_mixture_ranks_an_exact_mix_first_and_a_close_gpu_well(replay)
     import math
 
     from tunedb.index.record import Record
-    from tunedb.transfer.search.evaluation import hindsight_mixture
+    from tunedb.transfer.apps.evaluation import hindsight_mixture
 
     datas = {d: replay[d] for d in ("A6000", "MI250X", "W7800")}
     # a device whose log times are exactly 0.7 * A6000 + 0.3 * MI250X - 0.1 (where both ran)
@@ -402,7 +402,7 @@ def test_ei_acquisition_leaves_a_refuted_region_and_a_bad_acquisition_is_one_err
 
 def test_union_of_bests_round_robins_the_other_devices_bests_then_goes_random(replay):
     from tunedb.index.keys import canonical_json
-    from tunedb.transfer.search.evaluation import order_history, union_curve, union_of_bests
+    from tunedb.transfer.apps.evaluation import order_history, union_curve, union_of_bests
 
     datas = {d: replay[d] for d in ("A6000", "W7800", HELD)}
 

@@ -13,8 +13,8 @@ from tunedb.index.memory import MemoryStore
 from tunedb.index.record import Record
 from tunedb.index.trust import TrustedStore, parse_trust
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
+from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
-from tunedb.transfer.search.jobs import local_job
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
 from helpers import kernel_tuner_file, run_cli

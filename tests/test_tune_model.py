@@ -14,7 +14,7 @@ import time
 import pytest
 
 import tunedb
-import tunedb.transfer.search.jobs
+import tunedb.transfer.measure.jobs
 from tunedb.datasets.models import load_model
 from tunedb.transfer.apps.tune_model import ModelInterrupted, ModelOptions, tune_model
 from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
@@ -76,7 +76,7 @@ def test_every_task_is_tuned_and_the_budget_is_kept(tuned):
         # the task's cost is the DB's estimate of its chosen config: the number `tunedb best` shows
         est = db.cost(target, t["workload"], t["best_config"])
         assert t["best"] == est.value and t["best_estimate"] == est.to_dict()
-        assert t["default_cost"] == db.cost(target, t["workload"], tunedb.transfer.search.jobs.local_job(
+        assert t["default_cost"] == db.cost(target, t["workload"], tunedb.transfer.measure.jobs.local_job(
             target, t["workload"]).defaults).value
         assert t["weight"] == task.weight
     assert out["latency"] == pytest.approx(sum(t["weight"] * t["best"] for t in out["tasks"]))
@@ -177,7 +177,7 @@ def test_a_hit_tasks_default_reference_is_measured_and_says_so(tmp_path):
     config measured by ``tunedb.measure``) gets its default measured once as the latency
     reference (step 5): that record is tagged ``origin: default`` and ``reference: true``."""
     from tunedb.transfer.measure.backend import measure
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     db = tunedb.open(tmp_path / "db")
     model = load_model(SMALL)

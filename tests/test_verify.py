@@ -18,9 +18,9 @@ from tunedb.index.hardware.localcpu import preset
 from tunedb.index.memory import MemoryStore
 from tunedb.index.record import Record, this_host
 from tunedb.transfer.measure.backend import LocalBackend
+from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.measure.verify import DEFAULT_TOLERANCE, is_foreign, reproduces, verify
-from tunedb.transfer.search.jobs import local_job
 
 from helpers import kernel_tuner_file, run_cli
 

@@ -22,7 +22,7 @@ Both classes take one option, ``root``: the benchmark's work directory.  The cas
                      between evaluations; its results are put into the wrapper's
                      ``cost_func.results``.  One JSON line per run goes to ``<root>/log/``.
 ``UnionOfBests``     the do-it-yourself transfer baseline: the other GPUs' ok configs, best
-                     first, round-robin over the GPUs (``tunedb.transfer.search.evaluation.
+                     first, round-robin over the GPUs (``tunedb.transfer.apps.evaluation.
                      union_of_bests``, computed before the experiment into
                      ``<root>/bests/<kernel>/<GPU>.json``), then the rest of the searchspace in
                      a random order.

@@ -46,7 +46,7 @@ def _decide(db: RecordStore, target: dict, warm: dict, cold: dict, looks: tuple 
     from tunedb.index.keys import key_of
     from tunedb.transfer.apps.tune_model import measured_value
     from tunedb.transfer.measure.compare import compare
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     pairs = []
     for tw, tc in zip(warm["tasks"], cold["tasks"]):
@@ -85,7 +85,7 @@ def verdict(comparison: Any) -> str:
 def latency_now(db: RecordStore, target: dict, part: dict) -> float | None:
     """The model latency of a tune-model result's chosen configs by the DB's current estimates
     (sum of weight x ``db.cost``), None when a task has none."""
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     total = 0.0
     for t in part["tasks"]:

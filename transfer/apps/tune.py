@@ -1,7 +1,7 @@
 """``tunedb.tune``: tune one workload on this machine with real builds, and store the run's summary.
 
 The application around the search (``tunedb.transfer.search.tuner.Tuner``): the workload's
-kernel family gives the space and the backend (``search.jobs.local_job``), the run's summary
+kernel family gives the space and the backend (``measure.jobs.local_job``), the run's summary
 goes beside the records (``RecordStore.add_run``, kind ``tune``), as the CLI's ``tunedb tune``
 stores it.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tunedb.transfer.search.jobs import local_job
+from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult
 
 if TYPE_CHECKING:

@@ -49,8 +49,8 @@ from tunedb.index.keys import key_of
 from tunedb.index.record import Record, target_display_name
 from tunedb.transfer.measure.backend import MeasureOptions, lookup_or_measure
 from tunedb.transfer.measure.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
+from tunedb.transfer.measure.jobs import Job
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
-from tunedb.transfer.search.jobs import Job
 
 if TYPE_CHECKING:
     from tunedb.index.base import RecordStore
@@ -124,7 +124,7 @@ def _src_workloads(db: RecordStore, src: dict, workloads: Iterable[Mapping[str, 
 def _plan_one(db: RecordStore, src: dict, dst: dict, src_w: dict, replay: Any, top_k: int, tags: dict,
               options: MeasureOptions | None) -> _Plan:
     from tunedb.transfer.measure.backend import LocalBackend
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     src_best = db.best_costs(src, src_w, k=top_k)
     empty = _Plan(src_w, None, src_best, [], [], None, None, AdaptReport())

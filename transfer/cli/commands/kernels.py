@@ -77,7 +77,7 @@ def run_compare(args) -> int:
     from tunedb.index.estimate import record_value
     from tunedb.transfer.measure.backend import lookup_or_measure
     from tunedb.transfer.measure.compare import LOOKS, compare, interleaved
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     if len(args.config) != 2:
         raise UserError("compare needs --config twice: A, then B")

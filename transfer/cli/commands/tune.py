@@ -89,7 +89,7 @@ def _check_budget(b: int) -> None:
 
 def make_job(args, db, target_spec, workload_spec, replay: str | None = None):
     """Resolve (target, workload) into a tuning Job, with user errors as UserError."""
-    from tunedb.transfer.search.jobs import local_job, replay_job
+    from tunedb.transfer.measure.jobs import local_job, replay_job
 
     workload = parse_workload(workload_spec) if workload_spec else None
     if replay:
@@ -209,7 +209,7 @@ def run_warm_start(args) -> int:
     if not workloads:
         raise UserError("no workloads to tune")
     target = resolve_target(args.target, db)
-    from tunedb.transfer.search.jobs import local_job
+    from tunedb.transfer.measure.jobs import local_job
 
     rows, results = [], []
     interrupted = False

@@ -1,6 +1,9 @@
 """Leave-one-device-out evaluation of transfer on replayed Kernel Tuner data.
 
-Shared by ``benchmarks/bench_transfer.py`` and ``notebooks/03_replay_gpus.ipynb``.  For a held-out
+An experiment on top of the search (the apps layer): shared by ``benchmarks/bench_transfer.py``,
+``benchmarks/transfer_diagnostics.py``, ``benchmarks/bench_methodology.py`` and
+``notebooks/03_replay_gpus.ipynb`` (which runs against the installed package, so this ships with
+it rather than living in ``benchmarks/``).  For a held-out
 device, a fresh DB holds the other devices' records (all of them, as the cache files hold them);
 the held-out device is replayed (``tunedb.transfer.measure.replay``) and tuned four ways:
 
