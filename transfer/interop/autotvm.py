@@ -32,21 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from tunedb.index.record import Record
-from tunedb.transfer.interop import (
-    ExportReport,
-    ImportCapError,
-    ImportFormatError,
-    ImportIssue,
-    Prepared,
-    iter_json_lines,
-    kind_hint,
-    make_record,
-    merge_device_fields,
-    resolve_device_fields,
-    stable_record_id,
-    to_utc,
-    where,
-)
+from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
+from tunedb.transfer.interop.input_files import iter_json_lines, where
+from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id, to_utc
+from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
 FORMAT = "autotvm"
 SOURCE = "imported:autotvm"
@@ -233,7 +222,7 @@ def config_of(cfg: Any) -> dict:
 
 def result_of(result: Any) -> tuple[list[float], str, str, float | None, Any]:
     """``[costs, error_no, all_cost, timestamp]`` -> (costs_s, status, error, wall_s, timestamp)."""
-    from tunedb.transfer.interop import check_costs
+    from tunedb.transfer.interop.record_building import check_costs
 
     if not isinstance(result, list) or len(result) != 4:
         raise ValueError("'result' must be [costs, error_no, all_cost, timestamp]")

@@ -46,22 +46,15 @@ from typing import Any
 from tunedb.index.hardware.devices import cpu_opencl_name
 from tunedb.index.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
 from tunedb.index.record import Record
-from tunedb.transfer.interop import (
+from tunedb.transfer.interop.device_fields import merge_device_fields, resolve_device_fields
+from tunedb.transfer.interop.input_files import file_stem, read_text, where
+from tunedb.transfer.interop.record_building import Prepared, fast_normalise, make_record, stable_record_id, to_utc
+from tunedb.transfer.interop.reports import (
     ExportFormatError,
     ExportReport,
     ImportCapError,
     ImportFormatError,
     ImportIssue,
-    Prepared,
-    fast_normalise,
-    file_stem,
-    make_record,
-    merge_device_fields,
-    read_text,
-    resolve_device_fields,
-    stable_record_id,
-    to_utc,
-    where,
 )
 from tunedb.transfer.space import Constraint, Knob, Space
 

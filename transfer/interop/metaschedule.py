@@ -31,21 +31,10 @@ from typing import Any
 
 from tunedb.index.keys import key_of
 from tunedb.index.record import Record
-from tunedb.transfer.interop import (
-    ExportReport,
-    ImportCapError,
-    ImportFormatError,
-    ImportIssue,
-    Prepared,
-    check_costs,
-    iter_json_lines,
-    kind_hint,
-    make_record,
-    merge_device_fields,
-    resolve_device_fields,
-    stable_record_id,
-    where,
-)
+from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
+from tunedb.transfer.interop.input_files import iter_json_lines, where
+from tunedb.transfer.interop.record_building import Prepared, check_costs, make_record, stable_record_id
+from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
 FORMAT = "metaschedule"
 SOURCE = "imported:metaschedule"

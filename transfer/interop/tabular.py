@@ -32,18 +32,9 @@ from tunedb.index.keys import rid_hash
 from tunedb.index.parquet.parts import target_slug as partition_slug
 from tunedb.index.record import Record
 from tunedb.index.schema import RECORD_SCHEMA
-from tunedb.transfer.interop import (
-    ExportReport,
-    ImportCapError,
-    ImportFormatError,
-    ImportIssue,
-    Prepared,
-    check_line,
-    make_record,
-    read_text,
-    stable_record_id,
-    where,
-)
+from tunedb.transfer.interop.input_files import check_line, read_text, where
+from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id
+from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
 PARTITION = "target_slug"  # hive partition key, as in the store's records/ directory
 REQUIRED_COLUMNS = ("target", "workload", "config", "status")
@@ -241,7 +232,7 @@ def export_parquet(records: Iterable[Record], out: Path) -> ExportReport:
     """Hive-partitioned Parquet directory at ``out`` (one file per target)."""
     rep = ExportReport()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        from tunedb.transfer.interop import ExportFormatError
+        from tunedb.transfer.interop.reports import ExportFormatError
 
         raise ExportFormatError(f"{out} exists and is not an empty directory")
     by_slug: dict[str, list[Record]] = {}

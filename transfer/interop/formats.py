@@ -1,0 +1,117 @@
+"""The import/export formats: :data:`FORMATS` (name -> :class:`Format`, each a parser module of
+this package loaded on first use), :func:`get_format`, and :func:`collect`, which parses files of
+one format into records and an :class:`~tunedb.transfer.interop.reports.ImportReport`."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tunedb.index.record import Record
+from tunedb.transfer.interop.conflicts import split_disagreeing
+from tunedb.transfer.interop.reports import ExportReport, ImportFormatError, ImportIssue, ImportReport
+
+
+@dataclass(frozen=True)
+class Format:
+    """A registered format: parser, exporter and the ``source`` its imported records carry."""
+
+    name: str
+    module: str
+    source: str
+
+    def _mod(self):
+        return importlib.import_module(f"tunedb.transfer.interop.{self.module}")
+
+    def parse(self, path: str | Path, device: str | None = None, *, notes: list | None = None,
+              label: str | None = None) -> Iterator[Record | ImportIssue]:
+        """Yield Records and ImportIssues of one path (raises ImportFormatError for a bad file).
+
+        ``notes`` and ``label`` reach the Kernel Tuner parser only (device-name conflict notes
+        are appended to ``notes``; ``label`` names the target ``"<device> [<label>]"``); the
+        other formats ignore them.
+
+        Provenance: every record's ``origin`` is the imported file's name (``path``'s last
+        component), so a store says which file a record came from; a record of a tunedb export
+        (jsonl/parquet) that already names an origin keeps it.  ``host`` is this machine for
+        records this import creates (the foreign formats), the exported value for tunedb
+        exports."""
+        if self.module == "tabular":
+            items = self._mod().parse(Path(path), device=device, fmt=self.name)
+        elif self.module == "kernel_tuner":
+            items = self._mod().parse(Path(path), device=device, notes=notes, label=label)
+        else:
+            items = self._mod().parse(Path(path), device=device)
+        return _with_origin(items, Path(path).name)
+
+    def export(self, records: Iterable[Record], out: str | Path) -> ExportReport:
+        """Write ``records`` to ``out`` in this format; see the module of the format for layout."""
+        if self.module == "tabular":
+            return self._mod().export(records, Path(out), fmt=self.name)
+        return self._mod().export(records, Path(out))
+
+
+FORMATS: dict[str, Format] = {
+    "autotvm": Format("autotvm", "autotvm", "imported:autotvm"),
+    "metaschedule": Format("metaschedule", "metaschedule", "imported:metaschedule"),
+    "kernel-tuner": Format("kernel-tuner", "kernel_tuner", "imported:kernel-tuner"),
+    "parquet": Format("parquet", "tabular", ""),
+    "jsonl": Format("jsonl", "tabular", ""),
+}
+
+
+def _with_origin(items: Iterator[Record | ImportIssue], origin: str) -> Iterator[Record | ImportIssue]:
+    """``items`` with ``origin`` set on each Record that has none.  The Records are fresh (made
+    by the parser for this import and not yet seen by anyone), so their field is set in place."""
+    for item in items:
+        if isinstance(item, Record) and not item.origin:
+            item.__dict__["origin"] = origin
+        yield item
+
+
+def get_format(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ImportFormatError(f"unknown format {name!r}; expected one of {', '.join(FORMATS)}") from None
+
+
+def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None) -> tuple[list[Record], ImportReport]:
+    """Parse every path of ``fmt``; return all records and the report (nothing is written).
+
+    Kernel Tuner files (one target and one workload each) are also checked for the two ways
+    a target can end up holding several devices (``report.conflicts``, one dict per affected
+    file: ``{"file", "kind", "device_claimed", "target_used", "evidence"}``):
+
+    * ``host-device-name``: a GPU kernel's cache whose ``device_name`` is a host or CPU
+      string; the parser already used the file name stem (``kernel_tuner.device_choice``).
+    * ``disagreeing-times``: files of this call on the same target and workload whose times
+      for the same configs disagree far beyond measurement noise (:func:`times_disagree`).
+      The files of such a target are split into groups that agree (first fit, in the order
+      given); without ``device`` every group is re-parsed as its own target
+      ``"<device> [<stem of the group's first file>]"``, with ``device`` (the user named the
+      device) the records stay on it and the conflicts are warnings only.
+    """
+    f = get_format(fmt)
+    records: list[Record] = []
+    report = ImportReport()
+    per_file: list[tuple[Path, int, int]] = []  # (path, first record index, end index)
+    for p in paths:
+        report.files += 1
+        start = len(records)
+        for item in f.parse(p, device=device, notes=report.conflicts):
+            if isinstance(item, ImportIssue):
+                report.add(item)
+            else:
+                records.append(item)
+        per_file.append((Path(p), start, len(records)))
+    if f.module == "kernel_tuner" and len(per_file) > 1:
+        records = split_disagreeing(lambda path, label: f.parse(path, device=device, label=label), records, per_file,
+                                    device, report)
+    report.imported = len(records)
+    return records, report
+
+
+__all__ = ["FORMATS", "Format", "collect", "get_format"]
