@@ -105,7 +105,7 @@ class TuneOptions:
     use_exact: bool = False
     start_default: bool | None = None  # start from the family default when no seeds (None: warm yes, cold no)
     use_model: bool = True
-    retrain_every: int = 8        # refit the model's correction after this many new evaluations of this entry
+    retrain_every: int = 8        # refit the model's correction after this many new evaluations of this entry (or 10 % more, if more)
     refit_fraction: float = 0.2   # refit the base model when this fraction of the records it saw changed
     own_weight: float = 1.0       # (kept for callers; the correction model fits this entry's evaluations alone)
     model_cache: bool = True      # reuse the family's base model from the store's cache_dir() (False: fit each run)
@@ -487,7 +487,10 @@ class Tuner:
         if not self.opt.use_model:
             return
         own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
-        if not force and len(own) - self._entry_evals_at_fit < self.opt.retrain_every:
+        # every retrain_every new evaluations, and once a run is long every 10 % more of them:
+        # a refit costs time linear in the evaluations, so a fixed step would make it quadratic
+        step = max(self.opt.retrain_every, self._entry_evals_at_fit // 10)
+        if not force and len(own) - self._entry_evals_at_fit < step:
             return
         model = self._fit_cold(own) if self.opt.cold else self._fit_warm(own)
         if model is None:
