@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -425,96 +426,127 @@ def machine_check(quick: bool = True, *, seconds: float | None = None,
     busy = [d for d in others or [] if d["cpu_percent"] >= BUSY_MIN_PERCENT][:5]
     busy_cpus = round(sum(d["cpu_percent"] for d in others) / 100.0, 3) if others is not None else None
 
-    checks: list[dict[str, str]] = []
-    problems: list[str] = []
-    advice: list[str] = []
-
-    def check(name: str, status: str, detail: str) -> None:
-        checks.append({"check": name, "status": status, "detail": detail})
-
-    # reference kernel
-    cv = ref["cv"]
-    detail = (f"reference kernel: median {_fmt_s(ref['median_s'])} over {ref['blocks']} blocks, "
-              f"CV {cv * 100:.1f} % (limit {NOISY_CV * 100:g} %)")
-    check("reference", "ok" if cv <= NOISY_CV else "warn", detail)
-    if cv > NOISY_CV:
-        problems.append(f"reference kernel timings spread {cv * 100:.1f} % (limit {NOISY_CV * 100:g} %)")
-        advice.append("timings spread now: stop other work on this machine, or pin the measurement to a quiet "
-                      "core (`taskset -c N tunedb ...`) and rerun `tunedb doctor`")
-    # load
-    n = usable_cpus(ctx)
-    la = ctx.get("loadavg")
-    if la is None or n is None:
-        check("load", "unknown", "load average: not readable")
-    else:
-        limit = n - LOAD_HEADROOM_CPUS
-        cpus_txt = f"{_fmt_n(n)} usable CPU{'s' if n != 1 else ''}"
-        if la >= limit:
-            check("load", "warn", f"load average {la:.2f} on {cpus_txt} (limit {_fmt_n(limit)})")
-            problems.append(f"load average {la:.2f} on {cpus_txt}")
-            advice.append(f"load average {la:.2f} on {cpus_txt}: wait until it falls below {_fmt_n(limit)} "
-                          "(`uptime`), or stop what keeps the machine busy (`top`)")
-        else:
-            check("load", "ok", f"load average {la:.2f} on {cpus_txt} (limit {_fmt_n(limit)})")
-    # other processes
-    if busy_cpus is None:
-        check("processes", "unknown", "other processes: not readable (no /proc)")
-    else:
-        named = ", ".join(f"{d['name']} (pid {d['pid']}) {d['cpu_percent']:.0f} %" for d in busy)
-        count = len([d for d in others or [] if d["cpu_percent"] >= BUSY_MIN_PERCENT])
-        who = ("1 other process uses" if count == 1 else
-               f"{count} other processes use" if count else "other processes use")
-        text = f"{who} {busy_cpus:.2f} CPUs" + (f": {named}" if named else "")
-        if busy_cpus > BUSY_OTHER_CPUS:
-            check("processes", "warn", f"{text} (limit {BUSY_OTHER_CPUS:g})")
-            problems.append(text)
-            pids = " ".join(str(d["pid"]) for d in busy)
-            them = "it" if count == 1 else "them"
-            advice.append(f"{text}: stop {them} (`kill {pids}`) or measure with fewer threads"
-                          if pids else f"{text}: stop {them} or measure with fewer threads")
-        else:
-            check("processes", "ok", f"other processes use {busy_cpus:.2f} CPUs (limit {BUSY_OTHER_CPUS:g})")
-    # frequency
-    f0 = ctx.get("freq_mhz")
-    steady: bool | None = None
-    if f0 is None or freq_after is None:
-        check("frequency", "unknown", "CPU frequency: not readable")
-    else:
-        moved = abs(freq_after - f0) / f0 if f0 > 0 else 0.0
-        steady = moved <= FREQ_UNSTABLE_FRACTION
-        if steady:
-            check("frequency", "ok", f"CPU frequency {f0:.0f} MHz, {freq_after:.0f} MHz after the kernel")
-        else:
-            msg = (f"CPU frequency moved {f0:.0f} -> {freq_after:.0f} MHz during the check "
-                   f"(limit {FREQ_UNSTABLE_FRACTION * 100:g} %)")
-            check("frequency", "warn", msg)
-            problems.append(msg)
-    # governor
-    gov = ctx.get("governor")
-    if gov is None:
-        check("governor", "unknown", "scaling governor: not readable")
-    elif gov == "performance":
-        check("governor", "ok", "scaling governor: performance")
-    else:
-        check("governor", "warn", f"scaling governor: {gov} (not performance)")
-        advice.append(f"governor is {gov}: `sudo cpupower frequency-set -g performance` for a fixed clock")
-        if steady is None:  # a moving clock is a problem of its own (above)
-            problems.append(f"governor is {gov} and the CPU frequency cannot be checked")
-    # turbo
-    turbo = ctx.get("turbo")
-    if turbo is None:
-        check("turbo", "unknown", "turbo boost: not readable")
-    elif turbo:
-        check("turbo", "warn", "turbo boost: on")
-        how = ("`echo 1 | sudo tee /sys/devices/system/cpu/intel_pstate/no_turbo`"
-               if _read(_CPU / "intel_pstate" / "no_turbo") is not None
-               else "`echo 0 | sudo tee /sys/devices/system/cpu/cpufreq/boost`")
-        advice.append(f"turbo boost is on: results move with temperature; disable it for stable timings ({how})")
-    else:
-        check("turbo", "ok", "turbo boost: off")
+    report = _Report()
+    _check_reference(report, ref)
+    _check_load(report, ctx)
+    _check_processes(report, others, busy, busy_cpus)
+    steady = _check_frequency(report, ctx.get("freq_mhz"), freq_after)
+    _check_governor(report, ctx.get("governor"), steady)
+    _check_turbo(report, ctx.get("turbo"))
+    checks, problems, advice = report.checks, report.problems, report.advice
 
     return {"context": ctx, "reference": ref, "busy": busy, "busy_cpus": busy_cpus, "freq_mhz_after": freq_after,
             "checks": checks, "verdict": "noisy" if problems else "fit", "problems": problems, "advice": advice,
             "thresholds": {"noisy_cv": NOISY_CV, "load_headroom_cpus": LOAD_HEADROOM_CPUS,
                            "busy_other_cpus": BUSY_OTHER_CPUS, "busy_min_percent": BUSY_MIN_PERCENT,
                            "freq_unstable_fraction": FREQ_UNSTABLE_FRACTION}}
+
+
+@dataclass
+class _Report:
+    """What :func:`machine_check` says: one row per check, the problems that make the machine
+    noisy, and advice (one line each)."""
+
+    checks: list[dict[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+    def check(self, name: str, status: str, detail: str) -> None:
+        self.checks.append({"check": name, "status": status, "detail": detail})
+
+
+def _check_reference(report: _Report, ref: dict[str, Any]) -> None:
+    """The reference kernel's spread against :data:`NOISY_CV`."""
+    cv = ref["cv"]
+    detail = (f"reference kernel: median {_fmt_s(ref['median_s'])} over {ref['blocks']} blocks, "
+              f"CV {cv * 100:.1f} % (limit {NOISY_CV * 100:g} %)")
+    report.check("reference", "ok" if cv <= NOISY_CV else "warn", detail)
+    if cv > NOISY_CV:
+        report.problems.append(f"reference kernel timings spread {cv * 100:.1f} % (limit {NOISY_CV * 100:g} %)")
+        report.advice.append("timings spread now: stop other work on this machine, or pin the measurement to a "
+                             "quiet core (`taskset -c N tunedb ...`) and rerun `tunedb doctor`")
+
+
+def _check_load(report: _Report, ctx: dict[str, Any]) -> None:
+    """The load average against the usable CPUs less :data:`LOAD_HEADROOM_CPUS`."""
+    n = usable_cpus(ctx)
+    la = ctx.get("loadavg")
+    if la is None or n is None:
+        report.check("load", "unknown", "load average: not readable")
+        return
+    limit = n - LOAD_HEADROOM_CPUS
+    cpus_txt = f"{_fmt_n(n)} usable CPU{'s' if n != 1 else ''}"
+    if la >= limit:
+        report.check("load", "warn", f"load average {la:.2f} on {cpus_txt} (limit {_fmt_n(limit)})")
+        report.problems.append(f"load average {la:.2f} on {cpus_txt}")
+        report.advice.append(f"load average {la:.2f} on {cpus_txt}: wait until it falls below {_fmt_n(limit)} "
+                             "(`uptime`), or stop what keeps the machine busy (`top`)")
+    else:
+        report.check("load", "ok", f"load average {la:.2f} on {cpus_txt} (limit {_fmt_n(limit)})")
+
+
+def _check_processes(report: _Report, others: list[dict] | None, busy: list[dict],
+                     busy_cpus: float | None) -> None:
+    """The CPUs the other processes used during the check against :data:`BUSY_OTHER_CPUS`."""
+    if busy_cpus is None:
+        report.check("processes", "unknown", "other processes: not readable (no /proc)")
+        return
+    named = ", ".join(f"{d['name']} (pid {d['pid']}) {d['cpu_percent']:.0f} %" for d in busy)
+    count = len([d for d in others or [] if d["cpu_percent"] >= BUSY_MIN_PERCENT])
+    who = ("1 other process uses" if count == 1 else
+           f"{count} other processes use" if count else "other processes use")
+    text = f"{who} {busy_cpus:.2f} CPUs" + (f": {named}" if named else "")
+    if busy_cpus > BUSY_OTHER_CPUS:
+        report.check("processes", "warn", f"{text} (limit {BUSY_OTHER_CPUS:g})")
+        report.problems.append(text)
+        pids = " ".join(str(d["pid"]) for d in busy)
+        them = "it" if count == 1 else "them"
+        report.advice.append(f"{text}: stop {them} (`kill {pids}`) or measure with fewer threads"
+                             if pids else f"{text}: stop {them} or measure with fewer threads")
+    else:
+        report.check("processes", "ok", f"other processes use {busy_cpus:.2f} CPUs (limit {BUSY_OTHER_CPUS:g})")
+
+
+def _check_frequency(report: _Report, f0: float | None, freq_after: float | None) -> bool | None:
+    """Did the clock move more than :data:`FREQ_UNSTABLE_FRACTION` during the check?  Returns
+    whether it stayed steady (None when not readable)."""
+    if f0 is None or freq_after is None:
+        report.check("frequency", "unknown", "CPU frequency: not readable")
+        return None
+    moved = abs(freq_after - f0) / f0 if f0 > 0 else 0.0
+    if moved <= FREQ_UNSTABLE_FRACTION:
+        report.check("frequency", "ok", f"CPU frequency {f0:.0f} MHz, {freq_after:.0f} MHz after the kernel")
+        return True
+    msg = (f"CPU frequency moved {f0:.0f} -> {freq_after:.0f} MHz during the check "
+           f"(limit {FREQ_UNSTABLE_FRACTION * 100:g} %)")
+    report.check("frequency", "warn", msg)
+    report.problems.append(msg)
+    return False
+
+
+def _check_governor(report: _Report, gov: str | None, steady: bool | None) -> None:
+    """A governor other than ``performance`` is advice; a problem too when the clock cannot be
+    checked (a moving clock is a problem of its own)."""
+    if gov is None:
+        report.check("governor", "unknown", "scaling governor: not readable")
+    elif gov == "performance":
+        report.check("governor", "ok", "scaling governor: performance")
+    else:
+        report.check("governor", "warn", f"scaling governor: {gov} (not performance)")
+        report.advice.append(f"governor is {gov}: `sudo cpupower frequency-set -g performance` for a fixed clock")
+        if steady is None:
+            report.problems.append(f"governor is {gov} and the CPU frequency cannot be checked")
+
+
+def _check_turbo(report: _Report, turbo: bool | None) -> None:
+    """Turbo boost on is advice (results move with temperature), not a problem."""
+    if turbo is None:
+        report.check("turbo", "unknown", "turbo boost: not readable")
+    elif turbo:
+        report.check("turbo", "warn", "turbo boost: on")
+        how = ("`echo 1 | sudo tee /sys/devices/system/cpu/intel_pstate/no_turbo`"
+               if _read(_CPU / "intel_pstate" / "no_turbo") is not None
+               else "`echo 0 | sudo tee /sys/devices/system/cpu/cpufreq/boost`")
+        report.advice.append(f"turbo boost is on: results move with temperature; disable it for stable timings ({how})")
+    else:
+        report.check("turbo", "ok", "turbo boost: off")

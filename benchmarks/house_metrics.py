@@ -1,0 +1,181 @@
+"""Structure metrics of a tunedb source tree: what a new engineer meets, measured the same way on
+any git revision.
+
+What is measured (static analysis with ``ast``; nothing is imported or run):
+
+* wrong-way imports: ``tunedb`` imports (type-only ones included) from a module of one layer of
+  ``transfer/`` into a higher layer, with the layer order top first
+  ``cli, apps, migration, integrations, search, measure, interop, kernels, space`` and ``index/``
+  below all of them (the order ``tests/test_package.py`` asserts); a module of ``index/``
+  importing ``transfer/`` counts too;
+* import cycles: elementary module cycles found by a depth-first walk, at run time and with
+  ``TYPE_CHECKING`` imports included;
+* private names imported across modules: ``from tunedb.x import _name``;
+* the longest functions and classes (lines from ``def``/``class`` to the end of the body);
+* README.md's lines, and how many test files sit flat in ``tests/``.
+
+    .venv/bin/python benchmarks/house_metrics.py                      # the working tree
+    .venv/bin/python benchmarks/house_metrics.py --rev bench-baseline --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIRS = ("index", "transfer", "datasets")
+LAYERS = ("cli", "apps", "migration", "integrations", "search", "measure", "interop", "kernels", "space")
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module of the package rooted at ``root``."""
+    out = {"tunedb": root / "__init__.py"}
+    for d in PACKAGE_DIRS:
+        for f in sorted((root / d).rglob("*.py")):
+            parts = ["tunedb", *f.relative_to(root).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
+    return out
+
+
+def imports(tree: ast.AST, mods: dict[str, Path], *, type_only: bool) -> list[tuple[str, str]]:
+    """(module imported, name) pairs of ``tunedb`` imports in ``tree``; ``TYPE_CHECKING`` blocks
+    only when ``type_only``."""
+    skip = set() if type_only else {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body for n in ast.walk(stmt)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                if sub in mods:
+                    out.append((sub, ""))
+                elif node.module in mods:
+                    out.append((node.module, a.name))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, "") for a in node.names if a.name in mods)
+    return out
+
+
+def layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] == ["tunedb", "index"]:
+        return len(LAYERS)
+    if parts[:2] == ["tunedb", "transfer"] and len(parts) > 2:
+        name = parts[2]
+        if name in LAYERS:
+            return LAYERS.index(name)
+    return None
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                found.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    sys.setrecursionlimit(10000)
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    return found
+
+
+def measure(root: Path) -> dict:
+    """Every metric of the tree at ``root`` (a checkout: the package is its root)."""
+    mods = modules(root)
+    trees = {m: ast.parse(f.read_text()) for m, f in mods.items()}
+    wrong, private = [], []
+    graphs: dict[bool, dict[str, set[str]]] = {False: {}, True: {}}
+    for type_only in (False, True):
+        for m, tree in trees.items():
+            deps = {i for i, _ in imports(tree, mods, type_only=type_only)}
+            deps = {i for i in deps if i != m and not m.startswith(i + ".")}
+            if m in ("tunedb", "tunedb.index"):  # a package's __init__ re-exports its own submodules
+                deps = {i for i in deps if not i.startswith(m + ".")}
+            graphs[type_only][m] = deps
+    for m, tree in trees.items():
+        lm = layer(m)
+        for i, name in imports(tree, mods, type_only=True):
+            li = layer(i)
+            if m.startswith("tunedb.index") and i.startswith("tunedb.transfer"):
+                wrong.append(f"{m} -> {i}")
+            elif lm is not None and li is not None and li < lm:
+                wrong.append(f"{m} -> {i}")
+            if name.startswith("_") and not name.startswith("__") and i != m:
+                private.append(f"{m} <- {i}.{name}")
+    spans = []
+    for m, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                kind = "class" if isinstance(node, ast.ClassDef) else "function"
+                spans.append({"kind": kind, "name": f"{m}.{node.name}",
+                              "lines": node.end_lineno - node.lineno + 1})
+    spans.sort(key=lambda s: -s["lines"])
+    readme = root / "README.md"
+    tests = root / "tests"
+    return {
+        "wrong_way_imports": sorted(set(wrong)),
+        "cycles_runtime": [" -> ".join(c) for c in cycles(graphs[False])],
+        "cycles_with_type_only": [" -> ".join(c) for c in cycles(graphs[True])],
+        "private_names_across_modules": sorted(set(private)),
+        "longest_functions": [s for s in spans if s["kind"] == "function"][:5],
+        "longest_classes": [s for s in spans if s["kind"] == "class"][:5],
+        "readme_lines": len(readme.read_text().splitlines()) if readme.exists() else 0,
+        "flat_test_files": len(list(tests.glob("test_*.py"))) if tests.exists() else 0,
+        "modules": len(mods),
+    }
+
+
+def tree_at(rev: str, dest: Path) -> Path:
+    """Extract the tree of git revision ``rev`` into ``dest``."""
+    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rev", help="a git revision (default: the working tree)")
+    ap.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = tree_at(args.rev, Path(tmp)) if args.rev else ROOT
+        out = {"rev": args.rev or "working tree", **measure(root)}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{out['rev']}: {len(out['wrong_way_imports'])} wrong-way imports, "
+          f"{len(out['cycles_runtime'])} cycles at run time, {len(out['cycles_with_type_only'])} with type-only imports, "
+          f"{len(out['private_names_across_modules'])} private names imported across modules, "
+          f"README {out['readme_lines']} lines, {out['flat_test_files']} flat test files")
+    for key in ("longest_functions", "longest_classes"):
+        print(key.replace("_", " ") + ": " + ", ".join(f"{s['name']} ({s['lines']})" for s in out[key]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
