@@ -61,22 +61,27 @@ Tuning runs
     what it found, how long it took), re-saved as the run progresses (the latest save of a
     ``run_id`` replaces the earlier ones).  Runs are not records: adding one changes no record
     read, ``len``, :meth:`change_token` or :meth:`stats`, and ``tunedb copy`` does not copy them.
+
+Writing a backend
+    The checks every backend shares (the refusals stated here, one ``ValueError`` text for all)
+    are ``tunedb.index.checks``; the encoding of run summaries is ``tunedb.index.runs_codec``.
+    ``tunedb.index.testing`` is the contract suite: subclass its ``RecordStoreTests`` (or
+    ``ReadOnlyStoreTests``) with a fixture that opens your store, and pytest runs every test of
+    the contract against it.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import re
-import uuid
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunedb.index.checks import VERDICTS, is_key
+from tunedb.index.lazy import lazy_getattr
 from tunedb.index.lookups import Lookups
+from tunedb.index.runs_codec import MAX_RUN_BYTES, RunWarning
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,25 +90,6 @@ if TYPE_CHECKING:
     from tunedb.index.estimate import ConfigCost, CostEstimate
     from tunedb.index.record import Record
     from tunedb.index.retrieval.nearest import Match
-
-_KEY_RE = re.compile(r"[0-9a-f]{32}")
-
-#: what :meth:`RecordStore.mark` accepts
-VERDICTS = ("verified", "refuted")
-
-#: bytes: the largest run summary :meth:`RecordStore.add_run` stores (its UTF-8 JSON encoding)
-MAX_RUN_BYTES = 16 << 20
-
-
-def check_verdicts(verdicts: dict[str, str]) -> None:
-    """``ValueError`` (one line) unless ``verdicts`` maps 32-hex record_ids to :data:`VERDICTS`."""
-    if not isinstance(verdicts, dict):
-        raise ValueError(f"verdicts must be a dict of record_id -> verdict, got {type(verdicts).__name__}")
-    for rid, v in verdicts.items():
-        if not is_key(rid):
-            raise ValueError(f"verdict for {rid!r}: a record_id is 32 lowercase hex digits")
-        if v not in VERDICTS:
-            raise ValueError(f"verdict for record {rid} is {v!r}, not one of {', '.join(VERDICTS)}")
 
 
 @dataclass(frozen=True)
@@ -247,7 +233,7 @@ class RecordStore(ABC):
         ``"stored"`` (when this call stored it: ISO-8601 UTC with microseconds,
         ``2026-12-01T18:40:00.123456+00:00``) set; ``summary`` itself is not changed.  Adding a
         ``run_id`` that is stored already replaces that summary (a run saved part-way and again
-        at its end).  ``ValueError`` (one line, nothing stored) for anything :func:`prepare_run`
+        at its end).  ``ValueError`` (one line, nothing stored) for anything :func:`~tunedb.index.runs_codec.prepare_run`
         refuses: not a mapping, no str ``kind``, a bad ``run_id``, not strict JSON (NaN or
         infinity, a non-str key, a value JSON has no form for) or over :data:`MAX_RUN_BYTES`
         encoded.  All-or-nothing and durable when it returns, like :meth:`commit`; changes
@@ -260,7 +246,7 @@ class RecordStore(ABC):
         (still oldest first).  New dicts every call (as JSON decodes them: lists, not tuples).
         A summary the backend cannot read (a torn or foreign file) is left out with a warning
         (``warnings.warn``), never an exception.  ``ValueError`` for a ``kind`` that is not a
-        str or a ``limit`` that is not an int >= 0 (see :func:`check_runs_query`)."""
+        str or a ``limit`` that is not an int >= 0 (see :func:`~tunedb.index.checks.check_runs_query`)."""
 
     # ------------------------------------------------------------------ point reads
     @abstractmethod
@@ -333,7 +319,7 @@ class RecordStore(ABC):
         a narrow projection of a large store is much cheaper than a full read.  ``None`` (the
         default): every column.  ``ValueError`` (one line) for a name that is not a
         ``RECORD_SCHEMA`` column, a name given twice, an empty list or a bare ``str`` (see
-        :func:`check_columns`)."""
+        :func:`~tunedb.index.checks.check_columns`)."""
 
     def iter_records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True
                      ) -> Iterator[Record]:
@@ -436,159 +422,13 @@ class RecordStore(ABC):
         self.close()
 
 
-def check_columns(columns: Any) -> list[str] | None:
-    """The projection :meth:`RecordStore.records` was given, checked: ``None`` (every column)
-    or a new list of distinct ``RECORD_SCHEMA`` column names in the order given.  ``ValueError``
-    (one line) for an unknown or repeated name, an empty projection or a bare ``str`` (a
-    sequence of characters, not of names)."""
-    if columns is None:
-        return None
-    from tunedb.index.schema import RECORD_SCHEMA
+#: the helpers that lived here before ``tunedb.index.checks`` and ``tunedb.index.runs_codec``
+#: held them: still importable from this module (loaded on first use), not part of the contract
+_MOVED = {name: (module, name) for module, names in (
+    ("tunedb.index.checks", ("check_verdicts", "check_forget_options", "validated_commit", "check_columns",
+                             "check_runs_query")),
+    ("tunedb.index.runs_codec", ("prepare_run", "decode_run", "select_runs"))) for name in names}
 
-    if isinstance(columns, (str, bytes)) or not isinstance(columns, Iterable):
-        raise ValueError(f"columns must be a sequence of column names, got {type(columns).__name__}")
-    cols = list(columns)
-    if not cols:
-        raise ValueError("columns must name at least one column (None reads every column)")
-    known = set(RECORD_SCHEMA.names)
-    seen: set[str] = set()
-    for c in cols:
-        if not isinstance(c, str) or c not in known:
-            raise ValueError(f"unknown record column {c!r}; the columns are those of RECORD_SCHEMA")
-        if c in seen:
-            raise ValueError(f"column {c!r} is given twice")
-        seen.add(c)
-    return cols
+__getattr__ = lazy_getattr("tunedb.index.base", _MOVED, globals())
 
-
-def validated_commit(records: Any) -> RecordBatch | list[Record]:
-    """What :meth:`RecordStore.commit` was given, checked before anything is stored: a
-    RecordBatch (``check()``-ed) as it is, else a list of Records, each validated.  ``ValueError``
-    (one line) for the first invalid record or anything that is not a Record."""
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.record import Record
-
-    if isinstance(records, RecordBatch):
-        records.check()
-        return records
-    recs = [records] if isinstance(records, Record) else list(records)
-    for r in recs:
-        if not isinstance(r, Record):
-            raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
-        r.validate()
-    return recs
-
-
-def _check_json_keys(value: Any) -> None:
-    """``ValueError`` (one line) when a mapping anywhere in ``value`` has a key that is not a str
-    (``json.dumps`` would turn it into one: the summary would not read back as given)."""
-    stack = [value]
-    seen: set[int] = set()
-    while stack:
-        v = stack.pop()
-        if isinstance(v, (Mapping, list, tuple)):
-            if id(v) in seen:  # (shared, or a cycle: json.dumps refuses that one)
-                continue
-            seen.add(id(v))
-        if isinstance(v, Mapping):
-            for k, x in v.items():
-                if not isinstance(k, str):
-                    raise ValueError(f"run summary: key {k!r} is a {type(k).__name__}; JSON keys are str")
-                stack.append(x)
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"{type(value).__name__} {value!r:.40} has no JSON form")
-
-
-def prepare_run(summary: Any) -> tuple[str, str, str, str]:
-    """What :meth:`RecordStore.add_run` stores, checked before anything is: ``(run_id, kind,
-    stored, text)``, ``text`` the summary's JSON (with ``run_id`` and ``stored`` set; keys
-    sorted, no NaN/infinity) that :func:`decode_run` reads back.  ``stored`` is now (see
-    :meth:`RecordStore.add_run`).  ``ValueError`` (one line) for what ``add_run`` refuses."""
-    if not isinstance(summary, Mapping):
-        raise ValueError(f"a run summary is a mapping (a dict), got {type(summary).__name__}")
-    kind = summary.get("kind")
-    if not isinstance(kind, str) or not kind:
-        raise ValueError(f"a run summary needs a non-empty str 'kind', got {kind!r}")
-    run_id = summary.get("run_id")
-    if run_id is None:
-        run_id = uuid.uuid4().hex
-    elif not is_key(run_id):
-        raise ValueError(f"run_id {run_id!r}: a run_id is 32 lowercase hex digits")
-    _check_json_keys(summary)
-    stored = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
-    body = {**summary, "run_id": run_id, "stored": stored}
-    try:
-        text = json.dumps(body, allow_nan=False, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-                          default=_json_default)
-        size = len(text.encode("utf-8"))
-    except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as e:
-        why = (str(e).splitlines() or [type(e).__name__])[0]
-        if "Out of range float" in why:
-            why = "NaN and infinity have no JSON form"
-        raise ValueError(f"run summary {run_id} is not strict JSON: {why}") from None
-    if size > MAX_RUN_BYTES:
-        raise ValueError(f"run summary {run_id} is {size} bytes as JSON, over the limit of {MAX_RUN_BYTES}")
-    return run_id, kind, stored, text
-
-
-class RunWarning(UserWarning):
-    """A stored run summary could not be read and was left out of :meth:`RecordStore.runs`."""
-
-
-def decode_run(text: str | bytes, where: str) -> dict | None:
-    """The summary stored as ``text`` (what :func:`prepare_run` encoded), or None -- with a
-    :class:`RunWarning` naming ``where`` -- when it is not one (torn, foreign: not a JSON object
-    with str ``run_id``, ``kind`` and ``stored``)."""
-    try:
-        d = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        warnings.warn(f"skipping unreadable run summary {where}: {str(e).splitlines()[0]}", RunWarning,
-                      stacklevel=3)
-        return None
-    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("run_id", "kind", "stored")):
-        warnings.warn(f"skipping run summary {where}: not an object with str run_id, kind and stored",
-                      RunWarning, stacklevel=3)
-        return None
-    return d
-
-
-def check_runs_query(kind: Any, limit: Any) -> None:
-    """``ValueError`` (one line) for the :meth:`RecordStore.runs` arguments it refuses."""
-    if kind is not None and not isinstance(kind, str):
-        raise ValueError(f"runs: kind must be a str or None, got {type(kind).__name__}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"runs: limit must be an int >= 0 or None, got {limit!r}")
-
-
-def select_runs(summaries: Iterable[dict], kind: str | None, limit: int | None) -> list[dict]:
-    """``summaries`` (decoded, one per run_id) as :meth:`RecordStore.runs` returns them: of
-    ``kind`` (all when None), sorted by (``stored``, ``run_id``), the newest ``limit``."""
-    out = sorted((d for d in summaries if kind is None or d.get("kind") == kind),
-                 key=lambda d: (d["stored"], d["run_id"]))
-    if limit is not None:
-        out = out[len(out) - limit:] if limit else []
-    return out
-
-
-def check_forget_options(keep_top: int | None, older_than_days: float | None, target: Any) -> None:
-    """``ValueError`` (one line) for the :meth:`RecordStore.forget` options it refuses."""
-    if keep_top is None and older_than_days is None and target is None:
-        raise ValueError("forget needs keep_top, older_than_days or target")
-    if keep_top is not None and keep_top < 0:
-        raise ValueError("keep_top must be >= 0")
-
-
-def is_key(text: Any) -> bool:
-    """Whether ``text`` is a 32-hex-digit key (target_key, workload_key, config_key)."""
-    return isinstance(text, str) and _KEY_RE.fullmatch(text) is not None
-
-
-__all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "check_verdicts", "check_forget_options",
-           "validated_commit", "check_columns", "is_key", "MAX_RUN_BYTES", "RunWarning", "prepare_run",
-           "decode_run", "check_runs_query", "select_runs"]
+__all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "MAX_RUN_BYTES", "RunWarning", "is_key"]

@@ -97,18 +97,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index import tables
-from tunedb.index.base import (
-    RecordStore,
-    StoreStats,
-    check_columns,
-    check_runs_query,
-    check_verdicts,
-    select_runs,
-    validated_commit,
-)
+from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
+from tunedb.index.checks import check_columns, check_runs_query, check_verdicts, validated_commit
 from tunedb.index.keys import hash64, rid_hash
 from tunedb.index.record import Record
+from tunedb.index.runs_codec import select_runs
 from tunedb.index.schema import conform, empty_records
 
 MODES = ("ordered", "union")

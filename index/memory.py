@@ -19,21 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.base import (
-    RecordStore,
-    StoreStats,
-    check_columns,
-    check_forget_options,
-    check_runs_query,
-    check_verdicts,
-    decode_run,
-    prepare_run,
-    select_runs,
-    validated_commit,
-)
+from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
+from tunedb.index.checks import check_columns, check_forget_options, check_runs_query, check_verdicts, validated_commit
 from tunedb.index.keys import rid_hash
 from tunedb.index.record import ROW_VALUES, Record, target_slug
+from tunedb.index.runs_codec import decode_run, prepare_run, select_runs
 
 
 def _now_us() -> int:

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.base import RecordStore, StoreStats, check_columns
+from tunedb.index.base import RecordStore, StoreStats
+from tunedb.index.checks import check_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa

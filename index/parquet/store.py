@@ -92,16 +92,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tunedb.index import tables
-from tunedb.index.base import (
-    RecordStore,
-    StoreStats,
-    check_columns,
-    check_forget_options,
-    check_runs_query,
-    prepare_run,
-    select_runs,
-)
+from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
+from tunedb.index.checks import check_columns, check_forget_options, check_runs_query
 from tunedb.index.keys import (
     canonical_json,
     canonical_json_flat,
@@ -130,6 +123,7 @@ from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import TableCache, record_at
 from tunedb.index.record import Record
 from tunedb.index.retention import dedup_mask, retention_mask
+from tunedb.index.runs_codec import prepare_run, select_runs
 from tunedb.index.schema import conform, empty_records
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
@@ -836,7 +830,7 @@ class ParquetStore(RecordStore):
 
     def mark(self, verdicts_: dict[str, str]) -> int:
         """Store a verdict per record_id (``verdicts/``; see ``RecordStore.mark``)."""
-        from tunedb.index.base import check_verdicts
+        from tunedb.index.checks import check_verdicts
 
         check_verdicts(verdicts_)
         self._check_writable()  # (an older schema's DB is read-only)

@@ -25,7 +25,7 @@ Version 2
 Version 3
     ``tunedb_runs`` (run_id PRIMARY KEY, stored timestamptz, kind, summary text): the tuning-run
     summaries of ``RecordStore.add_run``, one row per run (re-saving a run replaces its row);
-    ``summary`` is the JSON text ``tunedb.index.base.prepare_run`` made, stored as it is (not
+    ``summary`` is the JSON text ``tunedb.index.runs_codec.prepare_run`` made, stored as it is (not
     ``jsonb``, which would reorder keys and rewrite numbers).
 """
 

@@ -52,22 +52,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from tunedb.index.base import (
-    RecordStore,
-    StoreStats,
-    check_columns,
-    check_forget_options,
-    check_runs_query,
-    check_verdicts,
-    decode_run,
-    prepare_run,
-    select_runs,
-    validated_commit,
-)
+from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
+from tunedb.index.checks import check_columns, check_forget_options, check_runs_query, check_verdicts, validated_commit
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version
 from tunedb.index.record import Record, target_slug
+from tunedb.index.runs_codec import decode_run, prepare_run, select_runs
 from tunedb.index.schema import RECORD_SCHEMA, conform, empty_records
 
 _TS = pa.timestamp("us", tz="UTC")

@@ -42,8 +42,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from tunedb.index.base import RecordStore, is_key
+from tunedb.index.base import RecordStore
 from tunedb.index.batch import RecordBatch
+from tunedb.index.checks import is_key
 from tunedb.index.keys import key_of
 from tunedb.index.tables import rows_with_ids
 
