@@ -1,4 +1,6 @@
-"""The Parquet store: lookups, best, maintenance, crash safety and concurrent writers."""
+"""The Parquet store: lookups, best, maintenance, crash safety and concurrent writers; at the end,
+the tests of one backend that the contract suite held (a store as a context manager, projections
+of a schema-1 directory, the memory store's filtered reads)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ import time
 from pathlib import Path
 
 import deltalake
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.dataset as ds
 import pytest
 
+import tunedb
 from tunedb.index import Record, TuningDB
+from tunedb.index.testing import store_tests as contract
 
 HERE = Path(__file__).resolve().parent
 T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12"}
@@ -263,3 +269,80 @@ def test_a_batch_lookup_read_after_a_compaction_gives_the_same_records(tmp_path)
     other = TuningDB(tmp_path / "db")
     other.compact()  # another handle merges the files this handle's answers point at
     assert [r.record_id for r in got[:-1]] == [r.record_id for r in rs[::7]] and got[-1] is None
+
+
+# --------------------------------------------------------------------- moved from the contract suite
+# (what only the Parquet directory or the memory store does; the contract itself is
+# tunedb.index.testing.store_tests, run by tests/test_store_contract.py)
+def test_context_manager_closes_and_keeps_data(tmp_path):
+    with tunedb.open(tmp_path / "db") as s:
+        s.commit(contract.recs(2))
+    assert len(tunedb.open(tmp_path / "db")) == 2
+    with tunedb.open("memory:") as m:
+        m.commit(contract.recs(2))
+        assert len(m) == 2  # a memory store lives as long as its handle
+
+
+def test_memory_store_filtered_read_costs_the_matching_records_not_the_store(capsys):
+    """MemoryStore keeps its records' indices by target, workload and entry: a filtered read
+    answers the same rows as a scan of every record, in commit order, and does not touch the
+    other targets' records (the timing ratio is printed, not asserted)."""
+    from tunedb.index.batch import RecordBatch
+    from tunedb.index.memory import MemoryStore
+
+    s = MemoryStore()
+    many = [Record({"kind": "cpu", "name": f"t{i % 40}"}, {"family": "mm", "M": i % 7}, {"i": i}, [1e-3])
+            for i in range(20_000)]
+    s.commit(RecordBatch.from_records(many))
+    mine = contract.recs(5) + contract.recs(3, workload=contract.W2)
+    s.commit(mine[:4])
+    s.commit(contract.recs(2, target=contract.T2))
+    s.commit(mine[4:])
+    # the same rows, in commit order, as a full scan filtered afterwards
+    full = s.records()
+    for tgt, wl in ((contract.T1, contract.W), (contract.T1, None), (None, contract.W2), (contract.T2, contract.W),
+                    (contract.T1, {"family": "conv"})):
+        got = s.records(tgt, wl)
+        m = pa.array([True] * full.num_rows)
+        if tgt is not None:
+            m = pa.compute.and_(m, pa.compute.equal(full.column("target_key"), Record(tgt, contract.W, {}).target_key))
+        if wl is not None:
+            m = pa.compute.and_(m, pa.compute.equal(full.column("workload_key"), Record(contract.T1, wl, {}).workload_key))
+        assert got.equals(full.filter(m)), (tgt, wl)
+    assert s.records(contract.T1, contract.W).column("record_id").to_pylist() == [r.record_id for r in mine[:5]]
+    # still right after a rewrite of the maps (dedup/forget rebuild them) and an invalidation
+    s.forget(target=contract.T2)
+    assert s.records(contract.T2).num_rows == 0 and s.records(contract.T1, contract.W2).num_rows == 3
+    s.invalidate(contract.T1)
+    assert s.records(contract.T1, include_stale=False).num_rows == 0 and s.records(contract.T1).num_rows == 8
+    # cost: one entry among 20k records of other targets vs a full read
+    t0 = time.perf_counter()
+    for _ in range(20):
+        s.records(contract.T1, contract.W)
+    one = (time.perf_counter() - t0) / 20
+    t0 = time.perf_counter()
+    s.records()
+    every = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\nMemoryStore, 20k records: records(target, workload) of 5 records {one * 1e3:.3f} ms, "
+              f"records() {every * 1e3:.1f} ms (ratio {every / one:.0f}x)")
+
+
+def test_parquet_projection_of_a_schema1_db_reads_missing_columns_as_unknown(tmp_path):
+    """A schema-1 DB's files (and journal) lack host/origin: a projection of them reads ``""``
+    (unknown), as the full read does, without failing on the missing column."""
+    import shutil
+    from pathlib import Path
+
+    from tunedb.index.parquet.store import TuningDB
+
+    src = Path(__file__).resolve().parent / "data" / "db-schema1"
+    shutil.copytree(src, tmp_path / "db")
+    with TuningDB.open(tmp_path / "db") as db:
+        assert db.schema_version == 1
+        full = db.records()
+        assert full.num_rows > 0
+        for f in ({}, {"include_stale": False}, {"target": full.column("target_key")[0].as_py()}):
+            contract.assert_projections_match(db, **f)
+        got = db.records(columns=["origin", "host"])
+        assert set(got.column("host").to_pylist()) == {""} and set(got.column("origin").to_pylist()) == {""}

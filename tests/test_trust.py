@@ -11,6 +11,7 @@ from tunedb.index import TuningDB
 from tunedb.index.base import RecordStore
 from tunedb.index.memory import MemoryStore
 from tunedb.index.record import Record
+from tunedb.index.testing import store_tests as contract
 from tunedb.index.trust import TrustedStore, parse_trust
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
 from tunedb.transfer.measure.jobs import local_job
@@ -205,3 +206,21 @@ def test_cli_bad_trust_is_one_line_exit_2(tmp_path):
         assert p.returncode == 2, p.stderr
         assert p.stderr.count("\n") == 1 and "--trust: unknown trust pattern 'imported:'" in p.stderr
     assert not (tmp_path / "db").exists()  # a bad policy opens (creates) nothing
+
+
+@pytest.mark.parametrize(("policy", "trusted"), [("measured", 12), ("measured,host:elsewhere", 13), ("verified", 2),
+                                                 ("imported", 1)])
+def test_trusted_view_projection_equals_its_full_read(tmp_path, policy, trusted):
+    from tunedb.index.trust import TrustedStore
+
+    inner = tunedb.open(tmp_path / "db")
+    rs = contract.mixed_records()
+    inner.commit(rs)
+    inner.mark({rs[1].record_id: "verified", rs[-2].record_id: "verified"})
+    view = TrustedStore(inner, policy)
+    assert inner.records().num_rows == 13 and view.records().num_rows == trusted
+    assert view.records(columns=["cost"]).num_rows == trusted  # (the policy's columns are read, then dropped)
+    for f in contract.FILTERS:
+        contract.assert_projections_match(view, **f)
+    with pytest.raises(ValueError):
+        view.records(columns=["nope"])
