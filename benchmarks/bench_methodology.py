@@ -28,9 +28,9 @@ Work files (gunzipped caches, T4 full-search-space files converted from them, T1
 the methodology's run folder) go to a temporary directory; the aggregate plot is written under
 ``--out`` (default: a temporary directory) and, with ``--figure``, copied there.
 
-    .venv/bin/python benchmarks/bench_methodology.py                 # everything (about 20-25 min on 2 cores)
+    .venv/bin/python benchmarks/bench_methodology.py                 # everything (about 11 min on 2 cores)
     .venv/bin/python benchmarks/bench_methodology.py --json > benchmarks/results/methodology.json \
-        --figure docs/figures/methodology_aggregate.png
+        --figure docs/images/methodology_aggregate.png
     .venv/bin/python benchmarks/bench_methodology.py --quick         # smoke run: 1 kernel, 2 GPUs, 3 repeats
 """
 
