@@ -346,7 +346,8 @@ class RecordStore(ABC):
 
     def targets(self) -> list[dict]:
         """Every target holding records: ``target_key``, ``target_name``, ``target`` (dict) and
-        ``records`` (count), sorted by (target_name, target_key)."""
+        ``records`` (every stored record of it, stale ones included, as ``records()``), sorted by
+        (target_name, target_key)."""
         import json
 
         t = self.records()

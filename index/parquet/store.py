@@ -1247,11 +1247,12 @@ class ParquetStore(RecordStore):
         return out
 
     def targets(self) -> list[dict]:
-        """Every target holding live records: target_key, target_name, target (dict), records."""
+        """Every target holding records: target_key, target_name, target (dict), records (every
+        stored record, stale ones included, as ``records()`` and the other backends count)."""
         with self._lock:
             counts: dict[str, int] = {}
             for p in self._all_loaded():  # (one target per partition)
-                counts[p.target_key] = counts.get(p.target_key, 0) + p.live_count()
+                counts[p.target_key] = counts.get(p.target_key, 0) + p.count()
             out = []
             for tk, c in counts.items():
                 if c == 0:
