@@ -18,13 +18,15 @@ from tunedb.index.base import RecordStore
 PARQUET = "parquet"
 """A Parquet directory on the local (or a mounted) file system."""
 REMOTE = "remote"
-"""A directory behind a URL of another scheme (``s3://``, ``gs://``, ``http://``, ...): not opened."""
+"""A directory behind a URL of another scheme (``s3://``, ``gs://``, ...): not opened."""
+SNAPSHOT = "snapshot"
+"""A published snapshot behind an ``http://`` or ``https://`` URL (``tunedb publish``): read-only."""
 POSTGRES = "postgres"
 """A PostgreSQL database (``postgresql://`` or ``postgres://``)."""
 MEMORY = "memory"
 """A new in-memory store (``memory:`` or ``memory:NAME``; every open is a new, empty store)."""
 
-KINDS = (PARQUET, REMOTE, POSTGRES, MEMORY)
+KINDS = (PARQUET, REMOTE, POSTGRES, MEMORY, SNAPSHOT)
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")  # two characters at least: ``C://`` is a drive
 
@@ -45,6 +47,9 @@ class Location:
       records.  Reading ``s3://x`` as a local path would silently create ``./s3:/x``; so
       every reader -- the opener, the CLI's checks, the dashboard -- calls it a remote
       directory, and opening it is one ``ValueError`` line (:meth:`check_openable`).
+    * :data:`SNAPSHOT` -- an ``http://`` or ``https://`` URL: a snapshot ``tunedb publish``
+      wrote, served by a static web server; opened read-only
+      (:class:`tunedb.index.snapshot.store.SnapshotStore`).
     * :data:`POSTGRES` -- a ``postgresql://`` or ``postgres://`` URL (``text``).
     * :data:`MEMORY` -- ``memory:`` or ``memory:NAME``; ``name`` is NAME.
     """
@@ -104,6 +109,8 @@ def parse_location(location: str | os.PathLike | Location) -> Location:
     scheme = m.group(1).lower()
     if scheme in ("postgresql", "postgres"):
         return Location(text, POSTGRES)
+    if scheme in ("http", "https"):
+        return Location(text, SNAPSHOT)
     if scheme == "file":
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
@@ -117,6 +124,8 @@ def open_store(location: str | os.PathLike | Location, *, create: bool = True, *
     ``memory:NAME`` is a new in-memory store; ``postgresql://...`` or ``postgres://...`` a
     PostgreSQL database (its schema created or migrated on open; ``ValueError`` with one line
     when psycopg is missing -- install ``tunedb[postgres]`` -- or the server cannot be reached);
+    ``http(s)://...`` a published snapshot, read-only (``OSError`` with one line when it cannot
+    be read; options ``cache_dir``, ``publisher_key``, ``timeout``, ``relabel``);
     a path or ``file://`` URL a Parquet directory (created when missing and ``create``); another
     URL (``s3://...``) a remote directory, refused with one ``ValueError`` line.  ``ValueError``
     with one line when the location cannot be a store (e.g. a non-empty directory that is not
@@ -129,6 +138,11 @@ def open_store(location: str | os.PathLike | Location, *, create: bool = True, *
         from tunedb.index.postgres.store import PostgresStore
 
         return PostgresStore(loc.text, **options)
+    if loc.kind == SNAPSHOT:
+        from tunedb.index.snapshot.store import SnapshotStore
+
+        options.pop("read_only", None)
+        return SnapshotStore(loc.text, **options)
     if loc.kind == MEMORY:
         from tunedb.index.memory import MemoryStore
 
@@ -146,5 +160,5 @@ def open_error_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-__all__ = ["KINDS", "MEMORY", "PARQUET", "POSTGRES", "REMOTE", "Location", "open_error_line", "open_store",
+__all__ = ["KINDS", "MEMORY", "PARQUET", "POSTGRES", "REMOTE", "SNAPSHOT", "Location", "open_error_line", "open_store",
            "parse_location"]

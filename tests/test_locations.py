@@ -12,7 +12,7 @@ import pytest
 
 from tunedb.index import Record, TuningDB
 from tunedb.index.parquet.layout import MARKER
-from tunedb.index.stores import MEMORY, PARQUET, POSTGRES, REMOTE, open_error_line, open_store, parse_location
+from tunedb.index.stores import MEMORY, PARQUET, POSTGRES, REMOTE, SNAPSHOT, open_error_line, open_store, parse_location
 from tunedb.transfer.cli.main import main
 
 T = {"kind": "cpu", "name": "loc-target"}
@@ -28,7 +28,7 @@ W = {"family": "matmul", "M": 8, "N": 8, "K": 8}
     ("file://localhost/abs/db", PARQUET, "/abs/db"),
     ("s3://bucket/db", REMOTE, None),
     ("gs://bucket/db", REMOTE, None),
-    ("https://host/db", REMOTE, None),
+    ("https://host/db", SNAPSHOT, None),  # a published snapshot (tunedb publish), read-only
     ("postgresql://user@host/db", POSTGRES, None),
     ("postgres://host/db", POSTGRES, None),
     ("memory:", MEMORY, None),

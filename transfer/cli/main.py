@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "report",     # report
     "dashboard",  # dashboard (live, read-only web view; the dashboard extra)
     "doctor",     # doctor (is this machine fit to measure now?)
+    "publish",    # publish keygen (a read-only snapshot for a static web server)
 )
 
 DEFAULT_DB = "./tunedb-data"
@@ -75,6 +76,8 @@ def _add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
     p.add_argument("--also", action="append", default=dflt(None), metavar="LOCATION", help=ALSO_HELP)
     p.add_argument("--layers", choices=LAYER_MODES, default=dflt("ordered"), help=LAYERS_HELP)
     p.add_argument("--json", action="store_true", default=dflt(False), help=JSON_HELP)
+    p.add_argument("--publisher-key", default=dflt(None), metavar="KEYFILE",
+                   help="refuse http(s):// snapshots not signed with this ed25519 public key (tunedb keygen)")
 
 
 class _Parser(argparse.ArgumentParser):

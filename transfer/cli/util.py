@@ -139,13 +139,21 @@ def open_db(args, *, must_exist: bool = False):
     top_loc = parse_location(path)
     if must_exist and top_loc.is_local_directory and not top_loc.exists():
         raise UserError(f"no tunedb database at {path} (run 'tunedb init --db {path}' or import first)")
-    top = open_location(path, create=True)
+    top = open_location(path, create=True, **snapshot_options(args, path))
     if len(locs) == 1:
         return top
     from tunedb.index.layered import LayeredStore
 
-    lower = [open_location(loc, create=False, what="lower layer") for loc in locs[1:]]
+    lower = [open_location(loc, create=False, what="lower layer", **snapshot_options(args, loc)) for loc in locs[1:]]
     return LayeredStore([top, *lower], writable=0, mode=getattr(args, "layers", None) or "ordered")
+
+
+def snapshot_options(args, location: str) -> dict:
+    """The opener's options for a published snapshot (``http(s)://``): ``--publisher-key``."""
+    from tunedb.index.stores import SNAPSHOT, parse_location
+
+    key = getattr(args, "publisher_key", None)
+    return {"publisher_key": key} if key and parse_location(location).kind == SNAPSHOT else {}
 
 
 def resolve_target(spec: str, db=None) -> dict:

@@ -1,0 +1,6 @@
+"""Published snapshots: a read-only copy of a DB that any static web server or object store
+serves as it is (``tunedb publish`` writes one; ``tunedb.open("https://host/path/")`` reads
+one lazily).  ``format``: the manifest and its files (what writer and reader agree on);
+``remote``: fetching with HTTP ranges, verified blocks and a local cache; ``store``: the
+read-only :class:`~tunedb.index.snapshot.store.SnapshotStore`; ``signing``: ed25519 keys and
+signatures of the manifest.  See docs/publishing.md."""

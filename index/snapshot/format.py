@@ -1,0 +1,134 @@
+"""The snapshot format: what ``tunedb publish`` writes and :class:`SnapshotStore` reads.
+
+A snapshot is a directory (served as it is by a static web server or an object store)::
+
+    manifest.json              what the snapshot holds (below); the only file that changes
+    manifest.json.sig          optional: ed25519 signature of manifest.json's bytes
+    data/<sha256>.parquet      record parts: one target's records of a run of workloads
+    entries/<sha256>.parquet   the entries table (``RecordStore.entries``), in chunks of targets
+    vectors/<sha256>.<ext>     the nearest-entry index (entry vectors + FAISS index)
+    verdicts/<sha256>.json     record_id -> verdict (only when there are verdicts)
+
+Every file but the manifest is content-addressed (its name is the sha256 of its bytes), so it
+never changes and a new snapshot reuses every file whose content did not change.  The manifest
+lists each file as a :data:`FileRef`: ``{"file", "bytes", "sha256", "blocks"}``, ``blocks``
+the sha256 of each aligned ``block_size`` block (the last one shorter): a reader fetches blocks
+by HTTP Range and verifies each before using it.
+
+Parts.  A target's records are sorted by (workload_key, config_key, committed, record_id) and
+cut at workload boundaries chosen by the workload key itself (a workload starts a new part
+when ``int(workload_key[:8], 16) % part_workloads == 0``, or when the part already holds
+``max_part_rows`` rows): a change to some workloads rewrites only their parts.  Each part
+says the first and last workload key it holds, so a query of one (target, workload) fetches
+one part.  Parquet bytes are deterministic for the same rows (fixed writer settings below, no
+timestamps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+FORMAT = "tunedb-snapshot"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.json.sig"
+
+#: bytes of a verified block (the manifest says which size a snapshot uses)
+BLOCK_SIZE = 1 << 20
+#: average workloads per part (the content-defined cut rule)
+PART_WORKLOADS = 8
+#: a part holding this many rows ends at the next workload boundary
+MAX_PART_ROWS = 50_000
+#: average targets per entries chunk
+ENTRY_TARGETS = 8
+
+#: record columns left out unless asked for (who measured where; the imported files' paths)
+PRIVATE_FIELDS = ("session", "host", "origin")
+#: the per-record column a part adds to the record columns: stale in the published DB
+STALE = "stale"
+
+#: fixed Parquet writer settings: the same rows give the same bytes
+PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True,
+                                   "write_statistics": True, "row_group_size": 8192, "data_page_size": 1 << 20,
+                                   "version": "2.6", "store_schema": True}
+
+
+class SnapshotError(OSError):
+    """A snapshot could not be read: unreachable, a missing or tampered file, a bad signature.
+    Its text is one line."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def block_hashes(data: bytes, block_size: int) -> list[str]:
+    return [sha256(data[i:i + block_size]) for i in range(0, max(len(data), 1), block_size)]
+
+
+def file_ref(name: str, data: bytes, block_size: int) -> dict:
+    """The manifest's description of a content-addressed file ``name`` holding ``data``."""
+    return {"file": name, "bytes": len(data), "sha256": sha256(data), "blocks": block_hashes(data, block_size)}
+
+
+def content_name(folder: str, data: bytes, ext: str) -> str:
+    return f"{folder}/{sha256(data)}.{ext}"
+
+
+def parquet_bytes(table: Any) -> bytes:
+    """``table`` as Parquet with :data:`PARQUET_OPTIONS` (no metadata that varies between runs)."""
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(None), sink, **PARQUET_OPTIONS)
+    return sink.getvalue()
+
+
+def starts_part(workload_key: str, part_workloads: int) -> bool:
+    """Whether a workload begins a new part (the content-defined cut rule)."""
+    return int(workload_key[:8], 16) % part_workloads == 0
+
+
+def starts_chunk(target_key: str, entry_targets: int) -> bool:
+    return int(target_key[:8], 16) % entry_targets == 0
+
+
+def cut_runs(keys: Sequence[str], counts: Sequence[int], every: int, max_rows: int) -> list[tuple[int, int]]:
+    """Runs ``[i, j)`` of the sorted distinct ``keys`` (with ``counts`` rows each) that form parts:
+    a key starts a new run when the cut rule says so or the run holds ``max_rows`` rows."""
+    runs: list[tuple[int, int]] = []
+    start, rows = 0, 0
+    for i, (k, n) in enumerate(zip(keys, counts)):
+        if i > start and (int(k[:8], 16) % every == 0 or rows >= max_rows):
+            runs.append((start, i))
+            start, rows = i, 0
+        rows += n
+    if keys:
+        runs.append((start, len(keys)))
+    return runs
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    return (json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def check_manifest(man: Any, where: str) -> dict:
+    """``man`` (decoded JSON) if it is a snapshot manifest this tunedb reads; else SnapshotError."""
+    if not isinstance(man, dict) or man.get("format") != FORMAT:
+        raise SnapshotError(f"{where} is not a tunedb snapshot manifest")
+    if man.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"{where}: snapshot format version {man.get('format_version')!r}; this tunedb reads "
+                            f"version {FORMAT_VERSION}")
+    if not isinstance(man.get("targets"), dict) or not isinstance(man.get("block_size"), int):
+        raise SnapshotError(f"{where}: manifest lacks targets or block_size")
+    return man
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "BLOCK_SIZE", "PART_WORKLOADS", "MAX_PART_ROWS",
+           "ENTRY_TARGETS", "PRIVATE_FIELDS", "STALE", "PARQUET_OPTIONS", "SnapshotError", "sha256",
+           "block_hashes", "file_ref", "content_name", "parquet_bytes", "starts_part", "starts_chunk", "cut_runs",
+           "manifest_bytes", "check_manifest"]
