@@ -163,6 +163,10 @@ def test_wheel_installs_one_top_level_package(tmp_path):
     assert "tunedb/datasets/hardware_catalog.csv" in names
     assert "tunedb/index/base.py" in names and "tunedb/transfer/cli/main.py" in names
     assert not any(n.startswith(("tunedb/tests/", "tunedb/benchmarks/", "tunedb/notebooks/")) for n in names)
+    # every module of the checkout is in the wheel (a new subpackage must be listed in pyproject.toml)
+    missing = sorted(str(f.relative_to(ROOT)) for f in _modules().values()
+                     if "tunedb/" + f.relative_to(ROOT).as_posix() not in names)
+    assert not missing, f"modules missing from the wheel: {missing}"
 
 
 def test_the_checkout_root_holds_no_module_that_shadows_another_package():
