@@ -53,7 +53,7 @@ def normalise(value: Any, path: str = "$") -> Any:
     infinities, non-string keys), e.g. ``$.a[2]: non-finite number nan is not JSON data``.
 
     This is the one normaliser of the project: ``Record``, ``RecordBatch``, the store's query
-    keys and the importers all call it (tests/test_keys_property.py checks they agree).
+    keys and the importers all call it (tests/index_tests/test_keys_property.py checks they agree).
     """
     try:
         return _norm(value)

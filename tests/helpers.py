@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = (ROOT / ".." / "shared" / "data").resolve()
+TESTS = ROOT / "tests"
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, env: dict | None = None

@@ -1,4 +1,4 @@
-"""Kernels and a runner for the live OpenCL tests (``tests/test_kt_live.py``,
+"""Kernels and a runner for the live OpenCL tests (``tests/transfer_tests/integrations_tests/test_kt_live.py``,
 ``benchmarks/bench_live.py``): real OpenCL C compiled by the device's compiler and timed on the
 device by Kernel Tuner's OpenCL backend.  Every kernel checks its bounds (a grid that overshoots
 the problem never writes past a buffer).

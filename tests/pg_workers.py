@@ -1,4 +1,4 @@
-"""Worker processes of tests/test_postgres.py (real processes on a real server)::
+"""Worker processes of tests/index_tests/postgres_tests/test_postgres.py (real processes on a real server)::
 
     python tests/pg_workers.py open URL                 # open (migrating), print the schema version
     python tests/pg_workers.py write URL SEED ROUNDS    # ROUNDS commits (0: until killed)

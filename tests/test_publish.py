@@ -281,11 +281,74 @@ def test_signed_snapshots(source, tmp_path, serve, capsys):
         SnapshotStore(srv.url + "unsigned/", cache_dir=tmp_path / "c3", publisher_key=tmp_path / "pub.key.pub")
     rc, out, err = _cli(capsys, "stats", "--db", url, "--publisher-key", tmp_path / "other.key.pub")
     assert rc == 2 and "signature" in err and len(err.strip().splitlines()) == 1
-    # a manifest altered after signing is refused
+    # the signature is inside the manifest: one file, fetched in one request
+    assert not (tmp_path / "signed" / "manifest.json.sig").exists()
+    assert set(json.loads((tmp_path / "signed" / MANIFEST).read_text())["signature"]) == {"alg", "value"}
+    s5 = SnapshotStore(url, cache_dir=tmp_path / "c5", publisher_key=tmp_path / "pub.key.pub")
+    assert s5.fetch_stats()["requests"] == 1
+    # a manifest altered after signing is refused; so is one whose signature was taken off
     m = tmp_path / "signed" / MANIFEST
-    m.write_text(m.read_text().replace('"publisher"', '"publisher" ', 1))
-    with pytest.raises(SnapshotError, match="signature does not match"):
+    good = m.read_text()
+    doc = json.loads(good)
+    for edit in ({**doc, "records": doc["records"] + 1}, {**doc, "publisher": "someone-else"}):
+        m.write_text(json.dumps(edit))
+        with pytest.raises(SnapshotError, match="signature does not match") as e:
+            SnapshotStore(url, cache_dir=tmp_path / "c4", publisher_key=tmp_path / "pub.key.pub")
+        assert "\n" not in str(e.value)
+    m.write_text(json.dumps({k: v for k, v in doc.items() if k != "signature"}))
+    with pytest.raises(SnapshotError, match="not signed"):
         SnapshotStore(url, cache_dir=tmp_path / "c4", publisher_key=tmp_path / "pub.key.pub")
+    m.write_text(json.dumps({**doc, "signature": {"alg": "ed25519", "value": "%%%"}}))
+    with pytest.raises(SnapshotError, match="refused"):
+        SnapshotStore(url, cache_dir=tmp_path / "c4", publisher_key=tmp_path / "pub.key.pub")
+    m.write_text(good)  # (the layout of the file does not matter: what it says does)
+    m.write_text(json.dumps(doc, indent=3))
+    assert len(SnapshotStore(url, cache_dir=tmp_path / "c4", publisher_key=tmp_path / "pub.key.pub")) == len(source)
+
+
+def test_a_signed_republish_never_shows_a_reader_a_mismatched_signature(source, tmp_path, serve):
+    """Readers holding the publisher key open the snapshot again and again while it is
+    republished (signed) between two contents: every open sees a manifest and its own
+    signature (they are one file, replaced in one rename), never the new one with the old."""
+    key = tmp_path / "k"
+    from tunedb.index.snapshot.signing import generate_keys
+
+    generate_keys(key, tmp_path / "k.pub")
+    snap = tmp_path / "snap"
+    publish(source, snap, sign_key=key, block_size=BS)
+    first = (snap / MANIFEST).read_bytes()
+    t = source.targets()[0]
+    wl = json.loads(source.records(t["target_key"]).column("workload")[0].as_py())
+    source.commit([Record(t["target"], wl, {"tile": 7000 + i}, [1e-4]) for i in range(5)])
+    publish(source, snap, sign_key=key, block_size=BS)
+    second = (snap / MANIFEST).read_bytes()
+    assert first != second
+    srv = serve(snap)
+    stop = threading.Event()
+    from tunedb.transfer.migration.publish import _write
+
+    def writer():  # what publish does last: replace the manifest, as fast as the disk allows
+        i = 0
+        while not stop.is_set():
+            _write(snap / MANIFEST, (first, second)[i % 2])
+            i += 1
+
+    th = threading.Thread(target=writer)
+    th.start()
+    seen, errors = set(), []
+    try:
+        for i in range(150):
+            try:
+                s = SnapshotStore(srv.url, cache_dir=tmp_path / f"c{i % 3}", publisher_key=tmp_path / "k.pub")
+                seen.add(len(s))
+                s.close()
+            except SnapshotError as e:
+                errors.append(str(e))
+    finally:
+        stop.set()
+        th.join()
+    assert not errors, errors[:3]
+    assert seen <= {len(source) - 5, len(source)}
 
 
 def test_republish_after_a_change_rewrites_only_changed_parts(source, tmp_path, serve):

@@ -2,8 +2,8 @@
 suite is ``tunedb.index.testing.store_tests`` (shipped in the package, so a third-party backend
 runs it the same way); each class here gives it one backend.  Backend-specific behaviour (crash
 safety, several processes, files on disk) is tested beside each backend (tests/test_store.py,
-tests/test_durability.py for Parquet, tests/test_postgres.py, tests/test_layered.py,
-tests/test_trust.py).
+tests/test_durability.py for Parquet, tests/index_tests/postgres_tests/test_postgres.py, tests/test_layered.py,
+tests/index_tests/test_trust.py).
 
 PostgreSQL: the ``postgres_url`` fixture (tests/conftest.py) uses ``$TUNEDB_TEST_POSTGRES`` or
 starts a private server; without one the PostgreSQL classes are skipped, except under

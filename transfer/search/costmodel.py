@@ -434,7 +434,7 @@ def meta_weights(meta: Any) -> np.ndarray:
     Only rows mentioning ``"noisy":true`` or ``"context":{`` can weigh less than 1; those are
     parsed at once by Arrow's JSON reader (only the few keys the rule needs; about 0.2 s per
     100,000 such rows on one core), falling back to :func:`record_weight` row by row when their values are
-    not of the expected types.  tests/test_context.py checks both agree with ``record_weight``."""
+    not of the expected types.  tests/transfer_tests/measure_tests/test_context.py checks both agree with ``record_weight``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

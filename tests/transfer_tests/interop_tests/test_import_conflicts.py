@@ -20,7 +20,9 @@ from tunedb.transfer.interop import collect, times_disagree
 from tunedb.transfer.interop.kernel_tuner import device_choice, host_like_device_name
 from tunedb.transfer.measure.replay import ReplayData, ReplayStore
 
-KT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "kernel_tuner" / "convolution_milo"
+from helpers import SHARED_DATA
+
+KT = SHARED_DATA / "kernel_tuner" / "convolution_milo"
 GPUS = ("A100", "A4000", "A6000", "MI250X", "W6600", "W7800")
 pytestmark = pytest.mark.skipif(not KT.is_dir(), reason=f"shared Kernel Tuner data not found at {KT}")
 

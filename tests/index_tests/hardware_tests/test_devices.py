@@ -1,6 +1,6 @@
 """Device identity from the driver (tunedb.index.hardware.devices, kt_strategy.driver_target).
 
-The OpenCL path runs on the real PoCL device in tests/test_kt_live.py.  No CUDA or ROCm device
+The OpenCL path runs on the real PoCL device in tests/transfer_tests/integrations_tests/test_kt_live.py.  No CUDA or ROCm device
 exists here, so the CUDA and HIP paths are fed what Kernel Tuner's backends hold after
 initialising on such a device (their ``env`` and ``cc`` attributes, as kernel_tuner/backends/
 nvcuda.py, cupy.py, pycuda.py and hip/hip.py build them), recorded from an H100 and an MI250X."""

@@ -235,7 +235,7 @@ def test_live_beside_a_cpu_bound_process(tmp_path):
 
         c = compare(interleaved(one, one), question="sign")
         # the same config against itself: a "faster"/"slower" verdict comes out at about the
-        # test's level (5 %; tests/test_compare.py measures it), so what must hold on a live busy
+        # test's level (5 %; tests/transfer_tests/measure_tests/test_compare.py measures it), so what must hold on a live busy
         # machine is that no verdict claims a difference beyond the 5 % margin
         assert c.ratio is not None and 1 / 1.05 <= c.ratio <= 1.05, c
         assert c.lo <= 1.05 and c.hi >= 1 / 1.05, c

@@ -13,6 +13,8 @@ import pytest
 from tunedb.index import Record, TuningDB
 from tunedb.index.retrieval import features, vectors
 
+from helpers import ROOT
+
 
 def _unit(rng: np.random.Generator, n: int, d: int = features.DIM) -> np.ndarray:
     x = rng.normal(size=(n, d)).astype(np.float32)
@@ -29,7 +31,7 @@ def _keys(n: int, n_targets: int = 7, n_fams: int = 3, start: int = 0):
 
 def _bench():
     spec = importlib.util.spec_from_file_location(
-        "bench_index", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_index.py")
+        "bench_index", ROOT / "benchmarks" / "bench_index.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

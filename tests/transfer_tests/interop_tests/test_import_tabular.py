@@ -14,7 +14,9 @@ from tunedb.index import TuningDB
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from helpers import SHARED_DATA
+
+DATA = SHARED_DATA
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")
 
 COMPARED = ("record_id", "target_key", "target_name", "target", "workload_key", "workload", "config_key", "config",

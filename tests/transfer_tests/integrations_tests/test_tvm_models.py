@@ -21,7 +21,8 @@ from tunedb.transfer.integrations import tvm_models  # noqa: E402
 from tunedb.transfer.integrations.tvm_db import TunedbDatabase, strip_postproc  # noqa: E402
 from tunedb.transfer.integrations.tvm_search import pretrain_cost_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT  # noqa: E402
+
 TARGET = {"kind": "llvm", "num-cores": 2}  # generic x86-64 code: portable across CI hosts
 TRIALS = 8  # per task; one batch
 TASKS = {"fused_matmul_add_relu", "fused_matmul1_add1_add2"}

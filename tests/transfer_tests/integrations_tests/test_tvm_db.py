@@ -29,7 +29,8 @@ from tunedb.transfer.integrations.tvm_db import (  # noqa: E402
 )
 from tunedb.transfer.interop import metaschedule as ms_import  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT  # noqa: E402
+
 MS_DATA = (ROOT / ".." / "shared" / "data" / "metaschedule").resolve()
 TARGET_A = {"kind": "llvm", "num-cores": 2}  # this machine, generic x86-64 code: portable across CI hosts
 TARGET_B = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}  # never built or run here

@@ -15,14 +15,14 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 import netns
 import pg_server
+from helpers import TESTS
 
-HERE = Path(__file__).parent
+HERE = TESTS
 WORKERS = 3
 REASON = netns.available() if sys.platform.startswith("linux") else "network namespaces are Linux-only"
 if REASON is None and pg_server.find_bin("initdb") is None:

@@ -13,7 +13,9 @@ from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
 from tunedb.transfer.interop.metaschedule import RECORD_FILE, WORKLOAD_FILE, config_of, workload_of
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from helpers import SHARED_DATA
+
+DATA = SHARED_DATA
 MS = DATA / "metaschedule"
 needs_data = pytest.mark.skipif(not MS.is_dir(), reason=f"shared MetaSchedule data not found at {MS}")
 

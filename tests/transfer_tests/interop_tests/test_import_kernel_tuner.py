@@ -16,7 +16,9 @@ from tunedb.transfer.interop.kernel_tuner import cache_key, load_cache, space_fr
 from tunedb.transfer.measure.replay import ReplayData
 from tunedb.transfer.space import InvalidConfig
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from helpers import SHARED_DATA
+
+DATA = SHARED_DATA
 KT = DATA / "kernel_tuner"
 needs_data = pytest.mark.skipif(not KT.is_dir(), reason=f"shared Kernel Tuner data not found at {KT}")
 
@@ -333,7 +335,7 @@ def _edge_docs(conv: dict) -> dict[str, dict]:
     return {"odd": odd, "floats": flt, "positional": pos}
 
 
-# computed with the importer and replay loader before issue 16 (tests/test_import_kernel_tuner.py
+# computed with the importer and replay loader before issue 16 (tests/transfer_tests/interop_tests/test_import_kernel_tuner.py
 # helpers above, same inputs); see the README, "Kernel Tuner import and replay load"
 PINNED: dict[str, dict] = {'convolution_milo/A6000.json.gz': {'import': {'n': 4362,
                                                'issues': 'cae66941d9efbd404e4d88758ea67670',

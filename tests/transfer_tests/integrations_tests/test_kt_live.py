@@ -16,16 +16,16 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
 import tunedb
 
 import live_opencl
+from helpers import TESTS
 from live_opencl import GEMM_PARAMS, tune_gemm, tune_saxpy
 
-HERE = Path(__file__).parent
+HERE = TESTS
 DEVICE, REASON = live_opencl.device_or_reason()
 if DEVICE is None and os.environ.get("CI") == "true":
     raise RuntimeError(f"CI runs the live OpenCL tests: {REASON}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +20,9 @@ import pytest
 from tunedb.index.hardware import catalog
 from tunedb.index.retrieval import features as F
 
-TABLE = Path(__file__).resolve().parent / "data" / "device_strings.csv"
+from helpers import TESTS
+
+TABLE = TESTS / "data" / "device_strings.csv"
 ROWS = list(csv.DictReader(TABLE.open(encoding="utf-8")))
 MATCH_CLASSES = ("exact", "fuzzy", "variant", "inferred", "unknown")
 

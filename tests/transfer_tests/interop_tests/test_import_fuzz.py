@@ -15,7 +15,9 @@ from tunedb.index import TuningDB
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, ImportIssue, collect, get_format
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from helpers import SHARED_DATA
+
+DATA = SHARED_DATA
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"shared data not found at {DATA}")
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                        HealthCheck.too_slow])

@@ -13,7 +13,9 @@ from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, Prepared, collect, make_record
 from tunedb.transfer.interop.autotvm import family_of_task, parse_target_string
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+from helpers import SHARED_DATA
+
+DATA = SHARED_DATA
 TOPHUB = DATA / "tophub"
 needs_data = pytest.mark.skipif(not TOPHUB.is_dir(), reason=f"shared TopHub data not found at {TOPHUB}")
 

@@ -17,6 +17,8 @@ from tunedb.index.hardware.targets import resolve_target
 from tunedb.index.retrieval import features, vectors
 from tunedb.index.retrieval.nearest import parse_weights
 
+from helpers import ROOT
+
 A100 = {"kind": "gpu", "name": "NVIDIA A100-PCIE-40GB"}
 A6000 = {"kind": "gpu", "name": "NVIDIA RTX A6000"}
 TX2 = {"target": "cuda -model=tx2"}
@@ -226,7 +228,7 @@ def test_forced_hnsw_index_gives_the_same_neighbours(db):
 # ------------------------------------------------------------------------------ CLI
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tunedb", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=ROOT)
 
 
 def test_cli_nearest_json(db):

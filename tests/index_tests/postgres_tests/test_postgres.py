@@ -18,7 +18,7 @@ import pytest
 
 import tunedb
 
-from helpers import run_cli
+from helpers import TESTS, run_cli
 from pg_workers import POOL, pool_record
 
 psycopg = pytest.importorskip("psycopg")
@@ -28,7 +28,7 @@ from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_versio
 from tunedb.index.postgres.store import PostgresStore  # noqa: E402
 from tunedb.index.record import target_slug  # noqa: E402
 
-WORKERS = str(Path(__file__).resolve().parent / "pg_workers.py")
+WORKERS = str(TESTS / "pg_workers.py")
 T1 = {"kind": "cpu", "name": "alpha", "vector_bits": 256}
 W = {"family": "matmul", "M": 64, "N": 64, "K": 64}
 
