@@ -301,9 +301,24 @@ def test_signed_snapshots(source, tmp_path, serve, capsys):
     m.write_text(json.dumps({**doc, "signature": {"alg": "ed25519", "value": "%%%"}}))
     with pytest.raises(SnapshotError, match="refused"):
         SnapshotStore(url, cache_dir=tmp_path / "c4", publisher_key=tmp_path / "pub.key.pub")
-    m.write_text(good)  # (the layout of the file does not matter: what it says does)
-    m.write_text(json.dumps(doc, indent=3))
+    m.write_text(json.dumps(doc, indent=3))  # (the file's layout does not matter: what it says does)
     assert len(SnapshotStore(url, cache_dir=tmp_path / "c4", publisher_key=tmp_path / "pub.key.pub")) == len(source)
+
+
+def test_an_unknown_format_version_is_refused_in_one_line(source, tmp_path, serve):
+    publish(source, tmp_path / "snap", block_size=BS)
+    m = tmp_path / "snap" / MANIFEST
+    doc = json.loads(m.read_text())
+    srv = serve(tmp_path / "snap")
+    for version in (1, doc["format_version"] + 1, "2"):
+        m.write_text(json.dumps({**doc, "format_version": version}))
+        with pytest.raises(SnapshotError, match="format version") as e:
+            SnapshotStore(srv.url, cache_dir=tmp_path / "cache")
+        assert "\n" not in str(e.value) and f"reads version {doc['format_version']}" in str(e.value)
+    # publishing into a directory holding a snapshot of another version replaces it
+    m.write_text(json.dumps({**doc, "format_version": 1}))
+    assert publish(source, tmp_path / "snap", block_size=BS)["records"] == len(source)
+    assert len(SnapshotStore(srv.url, cache_dir=tmp_path / "cache")) == len(source)
 
 
 def test_a_signed_republish_never_shows_a_reader_a_mismatched_signature(source, tmp_path, serve):

@@ -2,8 +2,8 @@
 
 A snapshot is a directory (served as it is by a static web server or an object store)::
 
-    manifest.json              what the snapshot holds (below); the only file that changes
-    manifest.json.sig          optional: ed25519 signature of manifest.json's bytes
+    manifest.json              what the snapshot holds (below); the only file that changes, replaced
+                               atomically; when signed, it carries its own signature
     data/<sha256>.parquet      record parts: one target's records of a run of workloads
     entries/<sha256>.parquet   the entries table (``RecordStore.entries``), in chunks of targets
     vectors/<sha256>.<ext>     the nearest-entry index (entry vectors + FAISS index)
@@ -22,6 +22,11 @@ when ``int(workload_key[:8], 16) % part_workloads == 0``, or when the part alrea
 says the first and last workload key it holds, so a query of one (target, workload) fetches
 one part.  Parquet bytes are deterministic for the same rows (fixed writer settings below, no
 timestamps).
+
+Signature.  A signed manifest holds ``"signature": {"alg": "ed25519", "value": <base64>}``, an
+ed25519 signature of :func:`signed_bytes` of the manifest: the canonical encoding (sorted keys,
+no whitespace, UTF-8) of the manifest's JSON without its ``signature``.  Manifest and signature
+are one file, replaced in one rename, so a reader never sees one without the other.
 """
 
 from __future__ import annotations
@@ -33,9 +38,12 @@ from collections.abc import Sequence
 from typing import Any
 
 FORMAT = "tunedb-snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
-SIGNATURE = "manifest.json.sig"
+#: the manifest's key holding its signature (of every other key: :func:`signed_bytes`)
+SIGNATURE = "signature"
+#: the file that held the signature in format version 1 (publish removes it)
+OLD_SIGNATURE_FILE = "manifest.json.sig"
 
 #: bytes of a verified block (the manifest says which size a snapshot uses)
 BLOCK_SIZE = 1 << 20
@@ -112,8 +120,22 @@ def cut_runs(keys: Sequence[str], counts: Sequence[int], every: int, max_rows: i
     return runs
 
 
+def canonical_bytes(doc: Any) -> bytes:
+    """``doc`` as canonical JSON: sorted keys, no whitespace, UTF-8 (the same document gives the
+    same bytes, however its file was laid out)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
 def manifest_bytes(manifest: dict) -> bytes:
-    return (json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    """The bytes of ``manifest.json``: the canonical encoding and a newline."""
+    return canonical_bytes(manifest) + b"\n"
+
+
+def signed_bytes(manifest: dict) -> bytes:
+    """What a manifest's signature signs: the canonical encoding of the manifest without its
+    :data:`SIGNATURE` key."""
+    return canonical_bytes({k: v for k, v in manifest.items() if k != SIGNATURE})
 
 
 def check_manifest(man: Any, where: str) -> dict:
@@ -121,14 +143,15 @@ def check_manifest(man: Any, where: str) -> dict:
     if not isinstance(man, dict) or man.get("format") != FORMAT:
         raise SnapshotError(f"{where} is not a tunedb snapshot manifest")
     if man.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"{where}: snapshot format version {man.get('format_version')!r}; this tunedb reads "
-                            f"version {FORMAT_VERSION}")
+        raise SnapshotError(f"{where}: snapshot format version {man.get('format_version')!r}, and this tunedb "
+                            f"reads version {FORMAT_VERSION} only: republish it with this tunedb, or read it with "
+                            f"the tunedb that wrote it")
     if not isinstance(man.get("targets"), dict) or not isinstance(man.get("block_size"), int):
         raise SnapshotError(f"{where}: manifest lacks targets or block_size")
     return man
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "BLOCK_SIZE", "PART_WORKLOADS", "MAX_PART_ROWS",
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "OLD_SIGNATURE_FILE", "BLOCK_SIZE", "PART_WORKLOADS", "MAX_PART_ROWS",
            "ENTRY_TARGETS", "PRIVATE_FIELDS", "STALE", "PARQUET_OPTIONS", "SnapshotError", "sha256",
            "block_hashes", "file_ref", "content_name", "parquet_bytes", "starts_part", "starts_chunk", "cut_runs",
-           "manifest_bytes", "check_manifest"]
+           "canonical_bytes", "manifest_bytes", "signed_bytes", "check_manifest"]

@@ -2,10 +2,10 @@
 
 :class:`Remote` is one snapshot URL and its cache directory::
 
-    <cache>/manifest.json  manifest.etag  manifest.json.sig   the last manifest fetched (revalidated
-                                                              with If-None-Match on every open)
-    <cache>/blocks/<sha256 of the file>/<i>                   verified blocks of content-addressed files
-                                                              (never revalidated: their names are hashes)
+    <cache>/manifest.json  manifest.etag        the last manifest fetched and verified (revalidated
+                                                with If-None-Match on every open)
+    <cache>/blocks/<sha256 of the file>/<i>     verified blocks of content-addressed files
+                                                (never revalidated: their names are hashes)
 
 A block is fetched with an HTTP Range request (contiguous missing blocks in one request),
 checked against the manifest's sha256 of that block, written to a temp file and renamed into
@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.snapshot.format import MANIFEST, SIGNATURE, SnapshotError, sha256
+from tunedb.index.snapshot.format import MANIFEST, OLD_SIGNATURE_FILE, SnapshotError, sha256
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds
 
@@ -106,10 +106,11 @@ class Remote:
             raise SnapshotError(f"{self.base}{name}: HTTP {r.status_code} {why}".rstrip())
 
     # ------------------------------------------------------------------ the manifest
-    def manifest(self, want_signature: bool = False) -> tuple[bytes, bytes | None]:
-        """The manifest's bytes and its signature (None when unsigned): revalidated with the
-        server (If-None-Match), else -- server unreachable -- the cached copy with a warning and
-        :attr:`offline` set.  Not cached here: the caller verifies it and calls :meth:`keep_manifest`."""
+    def manifest(self) -> bytes:
+        """The manifest's bytes (a signed manifest carries its signature: one file, one request):
+        revalidated with the server (If-None-Match), else -- server unreachable -- the cached
+        copy with a warning and :attr:`offline` set.  Not cached here: the caller verifies it
+        and calls :meth:`keep_manifest`."""
         cached = self.cache / MANIFEST
         etag_f = self.cache / "manifest.etag"
         headers = {}
@@ -122,41 +123,24 @@ class Remote:
                 raise
             warnings.warn(f"offline: {self.base} cannot be reached ({str(e).rsplit(': ', 1)[-1]}); answering from "
                           f"the cached snapshot", SnapshotWarning, stacklevel=3)
-            return cached.read_bytes(), self._cached_sig()
+            return cached.read_bytes()
         self.offline = False
         if r.status_code == 304 and cached.exists():
-            sig = self._cached_sig()
-            return cached.read_bytes(), sig if sig is not None or not want_signature else self._signature()
+            return cached.read_bytes()
         if r.status_code == 404:
             raise SnapshotError(f"no tunedb snapshot at {self.base} (HTTP 404 for {MANIFEST})")
         self._check_status(r, MANIFEST, (200,))
         self._etag = r.headers.get("ETag")
-        # (only a reader holding the publisher's key asks for the signature)
-        return body, self._signature() if want_signature else None
+        return body
 
-    def _signature(self) -> bytes | None:
-        r, sig = self._get(SIGNATURE)
-        if r.status_code == 404:
-            return None
-        self._check_status(r, SIGNATURE, (200,))
-        return sig
-
-    def _cached_sig(self) -> bytes | None:
-        p = self.cache / SIGNATURE
-        return p.read_bytes() if p.exists() else None
-
-    def keep_manifest(self, data: bytes, sig: bytes | None) -> None:
-        """Cache a verified manifest (and its signature and ETag) for revalidation and offline use."""
+    def keep_manifest(self, data: bytes) -> None:
+        """Cache a verified manifest (and its ETag) for revalidation and offline use."""
         etag = getattr(self, "_etag", None)
-        if (self.cache / MANIFEST).exists() and (self.cache / MANIFEST).read_bytes() == data:
-            if etag:
-                _atomic_write(self.cache / "manifest.etag", etag.encode())
+        (self.cache / OLD_SIGNATURE_FILE).unlink(missing_ok=True)
+        if not ((self.cache / MANIFEST).exists() and (self.cache / MANIFEST).read_bytes() == data):
+            _atomic_write(self.cache / MANIFEST, data)
+        elif not etag:
             return
-        if sig is None:
-            (self.cache / SIGNATURE).unlink(missing_ok=True)
-        else:
-            _atomic_write(self.cache / SIGNATURE, sig)
-        _atomic_write(self.cache / MANIFEST, data)
         if etag:
             _atomic_write(self.cache / "manifest.etag", etag.encode())
         else:

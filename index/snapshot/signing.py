@@ -1,15 +1,20 @@
 """ed25519 signatures of a snapshot manifest (the ``cryptography`` package: ``pip install
 'tunedb[sign]'``).  Keys are PEM files: a private key (PKCS#8, unencrypted) that the publisher
-keeps and a public key (SubjectPublicKeyInfo) that readers are given.  The signature is over
-the exact bytes of ``manifest.json``; every other file is named by its sha256 in the manifest,
-so the signature covers the whole snapshot."""
+keeps and a public key (SubjectPublicKeyInfo) that readers are given.  The signature sits in
+the manifest itself (``"signature": {"alg": "ed25519", "value": <base64>}``) and signs the
+canonical encoding of the rest of the manifest (``format.signed_bytes``), so a manifest and its
+signature are replaced together, in one rename; every other file is named by its sha256 in the
+manifest (or in a file the manifest names by its sha256), so the signature covers the whole
+snapshot."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from pathlib import Path
 
-from tunedb.index.snapshot.format import SnapshotError
+from tunedb.index.snapshot.format import SIGNATURE, SnapshotError, signed_bytes
 
 
 def _crypto():
@@ -88,4 +93,25 @@ def verify(manifest: bytes, signature: bytes | None, public_key, where: str) -> 
         raise SnapshotError(f"{where}: the manifest's signature does not match the publisher key: refused") from None
 
 
-__all__ = ["generate_keys", "sign", "load_public_key", "verify"]
+def sign_manifest(manifest: dict, private_key_file: str | os.PathLike) -> dict:
+    """``manifest`` with its :data:`SIGNATURE` entry: the signature of :func:`signed_bytes`."""
+    sig = sign(signed_bytes(manifest), private_key_file)
+    return {**manifest, SIGNATURE: {"alg": "ed25519", "value": base64.b64encode(sig).decode("ascii")}}
+
+
+def verify_manifest(manifest: dict, public_key, where: str) -> None:
+    """SnapshotError (one line) unless ``manifest`` carries ``public_key``'s signature of the
+    rest of itself."""
+    entry = manifest.get(SIGNATURE)
+    if entry is None:
+        verify(signed_bytes(manifest), None, public_key, where)
+    if not isinstance(entry, dict) or entry.get("alg") != "ed25519" or not isinstance(entry.get("value"), str):
+        raise SnapshotError(f"{where}: the manifest's signature is not an ed25519 signature: refused")
+    try:
+        sig = base64.b64decode(entry["value"], validate=True)
+    except (binascii.Error, ValueError):
+        raise SnapshotError(f"{where}: the manifest's signature is not base64: refused") from None
+    verify(signed_bytes(manifest), sig, public_key, where)
+
+
+__all__ = ["generate_keys", "sign", "load_public_key", "verify", "sign_manifest", "verify_manifest"]

@@ -73,18 +73,18 @@ class SnapshotStore(RecordStore):
 
     # ------------------------------------------------------------------ the manifest
     def _load_manifest(self) -> None:
-        from tunedb.index.snapshot.signing import verify
+        from tunedb.index.snapshot.signing import verify_manifest
 
-        data, sig = self._remote.manifest(want_signature=self._key is not None)
+        data = self._remote.manifest()
         where = self._url + MANIFEST
-        if self._key is not None:
-            verify(data, sig, self._key, where)
         try:
             man = json.loads(data)
         except (ValueError, UnicodeDecodeError):
             raise SnapshotError(f"{where} is not JSON: not a tunedb snapshot") from None
         man = check_manifest(man, where)
-        self._remote.keep_manifest(data, sig)
+        if self._key is not None:  # (the signature is in the manifest: both came in one response)
+            verify_manifest(man, self._key, where)
+        self._remote.keep_manifest(data)
         with self._lock:
             sha = sha256(data)
             if sha == self._sha:

@@ -120,13 +120,22 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _previous(path: Path | None) -> dict | None:
-    """The manifest of the snapshot in directory ``path``, or None (no snapshot there)."""
+    """The manifest of the snapshot in directory ``path``, or None (no snapshot there, or one of
+    another format version)."""
     if path is None or not (path / fmt.MANIFEST).is_file():
         return None
     try:
         return fmt.check_manifest(json.loads((path / fmt.MANIFEST).read_bytes()), str(path / fmt.MANIFEST))
     except (ValueError, fmt.SnapshotError):
         return None
+
+
+def _holds_snapshot(path: Path) -> bool:
+    """Whether directory ``path`` holds a tunedb snapshot of any format version."""
+    try:
+        return json.loads((path / fmt.MANIFEST).read_bytes()).get("format") == fmt.FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _rows_hash(t: pa.Table, fields: list[str], block_size: int) -> str:
@@ -245,7 +254,7 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and _previous(out) is None:
+    if out.is_dir() and any(out.iterdir()) and not _holds_snapshot(out):
         raise ValueError(f"{out} is a non-empty directory that holds no tunedb snapshot")
     since_p = Path(since) if since is not None else None
     if since_p is not None and _previous(since_p) is None:
@@ -299,14 +308,13 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
            "workloads": len(set(ent.column("workload_key").to_pylist())), "entries": ent.num_rows,
            "files": len(w.refs), "size_bytes": sum(r["bytes"] for r in w.refs.values()),
            "targets": man_targets, "entries_files": entries_refs, "vectors": vec, "verdicts": vref}
-    data = fmt.manifest_bytes(man)
     if sign_key is not None:
-        from tunedb.index.snapshot.signing import sign
+        from tunedb.index.snapshot.signing import sign_manifest
 
-        _write(out / fmt.SIGNATURE, sign(data, sign_key))
-    else:
-        (out / fmt.SIGNATURE).unlink(missing_ok=True)
-    _write(out / fmt.MANIFEST, data)
+        man = sign_manifest(man, sign_key)
+    data = fmt.manifest_bytes(man)
+    _write(out / fmt.MANIFEST, data)  # (one rename: the manifest and its signature change together)
+    (out / fmt.OLD_SIGNATURE_FILE).unlink(missing_ok=True)
     if progress:
         progress(len(chosen), len(chosen), "")
     return {"out": str(out), "publisher": publisher, "targets": len(chosen), "records": total,
