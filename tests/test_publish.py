@@ -118,6 +118,19 @@ def _norm(rec: Record | None) -> dict | None:
     return {k: v for k, v in d.items() if k not in PRIVATE}
 
 
+def _manifest(snap: Path) -> dict:
+    """The manifest of the snapshot directory ``snap``, each target's ``parts`` read from its
+    ``targets/`` file (checked against the manifest's sha256, as a reader does)."""
+    man = json.loads((snap / MANIFEST).read_text())
+    for tk, t in man["targets"].items():
+        data = (snap / t["parts_file"]["file"]).read_bytes()
+        assert sha256(data) == t["parts_file"]["sha256"] and t["parts_file"]["file"] == f"targets/{sha256(data)}.json"
+        doc = json.loads(data)
+        assert doc["target_key"] == tk and len(doc["parts"]) == t["parts"]
+        t["parts"] = doc["parts"]
+    return man
+
+
 def _check_same_answers(src, snap, publisher: str) -> None:
     """Every query of ``snap`` answers as ``src`` (records carry the publisher as source)."""
     for t in src.targets():
@@ -153,7 +166,7 @@ def _check_same_answers(src, snap, publisher: str) -> None:
 def test_every_query_answers_as_the_source_db(source, tmp_path, serve):
     res = publish(source, tmp_path / "snap", publisher="lab-a", block_size=BS)
     assert res["records"] == len(source) and res["bytes_written"] == res["bytes_total"] > 0
-    man = json.loads((tmp_path / "snap" / MANIFEST).read_text())
+    man = _manifest(tmp_path / "snap")
     assert man["publisher"] == "lab-a" and "session" not in man["fields"] and "host" in man["left_out"]
     for ref in [p for t in man["targets"].values() for p in t["parts"]]:  # content-addressed
         data = (tmp_path / "snap" / ref["file"]).read_bytes()
@@ -179,12 +192,18 @@ def test_one_target_query_fetches_only_its_part(source, tmp_path, serve):
     wk = source.records(t["target_key"]).column("workload_key")[0].as_py()
     assert snap.best(t["target_key"], wk)
     fetched = snap.fetch_stats()["bytes_fetched"] - after_open
-    parts = snap.manifest["targets"][t["target_key"]]["parts"]
+    parts = _manifest(tmp_path / "snap")["targets"][t["target_key"]]["parts"]
     one = [p for p in parts if p["first_workload"] <= wk <= p["last_workload"]]
     verdicts = snap.manifest["verdicts"]  # (fetched once: which records are refuted)
-    assert len(one) == 1 and 0 < fetched <= one[0]["bytes"] + verdicts["bytes"] and one[0]["bytes"] < total / 8
+    plist = snap.manifest["targets"][t["target_key"]]["parts_file"]  # (the target's part list)
+    assert len(one) == 1 and 0 < fetched <= one[0]["bytes"] + verdicts["bytes"] + plist["bytes"]
+    assert one[0]["bytes"] < total / 8
     cached = {p.name for p in (tmp_path / "cache" / "blocks").iterdir()}
-    assert cached == {one[0]["sha256"], verdicts["sha256"]}  # nothing of other parts or targets
+    assert cached == {one[0]["sha256"], verdicts["sha256"], plist["sha256"]}  # nothing of other parts or targets
+    # the manifest lists no part (no block hashes): per target a name, counts and one file's hash
+    assert "blocks" not in json.dumps({tk: {k: v for k, v in tg.items() if k != "parts_file"}
+                                       for tk, tg in snap.manifest["targets"].items()})
+    assert all(isinstance(tg["parts"], int) for tg in snap.manifest["targets"].values())
 
 
 def test_cache_revalidates_and_answers_offline(source, tmp_path, serve):
@@ -373,12 +392,17 @@ def test_republish_after_a_change_rewrites_only_changed_parts(source, tmp_path, 
     _ = snap.records()
     again = publish(source, tmp_path / "snap", block_size=BS)  # nothing changed: nothing but the manifest
     assert again["bytes_written"] == 0 and again["files_written"] == 0
+    again_man = json.loads((tmp_path / "snap" / MANIFEST).read_text())
     t = source.targets()[0]
     wl = json.loads(source.records(t["target_key"]).column("workload")[0].as_py())
     source.commit([Record(t["target"], wl, {"tile": 4096 + i}, [1e-4]) for i in range(3)])
     third = publish(source, tmp_path / "snap", block_size=BS)
-    assert 0 < third["files_written"] <= 4  # one part, the target's entries chunk (+ index files if any)
+    assert 0 < third["files_written"] <= 5  # one part, its part list, the entries chunk (+ index files if any)
     assert third["bytes_written"] < 0.4 * third["bytes_total"], third
+    # only the changed target's part list is a new file; the others are the same files
+    before, after = again_man["targets"], json.loads((tmp_path / "snap" / MANIFEST).read_text())["targets"]
+    changed = {tk for tk in after if after[tk]["parts_file"] != before[tk]["parts_file"]}
+    assert changed == {t["target_key"]}
     snap.refresh()
     _check_same_answers(source, snap, snap.publisher)
     other = publish(source, tmp_path / "next", since=tmp_path / "snap", block_size=BS)
@@ -389,13 +413,14 @@ def test_republish_after_a_change_rewrites_only_changed_parts(source, tmp_path, 
 def _fault_setup(source, tmp_path, serve, **options):
     publish(source, tmp_path / "snap", block_size=BS)
     srv = serve(tmp_path / "snap", **options)
-    return srv, json.loads((tmp_path / "snap" / MANIFEST).read_text())
+    return srv, _manifest(tmp_path / "snap")
 
 
 def _cache_is_verified(cache: Path, man: dict) -> None:
     """Every cached block is a verified block of a file the manifest names."""
     refs = {p["sha256"]: p for t in man["targets"].values() for p in t["parts"]}
     refs.update({r["sha256"]: r for r in man["entries_files"]})
+    refs.update({t["parts_file"]["sha256"]: t["parts_file"] for t in man["targets"].values()})
     for d in (cache / "blocks").glob("*") if (cache / "blocks").exists() else []:
         for b in d.iterdir():
             assert not b.name.startswith("_tmp"), b
@@ -443,6 +468,26 @@ def test_fault_a_file_changed_behind_the_manifest(source, tmp_path, serve, damag
         source.records(tk).select(cols).sort_by("record_id"))
 
 
+@pytest.mark.parametrize("damage", ["replaced", "missing"])
+def test_fault_a_target_part_list_changed_or_missing(source, tmp_path, serve, damage):
+    srv, man = _fault_setup(source, tmp_path, serve)
+    tk, other = sorted(man["targets"])[:2]
+    path = tmp_path / "snap" / man["targets"][tk]["parts_file"]["file"]
+    good = path.read_bytes()
+    if damage == "replaced":  # a valid part list, of another target: its hash does not match
+        path.write_bytes((tmp_path / "snap" / man["targets"][other]["parts_file"]["file"]).read_bytes())
+    else:
+        path.unlink()
+    snap = SnapshotStore(srv.url, cache_dir=tmp_path / "cache")
+    with pytest.raises(SnapshotError, match="refused" if damage == "replaced" else "404") as e:
+        snap.best_costs(tk, man["targets"][tk]["parts"][0]["first_workload"])
+    assert "\n" not in str(e.value)
+    assert snap.records(other).num_rows == len(source.records(other))  # other targets still answer
+    _cache_is_verified(tmp_path / "cache", man)
+    path.write_bytes(good)
+    assert snap.records(tk).num_rows == len(source.records(tk))
+
+
 def _big_db(path: Path, n: int = 6000):
     """One entry of ``n`` records: a part many blocks long (readers fetch its footer by Range)."""
     db = tunedb.open(path)
@@ -467,7 +512,7 @@ def test_fault_a_server_without_range_support(tmp_path, serve):
 def test_fault_the_server_stops_mid_read(tmp_path, serve):
     db, big = _big_db(tmp_path / "src")
     publish(db, tmp_path / "snap", block_size=BS)
-    man = json.loads((tmp_path / "snap" / MANIFEST).read_text())
+    man = _manifest(tmp_path / "snap")
     part = max((p for t in man["targets"].values() for p in t["parts"]), key=lambda p: p["bytes"])
     assert part["bytes"] > 20 * BS
     srv = serve(tmp_path / "snap", limit_rate="20k")

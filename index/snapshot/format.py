@@ -4,16 +4,24 @@ A snapshot is a directory (served as it is by a static web server or an object s
 
     manifest.json              what the snapshot holds (below); the only file that changes, replaced
                                atomically; when signed, it carries its own signature
+    targets/<sha256>.json      one target's part list: each part's FileRef and workload range
     data/<sha256>.parquet      record parts: one target's records of a run of workloads
     entries/<sha256>.parquet   the entries table (``RecordStore.entries``), in chunks of targets
     vectors/<sha256>.<ext>     the nearest-entry index (entry vectors + FAISS index)
     verdicts/<sha256>.json     record_id -> verdict (only when there are verdicts)
 
 Every file but the manifest is content-addressed (its name is the sha256 of its bytes), so it
-never changes and a new snapshot reuses every file whose content did not change.  The manifest
-lists each file as a :data:`FileRef`: ``{"file", "bytes", "sha256", "blocks"}``, ``blocks``
-the sha256 of each aligned ``block_size`` block (the last one shorter): a reader fetches blocks
-by HTTP Range and verifies each before using it.
+never changes and a new snapshot reuses every file whose content did not change.  Files are
+named by a :data:`FileRef`: ``{"file", "bytes", "sha256", "blocks"}``, ``blocks`` the sha256 of
+each aligned ``block_size`` block (the last one shorter): a reader fetches blocks by HTTP Range
+and verifies each before using it.  The manifest keeps, per target, its name, target JSON,
+record counts and the FileRef of its ``targets/`` file (``parts_file``); that file (canonical
+JSON: ``{"format_version", "target_key", "parts": [FileRef + rows, first_workload,
+last_workload, rows_hash, ...]}``) lists the target's parts.  So the manifest stays small (no
+block hashes of parts), a query of one target fetches the manifest, that target's file and its
+parts, and a republish writes new ``targets/`` files only for the targets whose parts changed.
+Every file is verified against the hash its (already verified) parent names: manifest ->
+target file -> part.
 
 Parts.  A target's records are sorted by (workload_key, config_key, committed, record_id) and
 cut at workload boundaries chosen by the workload key itself (a workload starts a new part
@@ -38,7 +46,7 @@ from collections.abc import Sequence
 from typing import Any
 
 FORMAT = "tunedb-snapshot"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 #: the manifest's key holding its signature (of every other key: :func:`signed_bytes`)
 SIGNATURE = "signature"
@@ -148,10 +156,31 @@ def check_manifest(man: Any, where: str) -> dict:
                             f"the tunedb that wrote it")
     if not isinstance(man.get("targets"), dict) or not isinstance(man.get("block_size"), int):
         raise SnapshotError(f"{where}: manifest lacks targets or block_size")
+    for tk, t in man["targets"].items():
+        ref = t.get("parts_file") if isinstance(t, dict) else None
+        if not isinstance(ref, dict) or not {"file", "bytes", "sha256", "blocks"} <= set(ref):
+            raise SnapshotError(f"{where}: target {tk} lacks its parts file")
     return man
+
+
+def target_file_bytes(target_key: str, parts: list[dict]) -> bytes:
+    """The bytes of a target's ``targets/`` file (canonical JSON: the same parts, the same file)."""
+    return canonical_bytes({"format_version": FORMAT_VERSION, "target_key": target_key, "parts": parts}) + b"\n"
+
+
+def check_target_file(data: bytes, target_key: str, where: str) -> list[dict]:
+    """The part list of a target file (already verified against its sha256); else SnapshotError."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("target_key") != target_key or not isinstance(doc.get("parts"), list):
+        raise SnapshotError(f"{where} is not the part list of target {target_key}: refused")
+    return doc["parts"]
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "OLD_SIGNATURE_FILE", "BLOCK_SIZE", "PART_WORKLOADS", "MAX_PART_ROWS",
            "ENTRY_TARGETS", "PRIVATE_FIELDS", "STALE", "PARQUET_OPTIONS", "SnapshotError", "sha256",
            "block_hashes", "file_ref", "content_name", "parquet_bytes", "starts_part", "starts_chunk", "cut_runs",
-           "canonical_bytes", "manifest_bytes", "signed_bytes", "check_manifest"]
+           "canonical_bytes", "manifest_bytes", "signed_bytes", "check_manifest", "target_file_bytes",
+           "check_target_file"]

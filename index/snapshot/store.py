@@ -1,8 +1,9 @@
 """A published snapshot read as a read-only record store: ``tunedb.open("https://host/path/")``.
 
 Opening fetches (or revalidates, with If-None-Match) the manifest and nothing else.  A query
-that names a target fetches only that target's parts -- one part when it names a workload too
-(the manifest says which workloads each part holds) -- through verified blocks
+that names a target fetches only that target's part list (its ``targets/`` file) and its parts
+-- one part when it names a workload too (the part list says which workloads each part holds)
+-- through verified blocks
 (:mod:`tunedb.index.snapshot.remote`); ``entries()``, the nearest-entry index and the verdicts
 are fetched once, when first needed.  Everything fetched stays in the cache directory, so a
 later process answers the same queries without the network, and an unreachable server means
@@ -92,6 +93,7 @@ class SnapshotStore(RecordStore):
             self._sha, self._man = sha, man
             self._bs = int(man["block_size"])
             self._parts: dict[tuple, pa.Table] = {}
+            self._part_lists: dict[str, list[dict]] = {}
             self._entry_cache: dict[tuple[str, str], tuple[pa.Table, dict[str, int]]] = {}
             self._entries: pa.Table | None = None
             self._verdicts: dict[str, str] | None = None
@@ -118,6 +120,19 @@ class SnapshotStore(RecordStore):
                 "range_ignored": r.range_ignored}
 
     # ------------------------------------------------------------------ reading parts
+    def _target_parts(self, tkey: str) -> list[dict]:
+        """Target ``tkey``'s part list: its ``targets/`` file, fetched once and verified against
+        the sha256 the (verified) manifest names."""
+        from tunedb.index.snapshot.format import check_target_file
+
+        with self._lock:
+            got = self._part_lists.get(tkey)
+            if got is None:
+                ref = self._man["targets"][tkey]["parts_file"]
+                got = check_target_file(self._remote.read_all(ref, self._bs), tkey, self._url + ref["file"])
+                self._part_lists[tkey] = got
+            return got
+
     def _part(self, ref: dict, wkey: str | None) -> pa.Table:
         """The rows of part ``ref`` (only those of ``wkey`` when given), as stored."""
         import pyarrow.parquet as pq
@@ -147,10 +162,9 @@ class SnapshotStore(RecordStore):
 
     def _rows(self, tkey: str, wkey: str | None = None) -> pa.Table | None:
         """The stored rows of ``tkey`` (of ``wkey`` only when given), or None (no such target)."""
-        tgt = self._man["targets"].get(tkey)
-        if tgt is None:
+        if tkey not in self._man["targets"]:
             return None
-        parts = [p for p in tgt["parts"]
+        parts = [p for p in self._target_parts(tkey)
                  if wkey is None or p["first_workload"] <= wkey <= p["last_workload"]]
         tables = [self._part(p, wkey) for p in parts]
         tables = [t for t in tables if t.num_rows]

@@ -5,8 +5,10 @@ the reader: ``tunedb.open("https://host/path/")``, ``tunedb.index.snapshot.store
 Any store publishes (Parquet, PostgreSQL, a layered or trusted view): what its reads return
 is what the snapshot answers -- records (stale ones marked), entries, verdicts -- plus the
 nearest-entry index built over its entries.  Per target the records are sorted and cut into
-content-defined parts at workload boundaries, and every file is named by its sha256, so
-publishing again after a change rewrites only the parts that changed and the manifest:
+content-defined parts at workload boundaries, each target's part list is a file of its own
+(``targets/<sha256>.json``), and every file is named by its sha256, so publishing again after a
+change rewrites only the parts that changed, the part lists of their targets and the (small)
+manifest:
 ``since`` (a previous snapshot directory; by default OUT's own current snapshot) is where
 unchanged parts are found -- by a hash of their rows, before any encoding -- and taken from
 (hard-linked or copied when it is another directory).  Files of older snapshots are never
@@ -119,6 +121,21 @@ def _write(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _write_manifest(path: Path, data: bytes) -> None:
+    """Replace the manifest (one rename: a signed one and its signature change together).  A
+    new manifest gets a modification time in a later second than the one it replaces: a static
+    server's ETag (nginx: seconds of mtime and size) then changes even when the new manifest is
+    as long as the old one, so readers revalidating with If-None-Match see it."""
+    try:
+        old = path.stat().st_mtime
+    except OSError:
+        old = None
+    _write(path, data)
+    if old is not None and int(path.stat().st_mtime) <= int(old):
+        t = int(old) + 1
+        os.utime(path, (t, t))
+
+
 def _previous(path: Path | None) -> dict | None:
     """The manifest of the snapshot in directory ``path``, or None (no snapshot there, or one of
     another format version)."""
@@ -128,6 +145,22 @@ def _previous(path: Path | None) -> dict | None:
         return fmt.check_manifest(json.loads((path / fmt.MANIFEST).read_bytes()), str(path / fmt.MANIFEST))
     except (ValueError, fmt.SnapshotError):
         return None
+
+
+def _previous_parts(path: Path, tk: str, t: dict) -> list[dict]:
+    """The part list of target ``tk`` of the snapshot in ``path`` (``[]`` when its file is
+    missing or does not match the manifest's sha256)."""
+    ref = t.get("parts_file") or {}
+    try:
+        data = (path / ref["file"]).read_bytes()
+    except (OSError, KeyError, TypeError):
+        return []
+    if fmt.sha256(data) != ref.get("sha256"):
+        return []
+    try:
+        return fmt.check_target_file(data, tk, str(path / ref["file"]))
+    except fmt.SnapshotError:
+        return []
 
 
 def _holds_snapshot(path: Path) -> bool:
@@ -267,21 +300,27 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
         sign(b"check", sign_key)  # a bad key fails before anything is written
     fields = [c for c in RECORD_SCHEMA.names if all_fields or c not in fmt.PRIVATE_FIELDS]
     prev: dict[str, dict] = {}
-    for m in (_previous(since_p), _previous(out)):
-        for t in (m or {}).get("targets", {}).values():
-            for p in t.get("parts", []):
-                if m.get("fields") == fields and m.get("block_size") == block_size and p.get("rows_hash"):
+    for d in (since_p, out):
+        m = _previous(d)
+        if m is None or m.get("fields") != fields or m.get("block_size") != block_size:
+            continue
+        for tk, t in m["targets"].items():
+            for p in _previous_parts(d, tk, t):
+                if p.get("rows_hash"):
                     prev[p["rows_hash"]] = p
     out.mkdir(parents=True, exist_ok=True)
     w = _Out(out, since_p, block_size)
     man_targets: dict[str, dict] = {}
-    total = stale_total = 0
+    total = stale_total = n_parts = 0
     for i, t in enumerate(chosen):
         if progress:
             progress(i, len(chosen), t["target_name"])
         parts, n, n_stale = _target_parts(view, t["target_key"], fields, w, prev)
+        n_parts += len(parts)
+        ref = w.put("targets", fmt.target_file_bytes(t["target_key"], parts), "json")
         man_targets[t["target_key"]] = {"target_name": t["target_name"], "target": canonical_json(t["target"]),
-                                        "records": n, "stale_records": n_stale, "parts": parts}
+                                        "records": n, "stale_records": n_stale, "parts": len(parts),
+                                        "parts_file": ref}
         total += n
         stale_total += n_stale
     keys = sorted(man_targets)
@@ -313,12 +352,12 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
 
         man = sign_manifest(man, sign_key)
     data = fmt.manifest_bytes(man)
-    _write(out / fmt.MANIFEST, data)  # (one rename: the manifest and its signature change together)
+    _write_manifest(out / fmt.MANIFEST, data)
     (out / fmt.OLD_SIGNATURE_FILE).unlink(missing_ok=True)
     if progress:
         progress(len(chosen), len(chosen), "")
     return {"out": str(out), "publisher": publisher, "targets": len(chosen), "records": total,
-            "stale_records": stale_total, "parts": sum(len(t["parts"]) for t in man_targets.values()),
+            "stale_records": stale_total, "parts": n_parts,
             "files": len(w.refs), "bytes_total": man["size_bytes"], "bytes_written": w.written,
             "bytes_reused": w.reused, "bytes_copied": w.copied, "files_written": w.files_written,
             "files_reused": w.files_reused, "manifest_bytes": len(data), "signed": sign_key is not None,
