@@ -68,7 +68,10 @@ Nearest, caching, life cycle
     and :meth:`close` reach every layer.
 
 Cost and freshness
-    Point reads go to the layers' own indexes.  Which records are hidden and which record_ids
+    Point reads go to the layers' own indexes.  :meth:`entries` (and so :meth:`nearest`'s
+    index) uses each layer's own entries for the targets only that layer holds and reads
+    records only of targets several layers hold, so a published snapshot layer answers from its
+    entries files.  Which records are hidden and which record_ids
     the lower layers hold is computed per target (two reads of that target's records in every
     layer, on the first query of the target that needs it; whole-DB reads compute it for every
     target at once) and kept until :meth:`refresh` or a write through this handle that can
@@ -408,6 +411,47 @@ class LayeredStore(RecordStore):
         if not include_stale:
             t = tables.rows_with_ids(t, self._view(tkey).stale, keep=False)
         return t if cols is None else t.select(cols)
+
+    def entries(self) -> pa.Table:
+        """The entries of the layered view: exactly ``tables.entries`` of
+        ``records(include_stale=False)`` (each record once, stale in any layer left out), built
+        from the layers' own ``entries()`` where that is the same thing.  A target that only one
+        layer holds (any record of it, stale ones included: ``targets()``) has that layer's rows
+        as they are; a target several layers hold is summarised from its records (the layered
+        ``records(target, include_stale=False)``: copies count once, staleness of any layer
+        applies).  So a published snapshot layer answers from its entries files and fetches no
+        part of a target only it holds.  Rows of entries that tie on (target_name,
+        workload_key) come in the order the records would give them: by layer, then in each
+        layer's own order (when a tie involves a target of several layers, from the records)."""
+        if len(self.layers) == 1:
+            return self.layers[0].entries()
+        holders: dict[str, list[int]] = {}
+        for i, s in enumerate(self.layers):
+            for t in s.targets():
+                holders.setdefault(t["target_key"], []).append(i)
+        shared = sorted(tk for tk, at in holders.items() if len(at) > 1)
+        pieces: list[pa.Table] = []
+        for i, s in enumerate(self.layers):
+            mine = [tk for tk, at in holders.items() if at == [i]]
+            if not mine:
+                continue
+            e = s.entries()
+            pieces.append(e.filter(pc.is_in(e.column("target_key"), value_set=pa.array(mine, pa.string()))))
+        for tk in shared:
+            pieces.append(tables.entries(self.records(tk, include_stale=False)))
+        empty = tables.entries(empty_records())
+        pieces = [p.select(empty.column_names).cast(empty.schema) for p in pieces if p.num_rows]
+        if not pieces:
+            return empty
+        t = pa.concat_tables(pieces)
+        order = [("target_name", "ascending"), ("workload_key", "ascending")]
+        if shared:  # a tie that involves a target of several layers: its place among the records decides
+            g = t.group_by(["target_name", "workload_key"], use_threads=False).aggregate(
+                [("target_key", "count_distinct"), ("target_key", "list")])
+            ties = g.filter(pc.greater(g.column("target_key_count_distinct"), 1)).column("target_key_list")
+            if set(shared) & {k for keys in ties.to_pylist() for k in keys}:
+                return tables.entries(self.records(include_stale=False))
+        return t.sort_by(order)
 
     def find_target(self, name_or_key: str) -> dict | None:
         """The first layer's answer (most specific first)."""

@@ -281,3 +281,37 @@ def test_cli_read_only_lower_layer(tmp_path):
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     shutil.rmtree(tmp_path / "ro", ignore_errors=True)
     assert os.path.isdir(tmp_path / "pub")
+
+
+def test_entries_combine_the_layers_own_tables_exactly(tmp_path):
+    """``entries()`` of a layered store is built from the layers' own entries where a target is
+    in one layer only, and from records where several layers hold it; the answer is exactly the
+    records-based summary (RecordStore.entries: each record once, stale in any layer left out),
+    through copies, invalidations of copies, verdicts and targets that share a name."""
+    from tunedb.index.base import RecordStore
+
+    T1b = {**T1, "compiler": "gcc 13"}  # another target named "alpha"
+    T3 = {**T2, "name": "gamma"}
+    top, mid, low = tunedb.open(tmp_path / "top"), tunedb.open("memory:mid"), tunedb.open(tmp_path / "low")
+    low.commit([rec(i, 1e-3 * (i + 1), target=t, workload=w) for i in range(4) for t in (T1, T2, T3)
+                for w in (W, W2)])
+    mid.commit([rec(i, 2e-3 * (i + 1), target=T1b, workload=W) for i in range(3)]
+               + [tunedb.Record(T3, W, {"tile": 7}, [], status="timeout")])
+    top.commit([rec(10 + i, 5e-4, target=T2, workload=W2) for i in range(2)])
+    copy_records(low, top, targets=[T3["name"]])  # copies: counted once
+    lay = LayeredStore([top, mid, low], mode="union")
+    want = RecordStore.entries(lay)
+    assert want.num_rows == 7 and lay.entries().equals(want)
+    lay.invalidate(T2)  # stale copies in the top layer hide the lower layer's records of T2
+    lay.mark({low.records(T1).column("record_id")[0].as_py(): "refuted"})
+    lay.refresh()
+    want = RecordStore.entries(lay)
+    assert lay.entries().equals(want) and T2["name"] not in want.column("target_name").to_pylist()
+    top.commit([rec(20, 1e-4, target=T1b, workload=W)])  # a tie on ("alpha", W) with a shared target
+    lay.refresh()
+    assert lay.entries().equals(RecordStore.entries(lay))
+    for layers in ([mid, low], [low, mid], [top]):  # one target per layer; a single layer
+        one = LayeredStore(layers, writable=None)
+        assert one.entries().equals(RecordStore.entries(one))
+    for s in (top, mid, low):
+        s.close()

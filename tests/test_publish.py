@@ -249,6 +249,41 @@ def test_published_records_carry_the_publisher_for_trust_and_layers(source, tmp_
     assert len(layered) == len(source) + 1
 
 
+def test_layered_entries_over_a_snapshot_fetch_its_entries_not_its_parts(source, tmp_path, serve):
+    """A layered store over a snapshot layer answers entries() (and so nearest's index) from the
+    snapshot's entries files; only a target both layers hold is summarised from records (its
+    part list and parts).  The answer is the records-based one."""
+    from tunedb.index.base import RecordStore
+
+    publish(source, tmp_path / "snap", block_size=BS)
+    man = _manifest(tmp_path / "snap")
+    srv = serve(tmp_path / "snap")
+    snap = SnapshotStore(srv.url, cache_dir=tmp_path / "cache")
+    shared = source.targets()[0]
+    wl = json.loads(source.records(shared["target_key"]).column("workload")[0].as_py())
+    mine = tunedb.open("memory:")
+    mine.commit([Record(shared["target"], wl, {"tile": 999}, [1e-9]),
+                 Record({"kind": "gpu", "name": "mine-only"}, wl, {"tile": 1}, [2e-3])])
+    layered = LayeredStore([mine, snap], mode="union")
+    b0 = snap.fetch_stats()["bytes_fetched"]
+    got = layered.entries()
+    fetched = snap.fetch_stats()["bytes_fetched"] - b0
+    tgt = man["targets"][shared["target_key"]]
+    allowed = {r["sha256"]: r["bytes"] for r in man["entries_files"]}
+    allowed.update({p["sha256"]: p["bytes"] for p in tgt["parts"]})
+    allowed[tgt["parts_file"]["sha256"]] = tgt["parts_file"]["bytes"]
+    allowed[man["verdicts"]["sha256"]] = man["verdicts"]["bytes"]
+    cached = {p.name for p in (tmp_path / "cache" / "blocks").iterdir()}
+    assert cached <= set(allowed) and 0 < fetched <= sum(allowed.values()) < man["size_bytes"] / 2
+    assert not cached & {p["sha256"] for tk, t in man["targets"].items() if tk != shared["target_key"]
+                         for p in t["parts"]}  # no part of a target only the snapshot holds
+    b1 = snap.fetch_stats()["bytes_fetched"]
+    near = layered.nearest(shared["target"], wl, k=3)
+    assert near and snap.fetch_stats()["bytes_fetched"] - b1 < man["size_bytes"] / 2
+    fresh = LayeredStore([mine, SnapshotStore(srv.url, cache_dir=tmp_path / "cache2")], mode="union")
+    assert got.equals(RecordStore.entries(fresh)) and got.num_rows == source.entries().num_rows + 1
+
+
 def _cli(capsys, *argv):
     rc = main([str(a) for a in argv])
     out = capsys.readouterr()
