@@ -1,8 +1,12 @@
 """The Parquet directory store (the embedded default and the truth): ``ParquetStore`` and its internals.
 
-Modules, one job each: ``store`` (the handle), ``parts`` (part files), ``journal`` /
-``journal_fold`` (write-ahead journal of small commits and its folding into Parquet),
-``memindex`` (the in-memory key arrays), ``rowcache`` (decoded rows), ``querykeys`` (memoised
-query keys), ``tables`` (Arrow helpers), ``retention`` / ``invalidations`` (maintenance),
-``layout`` (the directory marker), ``fsutil`` (durable writes and locks).
+Modules, one job each: ``store`` (the handle: opening, refreshing, committing, the public API),
+``partitions`` (the handle's in-memory view of every partition) over ``partition`` (one
+target's), ``queries`` (lookups, best costs, whole-table reads), ``commits`` (validating and
+grouping a commit), ``journaling`` (the handle's journals) over ``journal`` / ``journal_fold``
+(write-ahead journal of small commits and its folding into Parquet), ``rewrites`` (compaction,
+dedup, retention and the clean-up after them) over ``parts`` (part files), ``memindex`` (the
+in-memory key arrays), ``rowcache`` (decoded rows), ``querykeys`` (memoised query keys),
+``deltalog`` (the Delta log for outside readers), ``invalidations`` / ``verdicts`` / ``runs``
+(marks and run summaries), ``layout`` (the directory marker), ``fsutil`` (durable writes and locks).
 """

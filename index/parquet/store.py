@@ -61,22 +61,35 @@ shared or read-only copy never changes it and never needs to upgrade.  ``tunedb 
 (``tunedb.index.parquet.upgrade``) brings it to the current schema in place.  A DB of a newer
 schema is refused at open (see ``tunedb.index.parquet.layout``).
 
-This module is the handle (opening, refreshing, committing, maintenance and queries); the
-pieces it is built from each have their own module: ``tunedb.index.parquet.parts`` (part files: naming,
-durable publishing, compression layouts, partition rewrites), ``tunedb.index.parquet.journal`` and
-``tunedb.index.parquet.journal_fold`` (write-ahead journals: file format; reading and folding),
-``tunedb.index.parquet.memindex`` (the in-memory index arrays), ``tunedb.index.parquet.rowcache`` (decoded rows for
-building Records), ``tunedb.index.retention`` (what dedup and forget keep) and
-``tunedb.index.parquet.invalidations`` (stale-marking).
+This module is the handle: opening and closing, refreshing, committing, and the public API,
+each method short and delegating to the part that does the work.  Its parts, one job each:
+
+* ``tunedb.index.parquet.partitions`` (``PartitionSet``): the handle's in-memory view -- every
+  target's ``partition.Partition``, decoded rows (``rowcache``), journal rows, target metadata,
+  invalidations and verdicts -- and what a refresh does to it;
+* ``tunedb.index.parquet.journaling`` (``Journals``): this handle's journal writer, the journals'
+  scan state and folding (over ``journal``, the file format, and ``journal_fold``);
+* ``tunedb.index.parquet.commits``: validating and grouping a commit, writing a small one as
+  part files;
+* ``tunedb.index.parquet.queries`` (``Queries``): lookups, best costs, entry records, targets;
+  whole-table reads and the change token;
+* ``tunedb.index.parquet.rewrites``: compaction, dedup and retention rewrites, the Delta log
+  reconciliation and the deletion of superseded files;
+* beneath them: ``parts`` (part files: naming, durable publishing, partition rewrites),
+  ``memindex`` (the index arrays), ``deltalog``, ``invalidations``, ``verdicts``, ``runs``,
+  ``layout`` (the marker), ``fsutil`` (durable writes, locks), ``tunedb.index.retention``.
+
+Locks: the handle lock (``_lock``, an RLock) guards all in-memory state; the parts' methods
+expect it held unless their docstring says they take it.  The DB lock (``<db>/_lock``, an
+advisory file lock) is taken shared by refreshes, whole-table reads and journal recovery, and
+exclusively by rewrites; appends never take it.  Journal appends are written and fsync'ed
+outside the handle lock (group commit).
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
-import json
 import os
-import re
 import threading
 import time
 import uuid
@@ -89,78 +102,31 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from tunedb.index import tables
 from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
 from tunedb.index.checks import check_columns, check_forget_options, check_runs_query
-from tunedb.index.keys import (
-    canonical_json,
-    canonical_json_flat,
-    canonical_json_flat_many,
-    hash64,
-    key_of_text,
-    rid_hash,
-    rid_hashes,
-)
+from tunedb.index.keys import rid_hash
 from tunedb.index.lookups import Lookups
-from tunedb.index.parquet import deltalog, invalidations, journal_fold, layout, memindex, parts, verdicts
+from tunedb.index.parquet import commits, layout, parts, queries, rewrites, verdicts
 from tunedb.index.parquet import runs as runfiles
-from tunedb.index.parquet.fsutil import file_lock, fsync_dir, remove_dead_temp, replace_derived, tree_bytes
+from tunedb.index.parquet.fsutil import file_lock, remove_dead_temp, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
+from tunedb.index.parquet.invalidations import append as append_invalidation
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter
-from tunedb.index.parquet.journal_fold import journal_row, journal_table
+from tunedb.index.parquet.journaling import Journals
 from tunedb.index.parquet.layout import MARKER as MARKER
-from tunedb.index.parquet.memindex import Chunk
-from tunedb.index.parquet.partition import Partition
+from tunedb.index.parquet.partitions import PartitionSet
 from tunedb.index.parquet.parts import META_SUPERSEDES as META_SUPERSEDES
 from tunedb.index.parquet.parts import META_TARGET as META_TARGET
 from tunedb.index.parquet.parts import META_TARGET_KEY as META_TARGET_KEY
 from tunedb.index.parquet.parts import META_TARGET_NAME as META_TARGET_NAME
-from tunedb.index.parquet.parts import target_slug as _slug
-from tunedb.index.parquet.querykeys import KeyMemo
-from tunedb.index.parquet.rowcache import TableCache, record_at
 from tunedb.index.record import Record
-from tunedb.index.retention import dedup_mask, retention_mask
+from tunedb.index.retention import dedup_mask
 from tunedb.index.runs_codec import prepare_run, select_runs
-from tunedb.index.schema import conform, empty_records
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.version import SCHEMA_VERSION
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
-
-
-def _meta_flags(meta: str, confirm_origins: tuple[str, ...]) -> tuple[bool, bool]:
-    """(a confirmation re-measurement, said to be noisy) of a record's meta JSON text."""
-    if not meta or ('"origin"' not in meta and '"noisy"' not in meta):  # (most metas: no JSON parse)
-        return False, False
-    d = json.loads(meta)
-    return d.get("origin") in confirm_origins, bool(d.get("noisy"))
-
-
-def _read_file(path: str, columns: list[str] | None) -> pa.Table:
-    """One record file, every column or only ``columns`` (those the file has: a schema-1 file
-    lacks ``host`` and ``origin``; ``schema.conform`` fills them in)."""
-    f = pq.ParquetFile(path)  # (not read_table: that imports pyarrow.dataset and pandas, 0.3 s)
-    if not columns:
-        return f.read(use_threads=False)
-    present = set(f.schema_arrow.names)
-    return f.read(columns=[c for c in columns if c in present], use_threads=False)
-
-
-#: files read at once by one records read (pyarrow decodes without the GIL)
-READ_THREADS = 4
-
-
-def _read_files(paths: list[str], columns: list[str] | None) -> list[pa.Table]:
-    """:func:`_read_file` of each of ``paths``, in order; several at once when there are many.
-    ``FileNotFoundError`` when one is gone (a compaction replaced it: the caller refreshes)."""
-    if len(paths) < 2 * READ_THREADS:
-        return [_read_file(p, columns) for p in paths]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="tunedb-read") as ex:
-        return list(ex.map(lambda p: _read_file(p, columns), paths))
 
 
 @atexit.register
@@ -176,7 +142,7 @@ def _fold_at_exit() -> None:
 
 class ParquetStore(RecordStore):
     """A tuning-record database in one directory: the Parquet backend of
-    ``tunedb.index.base.RecordStore`` (see the module docstring for its layout)."""
+    ``tunedb.index.base.RecordStore`` (see the module docstring for its layout and parts)."""
 
     # tunables (class attributes: a test or a caller may override them per handle)
     JOURNAL_MAX = 64      # records: a commit up to this size is appended to the handle's journal
@@ -184,7 +150,7 @@ class ParquetStore(RecordStore):
     SMALL_COMMIT = 2_000  # records: a commit up to this size goes to the overlay, a larger one is indexed lazily
     AUTO_COMPACT_FILES = 64      # files in one partition that trigger an automatic compaction
     AUTO_COMPACT_MAX_BYTES = 1 << 20  # automatic compaction merges only files smaller than this
-    TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~600 bytes a row)
+    TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~600 bytes a row; read at creation)
     OVERLAY_LIMIT = 200_000       # own-commit records kept outside the sorted arrays before a rebuild
 
     # ------------------------------------------------------------------ opening
@@ -198,30 +164,17 @@ class ParquetStore(RecordStore):
         self.runs_dir = self.path / runfiles.DIRNAME
         self.derived_dir = self.path / "derived"
         self.journal_dir = self.path / "journal"
-        # built partition indexes are cached in derived/ (not for an older schema: read-only)
-        self._index_cache = self.derived_dir if schema_version >= SCHEMA_VERSION else None
-        self._journal: JournalWriter | None = None
-        self._mem: dict[str, pa.Table] = {}  # journal chunk key -> its rows (journals are not Parquet)
-        self._journal_state: journal_fold.JournalState = {}  # journal path -> (size read, chunk keys)
         self.session = uuid.uuid4().hex[:16]
-        self._lock = threading.RLock()
-        self._parts: dict[str, Partition] = {}  # target-key prefix (16 hex) -> its state
-        self._supersedes: dict[str, list[str]] = {}  # compacted file -> the names it supersedes
-        self._superseded: list[str] = []
-        self._tables = TableCache()  # decoded rows of files, by path
-        self.lookups = 0
-        self.hits = 0
-        self._invalidated: dict[str, int] = {}
-        self._verdicts: dict[str, str] = {}  # record_id -> latest verdict
-        self._refuted: set[str] = set()
-        self._refuted_hashes: set[int] = set()
-        self._target_meta: dict[str, tuple[str, str]] = {}  # target_key -> (name, json)
-        self._commits_since_scan: dict[str, int] = {}
-        self._keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
+        self._lock = threading.RLock()  # the handle lock: guards everything below
+        # built partition indexes are cached in derived/ (not for an older schema: read-only)
+        self._view = PartitionSet(self.derived_dir if schema_version >= SCHEMA_VERSION else None,
+                                  self.TABLE_CACHE_ROWS)
+        self._journals = Journals(self.journal_dir, self.records_dir, self.path / "_lock")
+        self._queries = queries.Queries(self._view, self._lock)
+        self._due = rewrites.CompactionDue()  # files published per partition: automatic compaction
         self._entries_memo: tuple | None = None  # (change_token, entries table)
         self._refreshes = 0
         self._relist = False
-        self._compact_due: set = set()
         self.read_only = False
 
     @classmethod
@@ -252,18 +205,18 @@ class ParquetStore(RecordStore):
         opener to fold, and a ``JournalWarning`` says so."""
         with self._lock:
             try:
-                self._fold_own_journal()
+                self._journals.fold_own(self._due.part_published)
             except OSError as e:
                 warnings.warn(f"could not fold the journal of {self.path} ({e}); it stays and the next open "
                               f"folds it", JournalWarning, stacklevel=2)
             finally:
-                self._tables.clear()
+                self._view.tables.clear()
 
     def __del__(self) -> None:
         # a handle dropped without close() still folds its journal (like a file flushing)
         try:
-            if getattr(self, "_journal", None) is not None:
-                self._fold_own_journal()
+            if getattr(self, "_journals", None) is not None and self._journals.writer is not None:
+                self._journals.fold_own(self._due.part_published)
         except Exception:
             pass
 
@@ -272,6 +225,15 @@ class ParquetStore(RecordStore):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    @property
+    def _journal(self) -> JournalWriter | None:
+        """This handle's open journal writer, if any (``Journals.writer``)."""
+        return self._journals.writer
+
+    #: lookups (configs asked) and hits (answered) this session (kept by ``Queries``)
+    lookups = property(lambda self: self._queries.lookups, lambda self, n: setattr(self._queries, "lookups", n))
+    hits = property(lambda self: self._queries.hits, lambda self, n: setattr(self._queries, "hits", n))
 
     @property
     def writable_schema(self) -> bool:
@@ -288,55 +250,7 @@ class ParquetStore(RecordStore):
             raise ValueError(f"{self.path} is a tunedb schema {self.schema_version} database; "
                              f"run `tunedb upgrade --db {self.path}` to write to it")
 
-    # ------------------------------------------------------------- scanning
-    def _read_chunk(self, key: str) -> Chunk:
-        """The index columns of chunk ``key``: a journal's rows of one target (in memory) or a
-        Parquet file (FileNotFoundError when it was merged away: the caller refreshes)."""
-        mem = self._mem.get(key)
-        if mem is not None:
-            return Chunk(Path(key), key.rsplit("::", 1)[1], memindex.index_cols(mem), [])
-        ch, target = memindex.read_chunk(Path(key))
-        if target is not None and ch.target_key and ch.target_key not in self._target_meta:
-            self._target_meta[ch.target_key] = target
-        if ch.supersedes:
-            self._supersedes[key] = ch.supersedes
-        return ch
-
-    def _supersedes_of(self, key: str) -> list[str]:
-        """Names that compacted file ``key`` supersedes (its footer, read once: files are immutable)."""
-        sup = self._supersedes.get(key)
-        if sup is None:
-            sup = self._supersedes[key] = parts.meta_supersedes(pq.read_schema(key).metadata)
-        return sup
-
-    def _part(self, tkey: str) -> Partition:
-        """The partition of target key ``tkey`` (created empty when new)."""
-        prefix = tkey[:16]
-        p = self._parts.get(prefix)
-        if p is None:
-            p = self._parts[prefix] = Partition(prefix)
-        if not p.target_key and len(tkey) == 32:
-            p.target_key = tkey
-        return p
-
-    def _loaded(self, p: Partition) -> Partition:
-        """``p`` with its index built and its large commits indexed (see ``Partition.load``)."""
-        if not p.loaded or p.dirty:
-            p.load(self._read_chunk, self._invalidated, self._index_cache)
-        return p
-
-    def _indexed(self, tkey: str) -> Partition:
-        """The partition of ``tkey`` with its index built (for identity checks: a pending large
-        commit is in its ``pending_rids``, so it is not indexed first)."""
-        p = self._part(tkey)
-        if not p.loaded:
-            p.load(self._read_chunk, self._invalidated, self._index_cache)
-        return p
-
-    def _all_loaded(self) -> list[Partition]:
-        """Every partition, loaded (whole-DB queries: counts, targets, stats)."""
-        return [self._loaded(p) for p in list(self._parts.values())]
-
+    # ------------------------------------------------------------- refreshing
     def refresh(self) -> None:
         """Re-scan the directory: pick up other processes' commits and compactions, fold the
         journals of writers that are gone and delete the files a killed compaction left
@@ -355,177 +269,50 @@ class ParquetStore(RecordStore):
                         time.sleep(0.005 * (attempt + 1))
                 else:
                     self._refresh_once()
-                if not self.read_only and self._reconcile_log() and self._superseded:
-                    self._remove_superseded()
+                if not self.read_only and self._reconcile_log() and self._view.superseded:
+                    self._view.superseded = rewrites.remove_superseded(self._view.superseded, self._view.drop_file)
                 if self._relist:  # files the index held were deleted: list and index again
                     self._relist = False
                     self._refresh_once()
 
     def _refresh_once(self) -> None:
+        """One listing of the directory into the view (handle lock and DB lock, shared, held).
+        FileNotFoundError: something was deleted while listing (the caller retries)."""
         self._refreshes += 1
         files_by_dir, temps = parts.scan_partitions(self.records_dir)
         for t in temps if not self.read_only else ():
             remove_dead_temp(t)
-        keys: dict[str, set[str]] = {}
-        for d, files in files_by_dir.items():
-            prefix = os.path.basename(d).rsplit("-", 1)[-1]
-            keys.setdefault(prefix, set()).update(str(f) for f in files)
-        journal_keys, rewritten = self._scan_journals()
-        for k, tkey in journal_keys:
-            keys.setdefault(tkey[:16], set()).add(k)
-            self._part(tkey)
-        self._invalidated = invalidations.load(self.inval_dir)
-        self._verdicts = verdicts.load(self.verdict_dir)
-        self._refuted = {r for r, v in self._verdicts.items() if v == "refuted"}
-        self._refuted_hashes = {int(h) for h in rid_hashes(sorted(self._refuted))} if self._refuted else set()
-        superseded: list[str] = []
-        for prefix in set(self._parts) | set(keys):
-            p = self._parts.get(prefix) or self._part(prefix)
-            ks = keys.get(prefix, set())
-            gone = p.keys - ks
-            for k in gone:
-                self._tables.drop(k)
-                self._supersedes.pop(k, None)
-            changed = p.set_keys(ks, self._supersedes_of) or bool(gone) or prefix in rewritten
-            superseded.extend(p.superseded)
-            had_own = bool(p.overlay) or p.dirty
-            p.clear_own()
-            if p.loaded and (changed or had_own or p.built_with != p.invalidated_at(self._invalidated)):
-                p.load(self._read_chunk, self._invalidated, self._index_cache)
-            if not p.keys:
-                del self._parts[prefix]
-        self._superseded = superseded
-
-    # ------------------------------------------------------------- journals
-    def _scan_journals(self) -> tuple[list[tuple[str, str]], set[str]]:
-        """(Re)read every journal that changed since the last scan; its rows become one
-        in-memory table per target (``_mem``).  Returns (chunk key, target_key) of all journals,
-        and the target-key prefixes whose journal rows changed."""
-        # FileNotFoundError: a journal was folded meanwhile; the refresh retries
-        state, stale, fresh = journal_fold.scan_journals(self.journal_dir, self._journal_state)
-        rewritten = set()
-        for k in stale:
-            self._tables.drop(k)
-            self._mem.pop(k, None)
-            rewritten.add(k.rsplit("::", 1)[1][:16])
-            p = self._parts.get(k.rsplit("::", 1)[1][:16])
-            if p is not None:
-                p.chunks.pop(k, None)  # its rows changed: read again
-        for k, tkey, group in fresh:
-            rewritten.add(tkey[:16])
-            md = group.column("target_name")[0].as_py(), group.column("target")[0].as_py()
-            self._target_meta.setdefault(tkey, md)
-            self._mem[k] = group
-        self._journal_state = state
-        live = {k for _, keys in state.values() for k in keys}
-        for k in [k for k in self._mem if k not in live]:  # folded journals
-            del self._mem[k]
-        return [(k, k.rsplit("::", 1)[1]) for k in sorted(live)], rewritten
-
-    def _journal_enqueue(self, recs: list[Record], committed: int) -> tuple:
-        """Queue ``recs`` on this handle's journal (opened on first use; a new one after an
-        append that could not be undone); returns (journal, ticket) for ``JournalWriter.wait``."""
-        j = self._journal
-        if j is not None and j.broken and j.pid == os.getpid():
-            self._journal = None
-            j.close()  # retired: folded by whoever finds it abandoned
-            j = None
-        if j is None or j.pid != os.getpid():  # (a forked child never appends to its parent's)
-            j = self._journal = JournalWriter(self.journal_dir)
-        return j, j.enqueue([journal_row(r, committed) for r in recs])
-
-    def _maybe_fold_own_journal(self) -> None:
-        """Fold this handle's journal once it holds ``JOURNAL_FOLD`` records.  Its records are
-        durable already, so a failure (a full disk) is not the commit's: the journal, closed,
-        stays for a later fold by whoever finds it abandoned."""
-        j = self._journal
-        if j is not None and j.records >= self.JOURNAL_FOLD:
-            try:
-                self._fold_own_journal()
-            except OSError:
-                pass
-
-    def _fold(self, path: Path, recovering: bool = False) -> None:
-        """Fold journal ``path`` into Parquet part files, then delete it (see ``fold_journal``).
-        ``recovering`` (a journal whose writer is gone): under the DB lock, shared, so that a
-        re-fold after an interrupted fold and a compaction never interleave."""
-        if recovering:
-            with file_lock(self.path / "_lock", shared=True):
-                written = journal_fold.fold_journal(path, self.records_dir, recovering=True)
-        else:
-            written = journal_fold.fold_journal(path, self.records_dir)
-        for f in written:
-            self._count_commit(f.parent, "part")
-
-    def _fold_own_journal(self) -> None:
-        j, self._journal = self._journal, None
-        if j is None:
-            return
-        try:
-            if j.pid == os.getpid():
-                j.flush()  # appends queued by threads still waiting are in the file before it is folded
-                self._fold(j.path)
-        finally:
-            j.close()
-
-    def _fold_abandoned_journals(self, strict: bool = False) -> None:
-        """Fold the journals of writers that are gone (``strict``: raise OSError when one cannot
-        be written, else warn and leave it; see ``journal_fold.fold_abandoned``)."""
-        if not self.writable_schema or self.read_only:
-            return  # an older schema's (or a read-only handle's) journals are read in place
-        own = self._journal.path if self._journal is not None else None
-        journal_fold.fold_abandoned(self.journal_dir, own, lambda p: self._fold(p, recovering=True), strict=strict)
+        journal_keys, rewritten = self._view.apply_journals(*self._journals.scan())
+        self._view.load_marks(self.inval_dir, self.verdict_dir)
+        self._view.apply_listing(files_by_dir, journal_keys, rewritten)
 
     def _reconcile_log(self) -> bool:
-        """Bring the Delta log in line with the files (``deltalog.reconcile``): live files it
-        lacks are added, superseded ones removed.  A live file the log has removed already (a
-        rewrite killed after logging, before deleting its inputs) counts as superseded from now
-        on.  Returns whether superseded files may be deleted: the log no longer lists them (or
-        the DB keeps no log: an older schema).  A log that cannot be written (a full disk, a
-        read-only medium) is left for a later refresh, and so are the files."""
+        """Bring the Delta log in line with the files (``rewrites.reconcile_log``; handle lock and
+        DB lock, shared, held).  Returns whether superseded files may be deleted (also when the
+        DB keeps no log: an older schema)."""
         if not self.writable_schema:
             return True
-        root = str(self.records_dir) + os.sep
-        live = [f for p in self._parts.values() for f in p.live if f.startswith(root) and f.endswith(".parquet")]
-        try:
-            st = deltalog.read_state(self.records_dir)
-            removed = [f for f in live if deltalog.relative(self.records_dir, f) in st.removed]
-            gone = set(removed)
-            deltalog.reconcile(self.records_dir, [f for f in live if f not in gone], [*self._superseded, *removed],
-                               clean_temps=self._refreshes <= 1)
-        except OSError:
-            return False
+        ok, removed = rewrites.reconcile_log(self.records_dir, self._view.live_parquet(self.records_dir),
+                                             self._view.superseded, clean_temps=self._refreshes <= 1)
         if removed:
-            self._superseded = [*self._superseded, *removed]
+            self._view.superseded = [*self._view.superseded, *removed]
             self._relist = True
-        return True
+        return ok
 
-    # ------------------------------------------------------- in-memory index
-    def _remove_superseded(self) -> None:
-        """Delete the files that compacted files supersede (left by a compaction killed between
-        publishing its output and deleting its inputs).  The caller holds the DB lock shared:
-        no compaction runs, and every tunedb reader ignores these files already (one that still
-        reads one refreshes and retries).  Where the DB is read-only they stay."""
-        removed = False
-        for f in self._superseded:
-            try:
-                os.unlink(f)
-                removed = True
-            except FileNotFoundError:
-                removed = True
-            except OSError:
-                continue
-            self._tables.drop(f)
-            p = self._parts.get(os.path.basename(os.path.dirname(f)).rsplit("-", 1)[-1])
-            if p is not None:
-                p.forget_key(f)
-        if removed:
-            for d in {os.path.dirname(f) for f in self._superseded}:
-                try:
-                    fsync_dir(Path(d))
-                except OSError:
-                    pass
-            self._superseded = [f for f in self._superseded if os.path.exists(f)]
+    # ------------------------------------------------------------- journals
+    def _fold_abandoned_journals(self, strict: bool = False) -> None:
+        """Fold the journals of writers that are gone (``Journals.fold_abandoned``; handle lock
+        held); an older schema's (or a read-only handle's) journals are read in place."""
+        if not self.writable_schema or self.read_only:
+            return
+        self._journals.fold_abandoned(self._due.part_published, strict=strict)
+
+    def _fold_journals(self) -> None:
+        """Fold this handle's journal and abandoned ones, so a rewrite sees their records.
+        OSError when one cannot be written (a full disk); a read-only DB folds nothing."""
+        with self._lock:
+            self._journals.fold_own(self._due.part_published)
+            self._fold_abandoned_journals(strict=True)  # (none for an older schema: read in place)
 
     # ------------------------------------------------------------ committing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -538,64 +325,26 @@ class ParquetStore(RecordStore):
         the DB has an older schema (see module docstring).
         """
         self._check_writable()
-        if type(records) is Record and self._journal is not None and not self._journal.broken \
-                and self._journal.pid == os.getpid():
+        if type(records) is Record and self._journals.open_here():
             return self._commit_one(records)  # a tuner's commit: the same steps, without the array set-up
-        if isinstance(records, RecordBatch):
-            batch: RecordBatch | None = records
-            batch.check()
-            recs: list[Record] = []
-            rh = batch.table.column("rid_hash").to_numpy()
-        else:
-            batch = None
-            recs = [records] if isinstance(records, Record) else list(records)
-            for r in recs:
-                if not isinstance(r, Record):
-                    raise TypeError(f"commit takes Record objects or a RecordBatch, got {type(r).__name__}")
-            if len(recs) > self.SMALL_COMMIT:  # validated vectorised, with the same messages
-                batch = RecordBatch.from_records(recs)
-                rh = batch.table.column("rid_hash").to_numpy()
-            else:
-                for r in recs:
-                    r.validate()
-                rh = np.fromiter((rid_hash(r.record_id) for r in recs), np.int64, len(recs))
-        if not len(rh):
+        c = commits.prepare(records, self.SMALL_COMMIT)
+        if not len(c.rh):
             return 0
-        if batch is not None:
-            tkeys, codes = batch.target_groups()
-        else:
-            order: dict[str, int] = {}
-            codes = np.fromiter((order.setdefault(r.target_key, len(order)) for r in recs), np.int64, len(recs))
-            tkeys = list(order)
+        c.group()
         with self._lock:
-            keep = self._fresh_mask(rh, tkeys, codes)
+            keep = self._view.fresh_mask(c.rh, c.tkeys, c.codes)
             n_new = int(keep.sum())
             if not n_new:
                 return 0
             committed = parts.now_us()
-            # a batch of records written by another tunedb version (a copy) keeps its version
-            # columns only through the file path: Records carry no version
-            foreign = batch is not None and not recs and pc.any(pc.not_equal(
-                batch.table.column("tunedb_version"), TUNEDB_VERSION)).as_py()
-            if n_new <= self.SMALL_COMMIT and not foreign:
-                if batch is not None and not recs:
-                    recs = batch.table.filter(pa.array(keep)) if n_new < len(keep) else batch.table
-                    recs = RecordBatch(recs, batch.target_meta).to_records()
-                else:
-                    recs = [r for r, k in zip(recs, keep.tolist()) if k]
-                pending = self._commit_small(recs, committed)
-                refreshes = self._refreshes
-            else:
-                pending = None
-                if batch is None:
-                    batch = RecordBatch.from_records(recs)
-                    tkeys, codes = batch.target_groups()
-                table = batch.table
-                if n_new < len(keep):
-                    table, codes = table.filter(pa.array(keep)), codes[keep]
-                self._commit_large(table, tkeys, codes, batch.target_meta, committed)
+            if n_new > self.SMALL_COMMIT or c.foreign():
+                self._after_commit(self._commit_large(*c.kept_table(keep, n_new), committed))
+                return n_new
+            recs = c.kept_records(keep, n_new)
+            pending = self._commit_small(recs, committed)
+            refreshes = self._refreshes
             if pending is None:
-                self._after_commit(tkeys)
+                self._after_commit(c.tkeys)
                 return n_new
         # a journal append: written and fsync'ed outside the handle lock, so that threads
         # committing at the same time share one write and one fsync (``JournalWriter``); raises
@@ -603,8 +352,8 @@ class ParquetStore(RecordStore):
         journal, ticket = pending
         journal.wait(ticket)
         with self._lock:
-            self._overlay_add(recs, refreshes)
-            self._after_commit(tkeys)
+            self._view.overlay_add(recs, recheck=refreshes != self._refreshes)
+            self._after_commit(c.tkeys)
         return n_new
 
     def _commit_one(self, r: Record) -> int:
@@ -612,152 +361,71 @@ class ParquetStore(RecordStore):
         r.validate()
         h = rid_hash(r.record_id)
         with self._lock:
-            if not self._indexed(r.target_key).fresh_mask(np.array([h], np.int64))[0]:
+            if not self._view.indexed(r.target_key).fresh_mask(np.array([h], np.int64))[0]:
                 return 0
-            self._target_meta.setdefault(r.target_key, (r.target_name, r.target_json))
-            journal, ticket = self._journal_enqueue([r], parts.now_us())
+            self._view.remember_targets([r])
+            journal, ticket = self._journals.enqueue([r], parts.now_us())
             refreshes = self._refreshes
         journal.wait(ticket)  # outside the handle lock: see commit
         with self._lock:
-            self._overlay_add([r], refreshes)
+            self._view.overlay_add([r], recheck=refreshes != self._refreshes)
             self._after_commit([r.target_key])
         return 1
-
-    def _after_commit(self, tkeys: list[str]) -> None:
-        """Upkeep after a commit (under the handle lock).  The records are durable already:
-        nothing here makes the commit raise."""
-        self._maybe_fold_own_journal()
-        due, self._compact_due = self._compact_due, set()
-        for d in due:  # after the in-memory state is updated: a compaction refreshes it
-            try:
-                self._maybe_auto_compact(d)
-            except OSError:
-                pass  # (a full disk: tried again after later commits, or by compact())
-        if any(len(self._part(tk).overlay_rids) > self.OVERLAY_LIMIT for tk in tkeys):
-            self.refresh()
-
-    def _fresh_mask(self, rh: np.ndarray, tkeys: list[str], codes: np.ndarray) -> np.ndarray:
-        """True for each rid hash (of a record of target ``tkeys[codes[i]]``) that this handle
-        does not hold yet, and the first of repeats within ``rh``.  Looks only at the records'
-        own targets (record identity is per target; see ``tunedb.index.parquet.partition``)."""
-        if len(tkeys) == 1:
-            return self._indexed(tkeys[0]).fresh_mask(rh)
-        keep = np.zeros(len(rh), bool)
-        for c, tk in enumerate(tkeys):
-            idx = np.flatnonzero(codes == c)
-            keep[idx] = self._indexed(tk).fresh_mask(rh[idx])
-        return keep
 
     def _commit_small(self, recs: list[Record], committed: int) -> tuple | None:
         """Write ``recs`` to one file per target and keep them in the overlay; or, up to
         ``JOURNAL_MAX`` records, queue them on the journal and return (journal, ticket) for the
-        caller to wait on outside the handle lock (see ``commit``)."""
-        for r in recs:
-            self._target_meta.setdefault(r.target_key, (r.target_name, r.target_json))
-        if len(recs) <= self.JOURNAL_MAX and self._journal_writable():
-            return self._journal_enqueue(recs, committed)
-        by_target: dict[str, list[Record]] = {}
-        for r in recs:
-            by_target.setdefault(r.target_key, []).append(r)
-        specs = []
-        for tkey, group in by_target.items():
-            first = group[0]
-            # one C++ conversion of the rows (27 per-column conversions cost more for a few rows)
-            table = journal_table([journal_row(r, committed) for r in group])
-            specs.append(parts.PartSpec(_slug(first.target_name, tkey), table,
-                                        parts.target_file_meta(tkey, first.target_name, first.target_json)))
-        for path in parts.publish_parts(self.records_dir, specs):  # all targets or none
-            assert path is not None
-            self._count_commit(path.parent, "part")
-        self._overlay_add(recs)
+        caller to wait on outside the handle lock (see ``commit``).  Handle lock held."""
+        self._view.remember_targets(recs)
+        if len(recs) <= self.JOURNAL_MAX and self._journals.writable():
+            return self._journals.enqueue(recs, committed)
+        for path in commits.publish_records(self.records_dir, recs, committed):
+            self._due.part_published(path)
+        self._view.overlay_add(recs)
         return None
 
-    def _journal_writable(self) -> bool:
-        if self._journal is not None:
-            return True
-        return self.journal_dir.is_dir() and os.access(self.journal_dir, os.W_OK)
-
-    def _overlay_add(self, recs: list[Record], refreshes: int | None = None) -> None:
-        """Keep ``recs`` (just committed) in their partitions' overlays.  ``refreshes``: the
-        refresh count when a journal append began outside the handle lock; a refresh since then
-        may have indexed them already, and those are left out."""
-        by_target: dict[str, list[Record]] = {}
-        for r in recs:
-            by_target.setdefault(r.target_key, []).append(r)
-        for tk, group in by_target.items():
-            p = self._part(tk)
-            if refreshes is not None and refreshes != self._refreshes and p.loaded:
-                rh = np.fromiter((rid_hash(r.record_id) for r in group), np.int64, len(group))
-                group = [r for r, new in zip(group, p.fresh_mask(rh).tolist()) if new]
-            p.overlay_add(group)
-
     def _commit_large(self, table: pa.Table, tkeys: list[str], codes: np.ndarray, target_meta: dict,
-                      committed: int) -> None:
-        """Write ``table`` (one file per target) and index its files lazily (next query)."""
+                      committed: int) -> list[str]:
+        """Write ``table`` (one file per target, durably) and index its files lazily (next
+        query); returns ``tkeys``.  Handle lock held."""
         written = parts.write_targets(self.records_dir, table, tkeys, codes, target_meta, committed)
-        for tkey, path, full in written:
-            self._target_meta.setdefault(tkey, target_meta[tkey])
-            self._count_commit(path.parent, "part")
-            self._part(tkey).add_file(str(path), Chunk(path, tkey, memindex.index_cols(full), []))
+        for _, path, _ in written:
+            self._due.part_published(path)
+        self._view.add_written(written, target_meta)
+        return tkeys
 
-    def _count_commit(self, d: Path, prefix: str) -> None:
-        self._commits_since_scan[str(d)] = self._commits_since_scan.get(str(d), 0) + 1
-        if prefix == "part" and self._commits_since_scan[str(d)] % 16 == 0:
-            self._compact_due.add(d)
-
-    def _maybe_auto_compact(self, d: Path) -> None:
-        n = parts.count_parts(d)
-        if n is not None and n > self.AUTO_COMPACT_FILES:
-            # no refresh: the handle's arrays still hold the same records; a row whose file
-            # was merged away is found again by the refresh-and-retry of lookup/best
-            self._rewrite_partitions([d], keep=None, blocking=False, small_only=True, refresh=False)
+    def _after_commit(self, tkeys: list[str]) -> None:
+        """Upkeep after a commit (under the handle lock): fold a full journal, compact a partition
+        that has more than ``AUTO_COMPACT_FILES`` files (without waiting for the DB lock; no
+        refresh: the handle's arrays still hold the same records, and a row whose file was merged
+        away is found again by the refresh-and-retry of the queries), rebuild a large overlay.
+        The records are durable already: nothing here makes the commit raise."""
+        self._journals.fold_own_if_full(self.JOURNAL_FOLD, self._due.part_published)
+        for d in self._due.take():  # after the in-memory state is updated
+            try:
+                n = parts.count_parts(d)
+                if n is not None and n > self.AUTO_COMPACT_FILES:
+                    self._rewrite_partitions([d], keep=None, blocking=False, small_only=True, refresh=False)
+            except OSError:
+                pass  # (a full disk: tried again after later commits, or by compact())
+        if any(len(self._view.part(tk).overlay_rids) > self.OVERLAY_LIMIT for tk in tkeys):
+            self.refresh()
 
     # ----------------------------------------------------------- rewriting
-    def _rewrite_partitions(self, dirs: list[Path], keep, *, blocking: bool = True,
-                            min_files: int = 2, small_only: bool = False, refresh: bool = True,
-                            operation: str = "OPTIMIZE", atomic: bool = False) -> dict:
-        """Rewrite each partition into one compacted file, keeping rows where ``keep(table)``
-        is true (all rows when None).  Runs under the DB lock; concurrent appends are never
-        touched (only files listed at the start are merged; see ``parts.rewrite_partition``).
-        Each partition is one Delta log version (``operation``), or with ``atomic`` the whole
-        rewrite is one, and all-or-nothing (a failure in any partition undoes the others)."""
-        stats = {"partitions": 0, "files_before": 0, "files_after": 0, "rows_before": 0, "rows_after": 0}
-        with file_lock(self.path / "_lock", blocking=blocking) as held:
-            if not held:
-                return stats
-            deferred: list[parts.Rewrite] | None = [] if atomic else None
-            try:
-                for d in dirs:
-                    st = parts.rewrite_partition(self.records_dir, Path(d), keep, min_files=min_files,
-                                                 small_only=small_only, small_bytes=self.AUTO_COMPACT_MAX_BYTES,
-                                                 written=lambda p: self._count_commit(p.parent, "cpart"),
-                                                 operation=operation, deferred=deferred)
-                    if st is not None:
-                        for k in stats:
-                            stats[k] += st[k]
-            except BaseException:
-                if deferred:
-                    parts.abandon_rewrites(deferred)
-                raise
-            if deferred:
-                parts.finish_rewrites(self.records_dir, deferred, operation)
+    def _rewrite_partitions(self, dirs: list[Path], keep: rewrites.Keep, *, refresh: bool = True,
+                            **options: Any) -> dict:
+        """``rewrites.rewrite_partitions`` of ``dirs`` (under the DB lock, exclusive; ``options``:
+        blocking, min_files, small_only, operation, atomic), then a refresh unless not ``refresh``."""
+        stats = rewrites.rewrite_partitions(self.records_dir, self.path / "_lock", dirs, keep,
+                                            small_bytes=self.AUTO_COMPACT_MAX_BYTES,
+                                            written=lambda p: self._due.count(p.parent, "cpart"), **options)
         if refresh:
             self.refresh()
         return stats
 
-    def _fold_journals(self) -> None:
-        """Fold this handle's journal and abandoned ones, so a rewrite sees their records.
-        OSError when one cannot be written (a full disk); a read-only DB folds nothing."""
-        with self._lock:
-            self._fold_own_journal()
-            self._fold_abandoned_journals(strict=True)  # (none for an older schema: read in place)
-
-    def _all_partition_dirs(self) -> list[Path]:
-        return parts.partition_dirs(self.records_dir)
-
     def _partition_dirs_of(self, target: Any) -> list[Path]:
         tkey = self._target_key(target)
-        return [p for p in self._all_partition_dirs() if p.name.endswith(tkey[:16])]
+        return [p for p in parts.partition_dirs(self.records_dir) if p.name.endswith(tkey[:16])]
 
     def compact(self) -> dict:
         """Merge the files of every partition into one (under the DB lock).  Returns counts.
@@ -765,14 +433,15 @@ class ParquetStore(RecordStore):
         was (each partition's rewrite is all-or-nothing) and nothing is lost."""
         self._check_writable()
         self._fold_journals()
-        return self._rewrite_partitions(self._all_partition_dirs(), keep=None)
+        return self._rewrite_partitions(parts.partition_dirs(self.records_dir), keep=None)
 
     def dedup(self) -> dict:
         """Remove repeated identical measurements: same (target, workload, config), status
         and costs; the earliest is kept.  Returns counts (``removed``)."""
         self._check_writable()
         self._fold_journals()
-        st = self._rewrite_partitions(self._all_partition_dirs(), keep=dedup_mask, operation="DELETE", atomic=True)
+        st = self._rewrite_partitions(parts.partition_dirs(self.records_dir), keep=dedup_mask,
+                                      operation="DELETE", atomic=True)
         st["removed"] = st["rows_before"] - st["rows_after"]
         return st
 
@@ -785,16 +454,11 @@ class ParquetStore(RecordStore):
         self._check_writable()
         self._fold_journals()
         check_forget_options(keep_top, older_than_days, target)
-        dirs = self._partition_dirs_of(target) if target is not None else self._all_partition_dirs()
+        dirs = self._partition_dirs_of(target) if target is not None else parts.partition_dirs(self.records_dir)
         if target is not None and not dirs:
             raise ValueError(f"unknown target {target!r}")
-        cutoff = None
-        if older_than_days is not None:
-            cutoff = parts.now_us() - int(older_than_days * 86400e6)
         drop_all = target is not None and keep_top is None and older_than_days is None
-
-        def keep(t: pa.Table) -> np.ndarray:
-            return retention_mask(t, keep_top=keep_top, cutoff_us=cutoff, drop_all=drop_all)
+        keep = rewrites.forget_keep(keep_top, older_than_days, drop_all)
         st = self._rewrite_partitions(dirs, keep=keep, min_files=1, operation="DELETE", atomic=True)
         st["removed"] = st["rows_before"] - st["rows_after"]
         return st
@@ -813,18 +477,18 @@ class ParquetStore(RecordStore):
         self._fold_journals()
         self.refresh()
         with self._lock:
-            root = str(self.records_dir) + os.sep
-            return [Path(f) for p in self._parts.values() for f in p.live
-                    if f.startswith(root) and f.endswith(".parquet")]
+            return [Path(f) for f in self._view.live_parquet(self.records_dir)]
 
+    # ------------------------------------------------------- marks and runs
     def invalidate(self, target: Any) -> str:
         """Mark ``target`` stale (e.g. after a toolchain upgrade): its records committed until
         now no longer answer ``lookup``/``best``; later measurements do.  Returns its key."""
         self._check_writable()
         tkey = self._target_key(target)
-        if tkey not in self._target_meta and not self._partition_dirs_of(tkey):
+        meta = self._view.target_meta
+        if tkey not in meta and not self._partition_dirs_of(tkey):
             raise ValueError(f"unknown target {target!r}")
-        invalidations.append(self.inval_dir, tkey, self._target_meta.get(tkey, ("", ""))[0])
+        append_invalidation(self.inval_dir, tkey, meta.get(tkey, ("", ""))[0])
         self.refresh()
         return tkey
 
@@ -838,13 +502,9 @@ class ParquetStore(RecordStore):
             return 0
         rids = list(verdicts_)
         with self._lock:
-            rh = rid_hashes(rids)
-            fresh = np.ones(len(rh), bool)
-            for p in self._all_loaded():  # (a record_id alone does not name its target)
-                fresh &= p.fresh_mask(rh)
-            if fresh.any():
-                raise ValueError(f"verdict for record {rids[int(np.flatnonzero(fresh)[0])]}: "
-                                 "the store holds no such record")
+            unknown = self._view.first_unknown(rids)
+            if unknown is not None:
+                raise ValueError(f"verdict for record {unknown}: the store holds no such record")
             verdicts.append(self.verdict_dir, dict(verdicts_))
         self.refresh()
         return len(verdicts_)
@@ -852,7 +512,7 @@ class ParquetStore(RecordStore):
     def verdicts(self) -> dict[str, str]:
         """record_id -> latest verdict (as of the last refresh or own ``mark``)."""
         with self._lock:
-            return dict(self._verdicts)
+            return dict(self._view.verdicts)
 
     def add_run(self, summary: Mapping[str, Any]) -> str:
         """Store a tuning-run summary as ``runs/<run_id>.json`` (see ``RecordStore.add_run`` and
@@ -874,53 +534,11 @@ class ParquetStore(RecordStore):
     # --------------------------------------------------------------- queries
     def _target_key(self, target: Any) -> str:
         """Key of a target given as a dict, a Record, a target_key or a target_name."""
-        if isinstance(target, str):
-            if re.fullmatch(r"[0-9a-f]{32}", target):
-                return target
-            found = self.find_target(target)
-            if found is None:
-                raise ValueError(f"unknown target {target!r}")
-            return key_of_text(canonical_json(found))
-        return self._keys.canon(target, "target")[1]
+        return self._queries.target_key(target)
 
     def _workload_key(self, workload: Any) -> str:
         """Key of a workload given as a dict, a Record or a workload_key."""
-        if isinstance(workload, str) and re.fullmatch(r"[0-9a-f]{32}", workload):
-            return workload
-        return self._keys.canon(workload, "workload")[1]
-
-    def _materialise(self, p: Partition, i: int, tw: tuple | None = None) -> Record:
-        """Record of row ``i`` of partition ``p``'s arrays; ``tw``: its target and workload when
-        the caller knows them (see ``rowcache.record_at``)."""
-        a = p.arrays.a
-        t = self._tables.get(p.files[a["file"].item(i)], self._mem, self.TABLE_CACHE_ROWS)
-        return record_at(t, a["row"].item(i), a["lookup_key"].item(i), None, self._keys.json, tw)
-
-    def _materialise_at(self, p: Partition, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
-        """Record of ``row`` of live file ``fidx`` of partition ``p`` (its decoded table; see
-        ``rowcache.record_at`` for ``known``).  FileNotFoundError: the file was merged away; the
-        caller refreshes and retries."""
-        t = self._tables.get(p.files[fidx], self._mem, self.TABLE_CACHE_ROWS)
-        return record_at(t, row, lk, known, self._keys.json)
-
-    def _entry_of(self, target: Any, workload: Any) -> tuple:
-        """(target JSON, workload JSON, target_key, workload_key, BLAKE2b state of the lookup-key
-        prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
-        value, the prefix by the key pair (see ``tunedb.index.parquet.querykeys``).  JSON texts and dicts are
-        None when given as keys or names."""
-        keys = self._keys
-        if isinstance(target, str):
-            tj, tkey, tdict = None, self._target_key(target), None
-        else:
-            tj, tkey = keys.canon(target, "target")
-            tdict = keys.json(tj)
-        if isinstance(workload, str):
-            wj, wkey, wdict = None, self._workload_key(workload), None
-        else:
-            wj, wkey = keys.canon(workload, "workload")
-            wdict = keys.json(wj)
-        prefix = keys.prefix(tkey, wkey)
-        return tj, wj, tkey, wkey, prefix, tdict, wdict
+        return self._queries.workload_key(workload)
 
     def _retrying(self, query, *args: Any) -> Any:
         """``query(*args)``, refreshed and repeated when a compaction merged away a file one of
@@ -933,50 +551,8 @@ class ParquetStore(RecordStore):
         return query(*args)
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
-        """The cached measurement of (target, workload, config), or None (see ``_lookup``)."""
-        return self._retrying(self._lookup, target, workload, config)
-
-    def _lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
-        """The cached measurement of (target, workload, config), or None.
-
-        Failed measurements are returned too (so they are never retried).  When a triple
-        was measured more than once the latest measurement answers.  Records of an
-        invalidated target committed before its invalidation never answer."""
-        tj, wj, tkey, wkey, prefix, tdict, wdict = self._entry_of(target, workload)
-        if isinstance(config, str):
-            cj, ckey = None, config
-        else:
-            # a flat dict of plain scalars is its own normal form: a copy of it is the Record's
-            # config (no parsing of cj)
-            cj, flat = canonical_json_flat(config)
-            ckey = key_of_text(cj)
-        h = prefix.copy()  # == hash64(tkey, wkey, ckey), without re-hashing the two fixed keys
-        h.update(ckey.encode())
-        lk = int.from_bytes(h.digest(), "little", signed=True)
-        with self._lock:
-            p = self._parts.get(tkey[:16])
-            self.lookups += 1
-            if p is None:
-                return None
-            self._loaded(p)
-            r = p.overlay.get(lk)
-            if r is not None:
-                if r.record_id in self._refuted:
-                    return None
-                self.hits += 1
-                return r
-            pos = p.last_row_of(lk)
-            if pos is None:
-                return None
-            self.hits += 1
-            known = None
-            if tj is not None and wj is not None and cj is not None:
-                known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
-            rec = self._materialise_at(p, pos >> 32, pos & 0xFFFFFFFF, lk, known)
-            if self._refuted and rec.record_id in self._refuted:
-                self.hits -= 1
-                return None
-            return rec
+        """The cached measurement of (target, workload, config), or None (see ``Queries.lookup``)."""
+        return self._retrying(self._queries.lookup, target, workload, config)
 
     def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
         """:meth:`lookup` of each config of one (target, workload), in order (see ``lookup_batch``)."""
@@ -984,74 +560,8 @@ class ParquetStore(RecordStore):
 
     def lookup_batch(self, target: Any, workload: Any, configs: Iterable[Any]) -> Lookups:
         """The answers of a population of configs of one (target, workload) (see
-        ``RecordStore.lookup_batch``): the entry's key prefix is hashed once, the configs' lookup
-        keys are searched in the partition's sorted key array in one ``searchsorted``, and an
-        answering Record is built only when it is read (from the file that held it at the time of
-        the look-up; one merged away since is looked up again)."""
-        return self._retrying(self._lookup_batch, target, workload, list(configs))
-
-    def _lookup_batch(self, target: Any, workload: Any, configs: list) -> Lookups:
-        tj, wj, tkey, wkey, prefix, tdict, wdict = self._entry_of(target, workload)
-        n = len(configs)
-        texts: list = canonical_json_flat_many([{} if isinstance(c, str) else c for c in configs])
-        lk_list = []
-        copy, from_bytes = prefix.copy, int.from_bytes
-        for i, config in enumerate(configs):
-            if isinstance(config, str):
-                ckey = config
-                texts[i] = None
-            else:
-                ckey = key_of_text(texts[i][0])
-            h = copy()
-            h.update(ckey.encode())
-            lk_list.append(from_bytes(h.digest(), "little", signed=True))
-        lks = np.array(lk_list, np.int64)
-        with self._lock:
-            p = self._parts.get(tkey[:16])
-            self.lookups += n
-            if p is None or not n:
-                return Lookups(np.zeros(n, bool), lambda i: None)
-            ar = self._loaded(p).arrays
-            ks = ar.last_keys
-            if len(ks):
-                at = ks.searchsorted(lks)
-                at[at == len(ks)] = len(ks) - 1
-                found = ks[at] == lks
-                packed = ar.last_packed[at]
-            else:
-                found, packed = np.zeros(n, bool), np.zeros(n, np.int64)
-            overlay = {i: r for i, lk in enumerate(lk_list) if (r := p.overlay.get(lk)) is not None} \
-                if p.overlay else {}
-            for i in overlay:
-                found[i] = True
-            files = list(p.files)
-
-            def fetch(i: int) -> Record | None:
-                if i in overlay:
-                    rec = overlay[i]
-                else:
-                    known = None
-                    if tj is not None and wj is not None and texts[i] is not None:
-                        cj, flat = texts[i]
-                        known = (tdict, wdict, dict(configs[i]) if flat else json.loads(cj), tj, wj, cj, tkey, wkey,
-                                 key_of_text(cj))
-                    pos = int(packed[i])
-                    try:
-                        with self._lock:
-                            t = self._tables.get(files[pos >> 32], self._mem, self.TABLE_CACHE_ROWS)
-                            rec = record_at(t, pos & 0xFFFFFFFF, int(lks[i]), known, self._keys.json)
-                    except FileNotFoundError:  # merged away since: the answer is the same record
-                        return self.lookup(target, workload, configs[i])
-                return None if rec.record_id in self._refuted else rec
-
-            if self._refuted:  # (rare) a refuted answer is no answer: build the hits now to know
-                built = {i: fetch(i) for i in np.flatnonzero(found).tolist()}
-                found = np.array([built.get(i) is not None for i in range(n)], bool)
-                lookups = Lookups(found, built.__getitem__)
-            else:
-                lookups = Lookups(found, fetch)
-            self.hits += lookups.hits
-            return lookups
+        ``RecordStore.lookup_batch``; how: ``Queries.lookup_batch``)."""
+        return self._retrying(self._queries.lookup_batch, target, workload, list(configs), self.lookup)
 
     def best_costs(self, target: Any, workload: Any, k: int = 1) -> list:
         """``RecordStore.best_costs``, computed from the partition's decoded columns: only the
@@ -1059,107 +569,11 @@ class ParquetStore(RecordStore):
         ``estimate.rank_arrays``, which ``estimate.rank`` uses too)."""
         if k <= 0:
             return []
-        return self._retrying(self._best_costs, target, workload, k)
-
-    def _entry_query(self, target: Any, workload: Any) -> tuple[str, int, tuple | None]:
-        """(target_key, entry key, ``tw``) of a (target, workload) query: ``tw`` is its target and
-        workload as ``rowcache.record_at`` takes them (the rows' own are the query's: not read
-        back, their config is), None when given as keys or names."""
-        tj, wj, tkey, wkey, _, tdict, wdict = self._entry_of(target, workload)
-        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
-        return tkey, hash64(tkey, wkey), tw
-
-    def _best_costs(self, target: Any, workload: Any, k: int) -> list:
-        from tunedb.index.estimate import CONFIRM_ORIGINS, ConfigCost, rank, rank_arrays
-
-        tkey, ek, tw = self._entry_query(target, workload)
-        with self._lock:
-            p = self._parts.get(tkey[:16])
-            if p is None:
-                return []
-            if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
-                return rank(self._entry_records(target, workload), k)
-            ar = self._loaded(p).arrays
-            rows = np.asarray(memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, self._refuted_hashes),
-                              np.int64)
-            if not len(rows):
-                return []
-            files, frows = ar.a["file"][rows], ar.a["row"][rows]
-            n = len(rows)
-            ckeys = np.empty(n, "S32")
-            starts = np.zeros(n, np.int64)
-            lengths = np.zeros(n, np.int64)
-            ts = np.zeros(n, np.int64)
-            confirm = np.zeros(n, bool)
-            noisy = np.zeros(n, bool)
-            values, base = [], 0
-            for f in np.unique(files):
-                t = self._tables.get(p.files[int(f)], self._mem, self.TABLE_CACHE_ROWS)
-                at = np.flatnonzero(files == f)
-                r = frows[at]
-                ckeys[at] = t["_cfg_key"][r]
-                off = t["_cost_off"]
-                starts[at] = base + off[r]
-                lengths[at] = off[r + 1] - off[r]
-                ts[at] = t["_ts"][r]
-                values.append(t["_cost_val"])
-                base += len(t["_cost_val"])
-                # the confirmation and noise flags of each distinct meta text, then per row
-                combos = t["_combos"]
-                if combos is not None:
-                    texts, codes = [c[5] for c in combos], t["_combo"][r]
-                else:
-                    codes_all, texts = t["_combo"][5]
-                    codes = codes_all[r]
-                flags = np.array([_meta_flags(m, CONFIRM_ORIGINS) for m in texts], bool).reshape(-1, 2)
-                confirm[at], noisy[at] = flags[codes, 0], flags[codes, 1]
-            sel = np.flatnonzero(lengths > 0)
-            uniq, group = np.unique(ckeys, return_inverse=True)
-            keys = [u.decode() for u in uniq.tolist()]
-            ln = lengths[sel]
-            idx = np.repeat(starts[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln) + np.arange(int(ln.sum()))
-            flat = np.concatenate(values)[idx] if len(values) else np.zeros(0)
-            ranked = rank_arrays(flat, ln, keys, group[sel], confirm[sel], noisy[sel], ts[sel], k)
-            out = []
-            for gi, est, j in ranked:
-                rec = self._materialise(p, int(rows[sel[j]]), tw)
-                if self._refuted and rec.record_id in self._refuted:  # (a rid-hash collision: rare)
-                    return rank(self._entry_records(target, workload), k)
-                out.append(ConfigCost(config_key=keys[gi], config=rec.config, estimate=est, record=rec))
-        return out
+        return self._retrying(self._queries.best_costs, target, workload, k)
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""
-        return self._retrying(self._entry_records, target, workload)
-
-    def _entry_records(self, target: Any, workload: Any) -> list[Record]:
-        tkey, ek, tw = self._entry_query(target, workload)
-        with self._lock:
-            p = self._parts.get(tkey[:16])
-            if p is None:
-                return []
-            ar = self._loaded(p).arrays
-            rows = memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, self._refuted_hashes)
-            out = [self._materialise(p, i, tw) for i in rows]
-            seen = {r.record_id for r in out}
-            out.extend(r for r in p.overlay_entries.get(ek, ()) if r.ok and r.record_id not in seen)
-            if self._refuted:
-                out = [r for r in out if r.record_id not in self._refuted]
-        return out
-
-    def _live_paths(self, prefix: str | None = None) -> list[str]:
-        """Live chunk keys (files, journal rows) of every partition, or of one target-key prefix;
-        this handle's own pending commits are folded in first (a refresh)."""
-        def selected() -> list[Partition]:
-            if prefix is None:
-                return list(self._parts.values())
-            return [self._parts[prefix]] if prefix in self._parts else []
-        with self._lock:
-            pending = any(p.overlay or p.dirty for p in selected())
-        if pending:
-            self.refresh()
-        with self._lock:
-            return [k for p in selected() for k in p.live]
+        return self._retrying(self._queries.entry_records, target, workload)
 
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
                 columns: Sequence[str] | None = None) -> pa.Table:
@@ -1173,53 +587,12 @@ class ParquetStore(RecordStore):
         cols = check_columns(columns)
         tkey = self._target_key(target) if target is not None else None
         wkey = self._workload_key(workload) if workload is not None else None
-        stale_cols = ["target_key", "committed"]
-        while True:
-            read_cols = None
-            if cols is not None:
-                need = ["rid_hash"] + (["target_key"] if tkey is not None else []) + \
-                    (["workload_key"] if wkey is not None else []) + \
-                    (stale_cols if not include_stale and self._invalidated else [])
-                read_cols = cols + [c for c in dict.fromkeys(need) if c not in cols]
-            t = self._read_live(tkey[:16] if tkey else None, read_cols)
-            if include_stale or not self._invalidated or all(c in t.column_names for c in stale_cols):
-                break
-            # (a refresh while reading brought the first invalidation: read again with its columns)
-        if tkey is not None:
-            t = t.filter(pc.equal(t.column("target_key"), tkey))
-        if wkey is not None:
-            t = t.filter(pc.equal(t.column("workload_key"), wkey))
-        if t.num_rows > 1:
-            rh = np.sort(t.column("rid_hash").to_numpy())
-            if (rh[1:] == rh[:-1]).any():  # (a plain sort first: repeats are rare, first_by_record_id's is slower)
-                t = tables.first_by_record_id(t)
-        if not include_stale:
-            t = tables.drop_stale(t, self._invalidated)
-        return t if cols is None else t.select(cols)
+        return queries.read_records(self._view, self._read_live, tkey, wkey, include_stale, cols)
 
     def _read_live(self, prefix: str | None, columns: list[str] | None = None) -> pa.Table:
-        """The rows (not de-duplicated) of every live file and journal, or of one target-key
-        prefix's; ``columns``: only those (else every ``RECORD_SCHEMA`` column), in that order,
-        with their ``RECORD_SCHEMA`` types (a schema-1 file's missing ``host``/``origin`` read
-        as ``""``, as in :func:`~tunedb.index.schema.conform`)."""
-        with file_lock(self.path / "_lock", shared=True):
-            for _attempt in range(20):
-                paths = self._live_paths(prefix)
-                try:
-                    files = _read_files([p for p in paths if p not in self._mem], columns)
-                    got = iter(files)
-                    read = [self._mem[p].select([c for c in columns if c in self._mem[p].column_names])
-                            if columns and p in self._mem else
-                            self._mem[p] if p in self._mem else next(got) for p in paths]
-                    break
-                except FileNotFoundError:
-                    self.refresh()
-            else:
-                raise RuntimeError("DB kept changing while reading")
-        read = [conform(x, columns or None) for x in read]
-        if not read:
-            return empty_records(columns or None)
-        return pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
+        """``queries.read_live``: the rows of every live file and journal (or of one target-key
+        prefix's), under the DB lock, shared; this handle's pending commits refreshed in first."""
+        return queries.read_live(self._view, self._lock, self.path / "_lock", prefix, columns, self.refresh)
 
     def entries(self) -> pa.Table:
         """One row per (target_key, workload_key): target_key, target_name, target, workload_key,
@@ -1232,95 +605,37 @@ class ParquetStore(RecordStore):
             return memo[1]
         # ("entries2": best_cost is the estimator's, not the fastest record's as in "entries-*" files)
         cached = self.derived_dir / f"entries2-{token[1]}.parquet" if token[0] == 0 else None
-        out = None
-        if cached is not None:
-            try:
-                out = pq.ParquetFile(cached).read(use_threads=False)
-            except (OSError, pa.ArrowInvalid):
-                out = None
-        if out is None:
-            t = self._read_live(None, tables.ENTRY_COLUMNS + tables.ESTIMATE_COLUMNS + ["rid_hash", "committed"])
-            out = tables.entries(tables.drop_stale(tables.first_by_record_id(t), self._invalidated))
-            if cached is not None and self._index_cache is not None:
-                replace_derived(cached, lambda tmp: pq.write_table(out, tmp), "entries*-*.parquet")
+        out = queries.entries_table(cached, self._view.index_cache is not None, self._read_live, self._view)
         self._entries_memo = (token, out)
         return out
 
     def targets(self) -> list[dict]:
         """Every target holding records: target_key, target_name, target (dict), records (every
         stored record, stale ones included, as ``records()`` and the other backends count)."""
-        with self._lock:
-            counts: dict[str, int] = {}
-            for p in self._all_loaded():  # (one target per partition)
-                counts[p.target_key] = counts.get(p.target_key, 0) + p.count()
-            out = []
-            for tk, c in counts.items():
-                if c == 0:
-                    continue
-                name, tj = self._target_meta.get(tk, ("", "{}"))
-                out.append({"target_key": tk, "target_name": name, "target": json.loads(tj), "records": c})
-        return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
-
-    def _all_target_meta(self) -> dict[str, tuple[str, str]]:
-        """target_key -> (name, canonical JSON) of every target with records: from the files and
-        journals read so far, and one file footer of each partition not read yet."""
-        with self._lock:
-            for p in list(self._parts.values()):
-                if p.target_key and p.target_key in self._target_meta:
-                    continue
-                for k in p.live:
-                    if "::" in k:
-                        continue
-                    try:
-                        tk, target = parts.meta_target(pq.read_schema(k).metadata)
-                    except FileNotFoundError:
-                        continue
-                    if tk and target is not None:
-                        self._target_meta.setdefault(tk, target)
-                        p.target_key = p.target_key or tk
-                        break
-            meta = dict(self._target_meta)
-            for p in self._parts.values():
-                for r in p.overlay.values():
-                    meta.setdefault(r.target_key, (r.target_name, r.target_json))
-        return meta
+        return self._queries.targets()
 
     def find_target(self, name_or_key: str) -> dict | None:
         """Target dict of a target in this DB, by target_name or target_key (or a unique key prefix)."""
-        meta = self._all_target_meta()
-        if name_or_key in meta:
-            return json.loads(meta[name_or_key][1])
-        by_name = [tj for tk, (n, tj) in meta.items() if n == name_or_key]
-        if len(by_name) >= 1:
-            return json.loads(by_name[-1])
-        if len(name_or_key) >= 6:
-            pref = [tj for tk, (n, tj) in meta.items() if tk.startswith(name_or_key)]
-            if len(pref) == 1:
-                return json.loads(pref[0])
-        return None
+        return self._queries.find_target(name_or_key)
 
     def __len__(self) -> int:
         with self._lock:
-            return sum(p.count() for p in self._all_loaded())
+            return sum(p.count() for p in self._view.all_loaded())
 
     def stats(self) -> StoreStats:
         """records, targets, workloads, entries, files, size_bytes, stale_targets, and this
         session's lookups, hits and hit_rate."""
         with self._lock:
-            if any(p.overlay for p in self._parts.values()):
+            if any(p.overlay for p in self._view.parts.values()):
                 self.refresh()
-            ps = self._all_loaded()
-            live_ek = np.concatenate([p.arrays.a["entry_key"][p.arrays.a["live"]] for p in ps]) if ps else \
-                np.zeros(0, np.int64)
-            files = [f for p in ps for f in p.files]
-            tkeys = {p.target_key for p in ps if int(p.arrays.a["live"].sum())}
+            live_ek, files, tkeys = self._view.index_stats()
         size = tree_bytes(self.records_dir, self.journal_dir)
         n_work = 0
         if len(live_ek):
             t = self.records(include_stale=False)
             n_work = len(pc.unique(t.column("workload_key")))
         return StoreStats(records=len(self), targets=len(tkeys), workloads=n_work, entries=int(len(np.unique(live_ek))),
-                          files=len(files), size_bytes=int(size), stale_targets=sorted(self._invalidated),
+                          files=len(files), size_bytes=int(size), stale_targets=sorted(self._view.invalidated),
                           lookups=self.lookups, hits=self.hits, location=str(self.path))
 
     # ------------------------------------------------------------- derived data
@@ -1331,21 +646,11 @@ class ParquetStore(RecordStore):
     def change_token(self) -> tuple:
         """Changes whenever the records may have: the names of the record, invalidation and
         verdict files, the journals' sizes and this handle's own uncommitted-to-Parquet records
-        (no partition is loaded to compute it)."""
-        names: list[str] = []
-        for base in (self.records_dir, self.inval_dir, self.verdict_dir):
-            for root, _, files in os.walk(base):  # (relative: a copy of the DB has the same token)
-                rel = os.path.relpath(root, self.path)
-                names.extend(os.path.join(rel, f) for f in files if not f.startswith("_"))
+        (no partition is loaded to compute it; see ``queries.change_token``)."""
         with self._lock:
-            own = sum(len(p.overlay_rids) for p in self._parts.values())
-        try:  # journaled commits: the journals' sizes on disk
-            jsig = sorted((e.name, e.stat().st_size) for e in os.scandir(self.journal_dir))
-        except FileNotFoundError:
-            jsig = []
-        text = "\n".join(sorted(names) + [f"{k}\0{v}" for k, v in jsig])
-        # (a stable digest, not hash(): a token may be stored and compared by another process)
-        return (own, hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
+            own = self._view.own_records()
+        return queries.change_token(self.path, (self.records_dir, self.inval_dir, self.verdict_dir),
+                                    self.journal_dir, own)
 
     @property
     def location(self) -> str:

@@ -1,0 +1,541 @@
+"""The read side of a store handle: look-ups, best costs, entry records, targets and table reads.
+
+``Queries`` answers the per-entry queries of ``ParquetStore`` (``lookup``, ``lookup_batch``,
+``best_costs``, ``entry_records``, ``targets``, ``find_target``) from the handle's
+``partitions.PartitionSet``: a query names its target, so it loads (indexes) only that target's
+partition, finds rows in its sorted key arrays (``memindex``), and builds Records only for the
+rows it returns (``rowcache.record_at``).  It also keeps the handle's lookup and hit counts.
+The plain functions below are the whole-table side (``ParquetStore.records`` / ``entries``):
+reading live files and journal rows with column projection, filtering them, and the change
+token that derived caches are keyed by.
+
+Contract: answers are what ``tunedb.index.base.RecordStore`` defines; a Record of a refuted
+record never answers.  FileNotFoundError from any query means a compaction merged away a file
+one of its rows lived in: the store refreshes and asks again (``ParquetStore._retrying``), so
+the refresh, which needs the whole handle, stays in the store.
+
+Locking: each ``Queries`` method takes the handle lock (``lock``, the store's ``_lock``, an
+RLock) itself, around everything it reads of the ``PartitionSet``; call them with or without it
+held.  The plain functions touch no handle state (``read_chunks`` reads ``mem`` only; the caller
+holds the handle lock or the DB lock shared as documented at the store).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tunedb.index import tables
+from tunedb.index.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
+from tunedb.index.lookups import Lookups
+from tunedb.index.parquet import memindex
+from tunedb.index.parquet.fsutil import file_lock, replace_derived
+from tunedb.index.parquet.partition import Partition
+from tunedb.index.parquet.partitions import PartitionSet
+from tunedb.index.parquet.querykeys import KeyMemo
+from tunedb.index.parquet.rowcache import record_at
+from tunedb.index.record import Record
+from tunedb.index.schema import conform, empty_records
+
+#: files read at once by one records read (pyarrow decodes without the GIL)
+READ_THREADS = 4
+#: the columns the stale filter of ``records`` needs
+STALE_COLUMNS = ["target_key", "committed"]
+
+
+def meta_flags(meta: str, confirm_origins: tuple[str, ...]) -> tuple[bool, bool]:
+    """(a confirmation re-measurement, said to be noisy) of a record's meta JSON text."""
+    if not meta or ('"origin"' not in meta and '"noisy"' not in meta):  # (most metas: no JSON parse)
+        return False, False
+    d = json.loads(meta)
+    return d.get("origin") in confirm_origins, bool(d.get("noisy"))
+
+
+def lookup_key(prefix: Any, ckey: str) -> int:
+    """The lookup key of a config key under an entry's BLAKE2b prefix state
+    (``== hash64(tkey, wkey, ckey)``, without re-hashing the two fixed keys)."""
+    h = prefix.copy()
+    h.update(ckey.encode())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def config_lookup_keys(prefix: Any, configs: list) -> tuple[list, list[int]]:
+    """(canonical (JSON, flat) of each config -- None for one given as a key --, lookup keys)."""
+    texts: list = canonical_json_flat_many([{} if isinstance(c, str) else c for c in configs])
+    lk_list = []
+    copy, from_bytes = prefix.copy, int.from_bytes
+    for i, config in enumerate(configs):
+        if isinstance(config, str):
+            ckey = config
+            texts[i] = None
+        else:
+            ckey = key_of_text(texts[i][0])
+        h = copy()
+        h.update(ckey.encode())
+        lk_list.append(from_bytes(h.digest(), "little", signed=True))
+    return texts, lk_list
+
+
+def last_positions(ar: memindex.Arrays, lks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(found, packed position ``file << 32 | row``) of the latest row of each lookup key, by
+    one ``searchsorted`` in the partition's sorted key array."""
+    ks = ar.last_keys
+    if not len(ks):
+        return np.zeros(len(lks), bool), np.zeros(len(lks), np.int64)
+    at = ks.searchsorted(lks)
+    at[at == len(ks)] = len(ks) - 1
+    return ks[at] == lks, ar.last_packed[at]
+
+
+class EntryCosts(NamedTuple):
+    """The cost samples of an entry's rows, as ``estimate.rank_arrays`` takes them."""
+
+    flat: np.ndarray      # every sample of the rows with samples, row after row
+    lengths: np.ndarray   # samples per row (rows with samples)
+    keys: list[str]       # the distinct config keys
+    group: np.ndarray     # index into ``keys`` per row
+    confirm: np.ndarray   # a confirmation re-measurement, per row
+    noisy: np.ndarray     # said to be noisy, per row
+    ts: np.ndarray        # measurement time per row
+    sel: np.ndarray       # the rows (indices into the rows asked for) these are
+
+
+def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray) -> EntryCosts:
+    """The cost samples of ``rows`` (of partition ``p``'s arrays) from their files' decoded
+    columns, without building Records.  FileNotFoundError: a file was merged away."""
+    from tunedb.index.estimate import CONFIRM_ORIGINS
+
+    a = p.arrays.a
+    files, frows = a["file"][rows], a["row"][rows]
+    n = len(rows)
+    ckeys = np.empty(n, "S32")
+    starts, lengths, ts = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    confirm, noisy = np.zeros(n, bool), np.zeros(n, bool)
+    values, base = [], 0
+    for f in np.unique(files):
+        t = view.table(p.files[int(f)])
+        at = np.flatnonzero(files == f)
+        r = frows[at]
+        ckeys[at] = t["_cfg_key"][r]
+        off = t["_cost_off"]
+        starts[at] = base + off[r]
+        lengths[at] = off[r + 1] - off[r]
+        ts[at] = t["_ts"][r]
+        values.append(t["_cost_val"])
+        base += len(t["_cost_val"])
+        # the confirmation and noise flags of each distinct meta text, then per row
+        combos = t["_combos"]
+        if combos is not None:
+            texts, codes = [c[5] for c in combos], t["_combo"][r]
+        else:
+            codes_all, texts = t["_combo"][5]
+            codes = codes_all[r]
+        flags = np.array([meta_flags(m, CONFIRM_ORIGINS) for m in texts], bool).reshape(-1, 2)
+        confirm[at], noisy[at] = flags[codes, 0], flags[codes, 1]
+    sel = np.flatnonzero(lengths > 0)
+    uniq, group = np.unique(ckeys, return_inverse=True)
+    ln = lengths[sel]
+    idx = np.repeat(starts[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln) + np.arange(int(ln.sum()))
+    flat = np.concatenate(values)[idx] if len(values) else np.zeros(0)
+    return EntryCosts(flat, ln, [u.decode() for u in uniq.tolist()], group[sel], confirm[sel], noisy[sel],
+                      ts[sel], sel)
+
+
+class Queries:
+    """The per-entry queries of one handle over its ``PartitionSet`` (see module docstring)."""
+
+    def __init__(self, view: PartitionSet, lock: threading.RLock):
+        self.view = view
+        self.lock = lock
+        self.keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
+        self.lookups = 0
+        self.hits = 0
+
+    # ------------------------------------------------------------------ keys
+    def target_key(self, target: Any) -> str:
+        """Key of a target given as a dict, a Record, a target_key or a target_name."""
+        if isinstance(target, str):
+            if re.fullmatch(r"[0-9a-f]{32}", target):
+                return target
+            found = self.find_target(target)
+            if found is None:
+                raise ValueError(f"unknown target {target!r}")
+            return key_of_text(canonical_json(found))
+        return self.keys.canon(target, "target")[1]
+
+    def workload_key(self, workload: Any) -> str:
+        """Key of a workload given as a dict, a Record or a workload_key."""
+        if isinstance(workload, str) and re.fullmatch(r"[0-9a-f]{32}", workload):
+            return workload
+        return self.keys.canon(workload, "workload")[1]
+
+    def entry_of(self, target: Any, workload: Any) -> tuple:
+        """(target JSON, workload JSON, target_key, workload_key, BLAKE2b state of the lookup-key
+        prefix, target dict, workload dict) of a (target, workload).  Each side is memoised by
+        value, the prefix by the key pair (see ``tunedb.index.parquet.querykeys``).  JSON texts
+        and dicts are None when given as keys or names."""
+        keys = self.keys
+        if isinstance(target, str):
+            tj, tkey, tdict = None, self.target_key(target), None
+        else:
+            tj, tkey = keys.canon(target, "target")
+            tdict = keys.json(tj)
+        if isinstance(workload, str):
+            wj, wkey, wdict = None, self.workload_key(workload), None
+        else:
+            wj, wkey = keys.canon(workload, "workload")
+            wdict = keys.json(wj)
+        prefix = keys.prefix(tkey, wkey)
+        return tj, wj, tkey, wkey, prefix, tdict, wdict
+
+    def entry_query(self, target: Any, workload: Any) -> tuple[str, int, tuple | None]:
+        """(target_key, entry key, ``tw``) of a (target, workload) query: ``tw`` is its target and
+        workload as ``rowcache.record_at`` takes them (the rows' own are the query's: not read
+        back, their config is), None when given as keys or names."""
+        tj, wj, tkey, wkey, _, tdict, wdict = self.entry_of(target, workload)
+        tw = (tdict, wdict, tj, wj, tkey, wkey) if tj is not None and wj is not None else None
+        return tkey, hash64(tkey, wkey), tw
+
+    # ------------------------------------------------------------------ rows
+    def record(self, p: Partition, i: int, tw: tuple | None = None) -> Record:
+        """Record of row ``i`` of partition ``p``'s arrays; ``tw``: its target and workload when
+        the caller knows them (see ``rowcache.record_at``).  Handle lock held."""
+        a = p.arrays.a
+        t = self.view.table(p.files[a["file"].item(i)])
+        return record_at(t, a["row"].item(i), a["lookup_key"].item(i), None, self.keys.json, tw)
+
+    def record_at(self, p: Partition, fidx: int, row: int, lk: int, known: tuple | None = None) -> Record:
+        """Record of ``row`` of live file ``fidx`` of partition ``p`` (its decoded table; see
+        ``rowcache.record_at`` for ``known``).  Handle lock held.  FileNotFoundError: the file
+        was merged away; the caller refreshes and retries."""
+        return record_at(self.view.table(p.files[fidx]), row, lk, known, self.keys.json)
+
+    # ------------------------------------------------------------------ entry queries
+    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
+        """The cached measurement of (target, workload, config), or None.
+
+        Failed measurements are returned too (so they are never retried).  When a triple
+        was measured more than once the latest measurement answers.  Records of an
+        invalidated target committed before its invalidation never answer."""
+        tj, wj, tkey, wkey, prefix, tdict, wdict = self.entry_of(target, workload)
+        if isinstance(config, str):
+            cj, ckey = None, config
+        else:
+            # a flat dict of plain scalars is its own normal form: a copy of it is the Record's
+            # config (no parsing of cj)
+            cj, flat = canonical_json_flat(config)
+            ckey = key_of_text(cj)
+        lk = lookup_key(prefix, ckey)
+        view = self.view
+        with self.lock:
+            p = view.parts.get(tkey[:16])
+            self.lookups += 1
+            if p is None:
+                return None
+            view.loaded(p)
+            r = p.overlay.get(lk)
+            if r is not None:
+                if r.record_id in view.refuted:
+                    return None
+                self.hits += 1
+                return r
+            pos = p.last_row_of(lk)
+            if pos is None:
+                return None
+            self.hits += 1
+            known = None
+            if tj is not None and wj is not None and cj is not None:
+                known = (tdict, wdict, dict(config) if flat else json.loads(cj), tj, wj, cj, tkey, wkey, ckey)
+            rec = self.record_at(p, pos >> 32, pos & 0xFFFFFFFF, lk, known)
+            if view.refuted and rec.record_id in view.refuted:
+                self.hits -= 1
+                return None
+            return rec
+
+    def lookup_batch(self, target: Any, workload: Any, configs: list,
+                     again: Callable[[Any, Any, Any], Record | None]) -> Lookups:
+        """The answers of a population of configs of one (target, workload) (see
+        ``RecordStore.lookup_batch``): the entry's key prefix is hashed once, the configs' lookup
+        keys are searched in the partition's sorted key array in one ``searchsorted``, and an
+        answering Record is built only when it is read (from the file that held it at the time of
+        the look-up).  One whose file was merged away by then is asked again with
+        ``again(target, workload, config)`` (the store's ``lookup``: it refreshes)."""
+        tj, wj, tkey, wkey, prefix, tdict, wdict = self.entry_of(target, workload)
+        n = len(configs)
+        texts, lk_list = config_lookup_keys(prefix, configs)
+        lks = np.array(lk_list, np.int64)
+        view = self.view
+        with self.lock:
+            p = view.parts.get(tkey[:16])
+            self.lookups += n
+            if p is None or not n:
+                return Lookups(np.zeros(n, bool), lambda i: None)
+            found, packed = last_positions(view.loaded(p).arrays, lks)
+            overlay = {i: r for i, lk in enumerate(lk_list) if (r := p.overlay.get(lk)) is not None} \
+                if p.overlay else {}
+            for i in overlay:
+                found[i] = True
+            files = list(p.files)
+
+            def fetch(i: int) -> Record | None:
+                if i in overlay:
+                    rec = overlay[i]
+                else:
+                    known = None
+                    if tj is not None and wj is not None and texts[i] is not None:
+                        cj, flat = texts[i]
+                        known = (tdict, wdict, dict(configs[i]) if flat else json.loads(cj), tj, wj, cj, tkey, wkey,
+                                 key_of_text(cj))
+                    pos = int(packed[i])
+                    try:
+                        with self.lock:
+                            t = view.table(files[pos >> 32])
+                            rec = record_at(t, pos & 0xFFFFFFFF, int(lks[i]), known, self.keys.json)
+                    except FileNotFoundError:  # merged away since: the answer is the same record
+                        return again(target, workload, configs[i])
+                return None if rec.record_id in view.refuted else rec
+
+            if view.refuted:  # (rare) a refuted answer is no answer: build the hits now to know
+                built = {i: fetch(i) for i in np.flatnonzero(found).tolist()}
+                found = np.array([built.get(i) is not None for i in range(n)], bool)
+                lookups = Lookups(found, built.__getitem__)
+            else:
+                lookups = Lookups(found, fetch)
+            self.hits += lookups.hits
+            return lookups
+
+    def best_costs(self, target: Any, workload: Any, k: int) -> list:
+        """``RecordStore.best_costs`` (``k`` > 0), computed from the partition's decoded columns
+        (``entry_costs``): only the ``k`` representative records are built as Records (the
+        contract's definition through ``estimate.rank_arrays``, which ``estimate.rank`` uses too)."""
+        from tunedb.index.estimate import ConfigCost, rank, rank_arrays
+
+        tkey, ek, tw = self.entry_query(target, workload)
+        view = self.view
+        with self.lock:
+            p = view.parts.get(tkey[:16])
+            if p is None:
+                return []
+            if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
+                return rank(self.entry_records(target, workload), k)
+            ar = view.loaded(p).arrays
+            rows = np.asarray(memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, view.refuted_hashes),
+                              np.int64)
+            if not len(rows):
+                return []
+            c = entry_costs(view, p, rows)
+            ranked = rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, k)
+            out = []
+            for gi, est, j in ranked:
+                rec = self.record(p, int(rows[c.sel[j]]), tw)
+                if view.refuted and rec.record_id in view.refuted:  # (a rid-hash collision: rare)
+                    return rank(self.entry_records(target, workload), k)
+                out.append(ConfigCost(config_key=c.keys[gi], config=rec.config, estimate=est, record=rec))
+        return out
+
+    def entry_records(self, target: Any, workload: Any) -> list[Record]:
+        """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""
+        tkey, ek, tw = self.entry_query(target, workload)
+        view = self.view
+        with self.lock:
+            p = view.parts.get(tkey[:16])
+            if p is None:
+                return []
+            ar = view.loaded(p).arrays
+            rows = memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, view.refuted_hashes)
+            out = [self.record(p, i, tw) for i in rows]
+            seen = {r.record_id for r in out}
+            out.extend(r for r in p.overlay_entries.get(ek, ()) if r.ok and r.record_id not in seen)
+            if view.refuted:
+                out = [r for r in out if r.record_id not in view.refuted]
+        return out
+
+    # ------------------------------------------------------------------ targets
+    def targets(self) -> list[dict]:
+        """Every target holding records: target_key, target_name, target (dict), records (every
+        stored record, stale ones included), sorted by name then key."""
+        with self.lock:
+            counts: dict[str, int] = {}
+            for p in self.view.all_loaded():  # (one target per partition)
+                counts[p.target_key] = counts.get(p.target_key, 0) + p.count()
+            out = []
+            for tk, c in counts.items():
+                if c == 0:
+                    continue
+                name, tj = self.view.target_meta.get(tk, ("", "{}"))
+                out.append({"target_key": tk, "target_name": name, "target": json.loads(tj), "records": c})
+        return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
+
+    def find_target(self, name_or_key: str) -> dict | None:
+        """Target dict of a target in this DB, by target_name or target_key (or a unique key prefix)."""
+        with self.lock:
+            meta = self.view.all_target_meta()
+        if name_or_key in meta:
+            return json.loads(meta[name_or_key][1])
+        by_name = [tj for tk, (n, tj) in meta.items() if n == name_or_key]
+        if len(by_name) >= 1:
+            return json.loads(by_name[-1])
+        if len(name_or_key) >= 6:
+            pref = [tj for tk, (n, tj) in meta.items() if tk.startswith(name_or_key)]
+            if len(pref) == 1:
+                return json.loads(pref[0])
+        return None
+
+
+# ---------------------------------------------------------------------- whole tables
+def read_file(path: str, columns: list[str] | None) -> pa.Table:
+    """One record file, every column or only ``columns`` (those the file has: a schema-1 file
+    lacks ``host`` and ``origin``; ``schema.conform`` fills them in)."""
+    f = pq.ParquetFile(path)  # (not read_table: that imports pyarrow.dataset and pandas, 0.3 s)
+    if not columns:
+        return f.read(use_threads=False)
+    present = set(f.schema_arrow.names)
+    return f.read(columns=[c for c in columns if c in present], use_threads=False)
+
+
+def read_files(paths: list[str], columns: list[str] | None) -> list[pa.Table]:
+    """:func:`read_file` of each of ``paths``, in order; several at once when there are many.
+    ``FileNotFoundError`` when one is gone (a compaction replaced it: the caller refreshes)."""
+    if len(paths) < 2 * READ_THREADS:
+        return [read_file(p, columns) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="tunedb-read") as ex:
+        return list(ex.map(lambda p: read_file(p, columns), paths))
+
+
+def read_chunks(keys: list[str], mem: dict[str, pa.Table], columns: list[str] | None) -> list[pa.Table]:
+    """The rows of each chunk key, in order: journal chunks from ``mem``, files read (only
+    ``columns`` of each, those it has).  FileNotFoundError: a file is gone (refresh, retry)."""
+    got = iter(read_files([k for k in keys if k not in mem], columns))
+    return [mem[k].select([c for c in columns if c in mem[k].column_names]) if columns and k in mem else
+            mem[k] if k in mem else next(got) for k in keys]
+
+
+def concat_records(read: list[pa.Table], columns: list[str] | None) -> pa.Table:
+    """``read`` (rows of chunks) as one table of ``columns`` (else every ``RECORD_SCHEMA``
+    column) with their ``RECORD_SCHEMA`` types (a schema-1 file's missing ``host``/``origin``
+    read as ``""``, as in :func:`~tunedb.index.schema.conform`); not de-duplicated."""
+    read = [conform(x, columns or None) for x in read]
+    if not read:
+        return empty_records(columns or None)
+    return pa.concat_tables([x.replace_schema_metadata(None) for x in read], promote_options="default")
+
+
+def read_columns(cols: list[str] | None, by_target: bool, by_workload: bool, stale_filter: bool) -> list[str] | None:
+    """The columns ``records`` reads for the asked ``cols`` (None: all): those plus what its
+    filters and the de-duplication need (``rid_hash``; ``target_key``/``workload_key``;
+    ``STALE_COLUMNS`` for the stale filter), dropped again by ``filter_records``."""
+    if cols is None:
+        return None
+    need = ["rid_hash"] + (["target_key"] if by_target else []) + (["workload_key"] if by_workload else []) + \
+        (STALE_COLUMNS if stale_filter else [])
+    return cols + [c for c in dict.fromkeys(need) if c not in cols]
+
+
+def filter_records(t: pa.Table, tkey: str | None, wkey: str | None, invalidated: dict[str, int] | None,
+                   cols: list[str] | None) -> pa.Table:
+    """Rows of ``t`` of target ``tkey`` and workload ``wkey`` (None: any), de-duplicated by
+    record_id, without stale ones when ``invalidated`` is given, with only ``cols`` (None: all)."""
+    if tkey is not None:
+        t = t.filter(pc.equal(t.column("target_key"), tkey))
+    if wkey is not None:
+        t = t.filter(pc.equal(t.column("workload_key"), wkey))
+    if t.num_rows > 1:
+        rh = np.sort(t.column("rid_hash").to_numpy())
+        if (rh[1:] == rh[:-1]).any():  # (a plain sort first: repeats are rare, first_by_record_id's is slower)
+            t = tables.first_by_record_id(t)
+    if invalidated is not None:
+        t = tables.drop_stale(t, invalidated)
+    return t if cols is None else t.select(cols)
+
+
+def live_keys(view: PartitionSet, lock: threading.RLock, prefix: str | None, refresh: Callable[[], None]) -> list[str]:
+    """Live chunk keys (files, journal rows) of every partition, or of one target-key prefix;
+    the handle's own pending commits are folded in first (``refresh``, called without the
+    handle lock)."""
+    with lock:
+        pending = any(p.overlay or p.dirty for p in view.selected(prefix))
+    if pending:
+        refresh()
+    with lock:
+        return [k for p in view.selected(prefix) for k in p.live]
+
+
+def read_live(view: PartitionSet, lock: threading.RLock, db_lock: Path, prefix: str | None,
+              columns: list[str] | None, refresh: Callable[[], None]) -> pa.Table:
+    """The rows (not de-duplicated) of every live file and journal, or of one target-key
+    prefix's, as ``concat_records`` gives them (``columns``: only those).  Takes the DB lock
+    ``db_lock`` shared (no rewrite deletes files meanwhile); ``refresh()`` and reads again when
+    a file was merged away all the same (RuntimeError after 20 tries)."""
+    with file_lock(db_lock, shared=True):
+        for _attempt in range(20):
+            keys = live_keys(view, lock, prefix, refresh)
+            try:
+                read = read_chunks(keys, view.mem, columns)
+                break
+            except FileNotFoundError:
+                refresh()
+        else:
+            raise RuntimeError("DB kept changing while reading")
+    return concat_records(read, columns)
+
+
+def read_records(view: PartitionSet, read: Callable[[str | None, list[str] | None], pa.Table], tkey: str | None,
+                 wkey: str | None, include_stale: bool, cols: list[str] | None) -> pa.Table:
+    """``ParquetStore.records`` of target ``tkey`` and workload ``wkey`` (None: any) with checked
+    ``cols`` (None: all): ``read(prefix, columns)`` (the store's ``read_live``) of the columns
+    ``read_columns`` names, read again with the stale filter's columns when a refresh during
+    the read brought the first invalidation, then ``filter_records``."""
+    while True:
+        read_cols = read_columns(cols, tkey is not None, wkey is not None, not include_stale and bool(view.invalidated))
+        t = read(tkey[:16] if tkey else None, read_cols)
+        if include_stale or not view.invalidated or all(c in t.column_names for c in STALE_COLUMNS):
+            break
+    return filter_records(t, tkey, wkey, None if include_stale else view.invalidated, cols)
+
+
+def entries_table(cached: Path | None, write_cache: bool, read: Callable[[str | None, list[str]], pa.Table],
+                  view: PartitionSet) -> pa.Table:
+    """``ParquetStore.entries``: read from ``cached`` (a file an earlier process wrote for this
+    change token) when it is readable, else summarised from ``read(None, columns)`` (the
+    store's ``read_live``) and, when ``write_cache``, written to ``cached`` (replacing older
+    entries files: ``fsutil.replace_derived``)."""
+    if cached is not None:
+        try:
+            return pq.ParquetFile(cached).read(use_threads=False)
+        except (OSError, pa.ArrowInvalid):
+            pass
+    t = read(None, tables.ENTRY_COLUMNS + tables.ESTIMATE_COLUMNS + ["rid_hash", "committed"])
+    out = tables.entries(tables.drop_stale(tables.first_by_record_id(t), view.invalidated))
+    if cached is not None and write_cache:
+        replace_derived(cached, lambda tmp: pq.write_table(out, tmp), "entries*-*.parquet")
+    return out
+
+
+def change_token(db: Path, dirs: tuple[Path, ...], journal_dir: Path, own: int) -> tuple:
+    """(``own``, a digest of the names of the files under ``dirs``, relative to ``db``, and the
+    journals' names and sizes): changes whenever the records may have.  A stable digest, not
+    ``hash()``: a token may be stored and compared by another process, or of a copy of the DB."""
+    names: list[str] = []
+    for base in dirs:
+        for root, _, files in os.walk(base):  # (relative: a copy of the DB has the same token)
+            rel = os.path.relpath(root, db)
+            names.extend(os.path.join(rel, f) for f in files if not f.startswith("_"))
+    try:  # journaled commits: the journals' sizes on disk
+        jsig = sorted((e.name, e.stat().st_size) for e in os.scandir(journal_dir))
+    except FileNotFoundError:
+        jsig = []
+    text = "\n".join(sorted(names) + [f"{k}\0{v}" for k, v in jsig])
+    return (own, hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
