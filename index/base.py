@@ -111,7 +111,9 @@ class Entry:
 @dataclass(frozen=True)
 class StoreStats:
     """What ``tunedb stats`` shows.  ``size_bytes`` of the store's own storage (0 in memory);
-    ``lookups``/``hits`` count this handle's :meth:`RecordStore.lookup` calls."""
+    ``lookups``/``hits`` count this handle's :meth:`RecordStore.lookup` calls; ``offline``: the
+    store answered from its local cache because its server could not be reached (a published
+    snapshot; False for every local backend)."""
 
     records: int
     targets: int
@@ -123,6 +125,7 @@ class StoreStats:
     lookups: int
     hits: int
     location: str
+    offline: bool = False
 
     @property
     def hit_rate(self) -> float:

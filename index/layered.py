@@ -470,7 +470,7 @@ class LayeredStore(RecordStore):
 
     def stats(self) -> StoreStats:
         """Counts of the layered view (each record once); files and size summed over layers;
-        stale_targets: the union of the layers'."""
+        stale_targets: the union of the layers'; offline when any layer answered offline."""
         per = [s.stats() for s in self.layers]
         every = self.records()
         live = self.records(include_stale=False)
@@ -481,7 +481,7 @@ class LayeredStore(RecordStore):
             entries=len(pc.unique(live.column("entry_key"))) if live.num_rows else 0,
             files=sum(p.files for p in per), size_bytes=sum(p.size_bytes for p in per),
             stale_targets=sorted({k for p in per for k in p.stale_targets}),
-            lookups=self.lookups, hits=self.hits, location=self.location)
+            lookups=self.lookups, hits=self.hits, location=self.location, offline=any(p.offline for p in per))
 
     # ------------------------------------------------------------------ derived data, life cycle
     def cache_dir(self) -> Path:

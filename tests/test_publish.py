@@ -219,10 +219,18 @@ def test_cache_revalidates_and_answers_offline(source, tmp_path, serve):
     assert n0["requests"] == 1 and n0["bytes_fetched"] == 0
     assert sorted(map(str, [_norm(r) for r in b.iter_records(t)])) == sorted(map(str, want))
     assert b.fetch_stats()["requests"] == 1
+    assert b.stats().offline is False and b.stats().to_dict()["offline"] is False
+    assert source.stats().offline is False and tunedb.open("memory:").stats().offline is False
+    full = SnapshotStore(srv.url, cache_dir=tmp_path / "full")
+    _ = full.records(), full.verdicts()  # (everything in this cache)
     srv.stop()
     with pytest.warns(UserWarning, match="offline"):
         c = SnapshotStore(srv.url, cache_dir=cache)
     assert c.offline and c.fetch_stats()["offline"]
+    assert c.stats().offline is True and c.stats().to_dict()["offline"] is True
+    with pytest.warns(UserWarning, match="offline"):
+        layered = LayeredStore([tunedb.open("memory:"), SnapshotStore(srv.url, cache_dir=tmp_path / "full")])
+    assert layered.stats().offline is True and layered.stats().records == len(source)
     assert sorted(map(str, [_norm(r) for r in c.iter_records(t)])) == sorted(map(str, want))
     other = source.targets()[2]["target_key"]
     with pytest.raises(SnapshotError, match="offline") as e:
@@ -231,6 +239,7 @@ def test_cache_revalidates_and_answers_offline(source, tmp_path, serve):
     srv.start()
     c.refresh()
     assert not c.offline and c.records(other).num_rows == len(source.records(other))
+    assert c.stats().offline is False
 
 
 def test_published_records_carry_the_publisher_for_trust_and_layers(source, tmp_path, serve):
@@ -300,6 +309,9 @@ def test_cli_publish_read_and_errors(source, tmp_path, serve, capsys):
     try:
         rc, out, err = _cli(capsys, "stats", "--db", srv.url, "--json")
         assert rc == 0 and json.loads(out)["records"] == len(tunedb.open(src, create=False))
+        assert json.loads(out)["offline"] is False
+        rc, out, err = _cli(capsys, "stats", "--db", srv.url)
+        assert rc == 0 and "records" in out and "offline" not in out
         t = tunedb.open(src, create=False).targets()[0]["target_name"]
         assert _cli(capsys, "init", "--db", tmp_path / "mine")[0] == 0
         rc, out, err = _cli(capsys, "best", "--db", tmp_path / "mine", "--also", srv.url, "--target", t,
@@ -311,6 +323,11 @@ def test_cli_publish_read_and_errors(source, tmp_path, serve, capsys):
             rc, out, err = _cli(capsys, *argv)
             assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
         srv.stop()
+        rc, out, err = _cli(capsys, "stats", "--db", srv.url)  # (the cached manifest answers)
+        said = [line for line in out.splitlines() if "offline" in line]
+        assert rc == 0 and len(said) == 1 and "local cache" in said[0], out
+        rc, out, err = _cli(capsys, "stats", "--db", srv.url, "--json")
+        assert rc == 0 and json.loads(out)["offline"] is True
         rc, out, err = _cli(capsys, "stats", "--db", srv.url.replace("127.0.0.1", "localhost") + "x/")
         assert rc == 2 and len(err.strip().splitlines()) == 1
     finally:

@@ -306,7 +306,7 @@ class SnapshotStore(RecordStore):
         return StoreStats(records=len(self), targets=len(m["targets"]), workloads=int(m.get("workloads", 0)),
                           entries=int(m.get("entries", 0)), files=int(m.get("files", 0)),
                           size_bytes=int(m.get("size_bytes", 0)), stale_targets=list(m.get("stale_targets", [])),
-                          lookups=self.lookups, hits=self.hits, location=self.location)
+                          lookups=self.lookups, hits=self.hits, location=self.location, offline=self.offline)
 
     def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
         """Always ``[]``: a snapshot carries no run summaries."""

@@ -72,7 +72,10 @@ def run_stats(args) -> None:
         if k.startswith("hit_rate"):
             return "-" if v is None else f"{v * 100:.1f} %"
         return str(v)
-    human = "\n".join(f"{labels.get(k, k):>26}: {show(k, v)}" for k, v in s.items() if k not in ("stale_targets",))
+    human = "\n".join(f"{labels.get(k, k):>26}: {show(k, v)}" for k, v in s.items()
+                      if k not in ("stale_targets", "offline"))
+    if s.get("offline"):
+        human += f"\n{'offline':>26}: yes: the server cannot be reached; these answers come from the local cache"
     emit(args, s, human)
 
 
