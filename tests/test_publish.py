@@ -4,7 +4,9 @@ web server: a private nginx (tests/nginx_server.py) on a free loopback port.
 The read-only half of the store contract suite runs against a snapshot served by nginx; the
 other tests check that every query answers as the source DB does, that a query of one target
 fetches only that target's parts, the cache (ETag revalidation, offline answers), signatures,
-trust by publisher, republishing after a change (only the changed parts are written), and the
+trust by publisher, ``tunedb verify`` over a published layer, publishing from PostgreSQL,
+layered entries over a snapshot layer, republishing after a change (only the changed parts are
+written), and the
 faults: a server that stops mid-read, a 404 for one part, a file replaced behind the manifest's
 back, a truncated file and a server without Range support -- each one line, no corrupt cache,
 correct answers after recovery.  Outside CI a missing nginx skips these tests (with the reason);
@@ -291,6 +293,89 @@ def test_layered_entries_over_a_snapshot_fetch_its_entries_not_its_parts(source,
     assert near and snap.fetch_stats()["bytes_fetched"] - b1 < man["size_bytes"] / 2
     fresh = LayeredStore([mine, SnapshotStore(srv.url, cache_dir=tmp_path / "cache2")], mode="union")
     assert got.equals(RecordStore.entries(fresh)) and got.num_rows == source.entries().num_rows + 1
+
+
+def test_verify_re_measures_a_published_layer_and_marks_in_its_own_layer(tmp_path, serve):
+    """``tunedb verify --db MINE --also URL``: the snapshot's records carry
+    ``source = imported:<publisher>``, so verify re-measures the best of them (a Kernel Tuner
+    cache of the device replayed as the GPU), refutes the claims that do not reproduce (a copy
+    of the cache with 5 configs claiming 1000x), stores the verdicts and measurements in MINE
+    and never writes the snapshot; the refuted claims stop answering through the layers."""
+    import gzip
+
+    from tunedb.transfer.measure.replay import ReplayData
+
+    from helpers import kernel_tuner_file, run_cli
+
+    real = kernel_tuner_file("A4000")
+    doc = json.loads(gzip.decompress(real.read_bytes()))
+    ok = sorted((k for k, e in doc["cache"].items() if isinstance(e, dict) and isinstance(e.get("time"), float)),
+                key=lambda k: doc["cache"][k]["time"])
+    for k in ok[len(ok) // 2: len(ok) // 2 + 5]:  # five middling configs claim to be 1000x faster
+        doc["cache"][k]["time"] /= 1000
+        doc["cache"][k]["times"] = [x / 1000 for x in doc["cache"][k]["times"]]
+    poisoned = tmp_path / "A4000_poisoned.json"
+    poisoned.write_text(json.dumps(doc))
+    data = ReplayData(real)
+    workload = tmp_path / "workload.json"
+    workload.write_text(json.dumps(data.workload))
+    name = data.target["name"]
+
+    def cli(*argv):
+        p = run_cli(*map(str, argv))
+        assert p.returncode == 0, p.stderr
+        return p
+
+    cli("import", "kernel-tuner", poisoned, "--db", tmp_path / "src", "--json")
+    with tunedb.open(tmp_path / "src", create=False) as src:
+        publish(src, tmp_path / "snap", publisher="lab-v", block_size=BS)
+    before = {p: p.read_bytes() for p in (tmp_path / "snap").rglob("*") if p.is_file()}
+    srv = serve(tmp_path / "snap")
+    mine = tmp_path / "mine"
+    cli("init", "--db", mine)
+    layers = ["--db", mine, "--also", srv.url]
+    best = json.loads(cli("best", *layers, "--target", name, "--workload", workload, "-k", "5", "--json").stdout)
+    claims = {r["record_id"] for r in best["records"]}
+    assert len(claims) == 5 and {r["source"] for r in best["records"]} == {"imported:lab-v"}
+
+    rep = json.loads(cli("verify", *layers, "--target", name, "--replay", real, "--top-k", "8", "--json").stdout)
+    verdicts = {c["record_id"]: c["verdict"] for c in rep["checks"]}
+    assert {rid: verdicts.get(rid) for rid in claims} == dict.fromkeys(claims, "refuted"), rep["totals"]
+    assert rep["totals"]["refuted"] == 5 and rep["totals"]["verified"] >= 1 and rep["totals"]["unchecked"] == 0
+    for c in rep["checks"]:
+        assert c["source"] == "imported:lab-v" and c["origin"].startswith(srv.url) and c["measured"]
+    with tunedb.open(mine, create=False) as own:  # the verdicts and measurements are in MINE
+        assert {r: v for r, v in own.verdicts().items() if r in verdicts} == verdicts
+        assert {r.meta.get("verifies") for r in own.iter_records(data.target, data.workload)} >= set(verdicts)
+    assert {p: p.read_bytes() for p in (tmp_path / "snap").rglob("*") if p.is_file()} == before  # untouched
+    after = json.loads(cli("best", *layers, "--target", name, "--workload", workload, "-k", "5", "--json").stdout)
+    assert not claims & {r["record_id"] for r in after["records"]}
+    again = cli("verify", *layers, "--target", name, "--replay", real)
+    assert again.stdout.startswith("nothing to verify"), again.stdout
+
+
+def test_publish_from_postgresql(postgres_url, tmp_path, serve, capsys):
+    """A PostgreSQL store publishes like any other: the snapshot answers every query as the
+    PostgreSQL store does (stale records, verdicts, entries, nearest), through the API and the CLI."""
+    pg = tunedb.open(postgres_url)
+    try:
+        recs = _records()
+        pg.commit(recs)
+        pg.invalidate(recs[-1].target)
+        pg.commit(_records(n_targets=4, n_work=2, n_cfg=2, salt="fresh")[-4:])
+        ok = [r for r in recs if r.ok]
+        pg.mark({ok[0].record_id: "refuted", ok[1].record_id: "verified"})
+        res = publish(pg, tmp_path / "snap", publisher="lab-pg", block_size=BS)
+        assert res["records"] == len(pg) and res["stale_records"] > 0
+        srv = serve(tmp_path)
+        snap = SnapshotStore(srv.url + "snap/", cache_dir=tmp_path / "cache")
+        _check_same_answers(pg, snap, "lab-pg")
+        rc, out, err = _cli(capsys, "publish", postgres_url, tmp_path / "cli-snap", "--publisher", "lab-pg", "--json")
+        assert rc == 0 and json.loads(out)["records"] == len(pg), err
+        again = SnapshotStore(srv.url + "cli-snap/", cache_dir=tmp_path / "cache2")
+        assert again.targets() == pg.targets() and again.entries().equals(pg.entries())
+    finally:
+        pg.close()
 
 
 def _cli(capsys, *argv):
