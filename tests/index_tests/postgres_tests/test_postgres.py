@@ -1,4 +1,4 @@
-"""The PostgreSQL backend beyond the shared contract (tests/test_store_contract.py runs that):
+"""The PostgreSQL backend beyond the shared contract (tests/index_tests/test_store_contract.py runs that):
 its schema and migrations, several processes writing at once, writers SIGKILLed mid-commit,
 other handles seeing commits, the CLI, and records moved to and from a Parquet store staying
 byte-identical.  A real server: the ``postgres_url`` fixture (tests/conftest.py)."""

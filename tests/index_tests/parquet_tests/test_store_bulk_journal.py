@@ -17,7 +17,8 @@ import pytest
 
 from tunedb.index import Record, RecordBatch, TuningDB
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12"}
 T2 = {"kind": "gpu", "name": "beta"}
 W = {"family": "matmul", "M": 64, "N": 64, "K": 64}

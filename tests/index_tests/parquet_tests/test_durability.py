@@ -34,10 +34,10 @@ from tunedb.index import TuningDB
 from tunedb.index.parquet.journal import JournalWarning, encode_rows, read_contents
 from tunedb.index.parquet.journal_fold import journal_row
 
-from helpers import run_cli, run_command, small_fs
+from helpers import TESTS, run_cli, run_command, small_fs
 from store_workers import DURABILITY_TARGETS, durable_records
 
-HERE = Path(__file__).resolve().parent
+HERE = TESTS
 WORKERS = str(HERE / "store_workers.py")
 
 

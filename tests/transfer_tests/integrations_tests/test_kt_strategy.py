@@ -26,7 +26,9 @@ from tunedb.kernel_tuner import KernelTunerBackend, Recorder, WarmStart, target_
 from tunedb.transfer.interop import collect  # noqa: E402
 from tunedb.transfer.measure.backend import lookup_or_measure  # noqa: E402
 
-KT = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernel_tuner"
+from helpers import ROOT, SHARED_DATA  # noqa: E402
+
+KT = SHARED_DATA / "kernel_tuner"
 CONV = KT / "convolution_milo"
 HELD = "A4000"           # the replayed "GPU"
 OTHERS = ("A100", "A6000")  # in the DB
@@ -408,7 +410,7 @@ def test_warm_start_refuses_objectives_other_than_time(db, caches, space_def):
 
 def test_python_started_in_the_checkout_still_gets_the_real_kernel_tuner():
     """The checkout root is the package, so its kernel_tuner.py sits on sys.path there."""
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     code = ("import kernel_tuner, tunedb.kernel_tuner as t\n"
             "print(hasattr(kernel_tuner, 'tune_kernel'), t.WarmStart.__name__, kernel_tuner.util.__name__)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)

@@ -1,8 +1,8 @@
 """The record store contract (``tunedb.index.base.RecordStore``) run against every backend: the
 suite is ``tunedb.index.testing.store_tests`` (shipped in the package, so a third-party backend
 runs it the same way); each class here gives it one backend.  Backend-specific behaviour (crash
-safety, several processes, files on disk) is tested beside each backend (tests/test_store.py,
-tests/test_durability.py for Parquet, tests/index_tests/postgres_tests/test_postgres.py, tests/test_layered.py,
+safety, several processes, files on disk) is tested beside each backend (tests/index_tests/parquet_tests/test_store.py,
+tests/index_tests/parquet_tests/test_durability.py for Parquet, tests/index_tests/postgres_tests/test_postgres.py, tests/index_tests/test_layered.py,
 tests/index_tests/test_trust.py).
 
 PostgreSQL: the ``postgres_url`` fixture (tests/conftest.py) uses ``$TUNEDB_TEST_POSTGRES`` or
@@ -18,7 +18,7 @@ import tunedb
 from tunedb.index.base import RecordStore
 from tunedb.index.layered import LayeredStore
 from tunedb.index.testing import ReadOnlyStoreTests, RecordStoreTests, prefill
-from tunedb.index.testing.store_tests import T1, recs  # noqa: F401 - tests/test_runs_store.py uses them
+from tunedb.index.testing.store_tests import T1, recs  # noqa: F401 - tests/index_tests/test_runs_store.py uses them
 from tunedb.index.trust import TrustedStore
 
 #: a trust policy that trusts every record the suite writes: the view must then answer as its store
@@ -103,7 +103,7 @@ BACKENDS = ["parquet", "memory", "postgres", "layered"]
 
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path) -> RecordStore:
-    """An empty store of each backend, for suites written as functions (tests/test_runs_store.py)."""
+    """An empty store of each backend, for suites written as functions (tests/index_tests/test_runs_store.py)."""
     if request.param == "postgres":
         s = tunedb.open(request.getfixturevalue("postgres_url"))
     elif request.param == "layered":

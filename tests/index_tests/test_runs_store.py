@@ -1,5 +1,5 @@
 """Tuning-run summaries (``RecordStore.add_run`` / ``runs``), one suite run against every backend
-of tests/test_store_contract.py (its ``store`` fixture: Parquet directory, memory, PostgreSQL,
+of tests/index_tests/test_store_contract.py (its ``store`` fixture: Parquet directory, memory, PostgreSQL,
 layered over Parquet), then what only the Parquet directory has: files in ``runs/``, torn files,
 a read-only (schema 1) DB, a SIGKILLed writer, ``tunedb copy``, pyarrow's view of ``records/``."""
 
@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
@@ -27,14 +26,14 @@ from tunedb.index.parquet.store import TuningDB
 from tunedb.index.postgres.store import PostgresStore
 from tunedb.index.trust import TrustedStore
 
-from helpers import run_cli
+from helpers import TESTS, run_cli
 
 #: the backends of the contract suite (Parquet, memory, PostgreSQL, layered over Parquet)
 store = contract.store
 T1, recs = contract.T1, contract.recs
 
 HEX = "0123456789abcdef" * 2
-DATA = Path(__file__).resolve().parent / "data"
+DATA = TESTS / "data"
 
 
 def reopen(s: RecordStore) -> RecordStore | None:

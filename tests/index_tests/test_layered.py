@@ -1,6 +1,6 @@
 """Layered stores (``tunedb.index.layered.LayeredStore``) and the CLI's ``--db``/``--also``/``--layers``.
 
-The whole RecordStore contract runs against a layered store in tests/test_store_contract.py;
+The whole RecordStore contract runs against a layered store in tests/index_tests/test_store_contract.py;
 these tests cover what only several layers have: ordered vs union answers, read-only lower
 layers (a read-only bind mount, so that even root cannot write), writes landing in the top
 layer, copies counted once, verdicts and invalidations across layers, nearest over all layers."""

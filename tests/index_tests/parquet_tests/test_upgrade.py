@@ -26,9 +26,9 @@ from tunedb.index.record import Record
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
-from helpers import ROOT, run_cli
+from helpers import ROOT, TESTS, run_cli
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = TESTS / "data"
 SRC = DATA / "db-schema1"
 EXPECTED = json.loads((DATA / "db-schema1.expected.json").read_text())
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import deltalake
 import pyarrow as pa
@@ -22,7 +21,9 @@ import tunedb
 from tunedb.index import Record, TuningDB
 from tunedb.index.testing import store_tests as contract
 
-HERE = Path(__file__).resolve().parent
+from helpers import TESTS
+
+HERE = TESTS
 T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12"}
 T2 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 13"}  # a toolchain upgrade: another target
 W = {"family": "matmul", "M": 64, "N": 64, "K": 64}
@@ -273,7 +274,7 @@ def test_a_batch_lookup_read_after_a_compaction_gives_the_same_records(tmp_path)
 
 # --------------------------------------------------------------------- moved from the contract suite
 # (what only the Parquet directory or the memory store does; the contract itself is
-# tunedb.index.testing.store_tests, run by tests/test_store_contract.py)
+# tunedb.index.testing.store_tests, run by tests/index_tests/test_store_contract.py)
 def test_context_manager_closes_and_keeps_data(tmp_path):
     with tunedb.open(tmp_path / "db") as s:
         s.commit(contract.recs(2))
@@ -332,11 +333,10 @@ def test_parquet_projection_of_a_schema1_db_reads_missing_columns_as_unknown(tmp
     """A schema-1 DB's files (and journal) lack host/origin: a projection of them reads ``""``
     (unknown), as the full read does, without failing on the missing column."""
     import shutil
-    from pathlib import Path
 
     from tunedb.index.parquet.store import TuningDB
 
-    src = Path(__file__).resolve().parent / "data" / "db-schema1"
+    src = TESTS / "data" / "db-schema1"
     shutil.copytree(src, tmp_path / "db")
     with TuningDB.open(tmp_path / "db") as db:
         assert db.schema_version == 1

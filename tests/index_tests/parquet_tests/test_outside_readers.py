@@ -27,9 +27,10 @@ import pytest
 from tunedb.index import TuningDB
 from tunedb.index.parquet.upgrade import upgrade
 
+from helpers import TESTS
 from outside_workers import records
 
-HERE = Path(__file__).parent
+HERE = TESTS
 WORKER = HERE / "outside_workers.py"
 SCHEMA1 = HERE / "data" / "db-schema1"
 OPS = ("commit", "fold", "recover", "compact", "dedup", "forget", "forget-target", "upgrade")
