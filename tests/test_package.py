@@ -181,3 +181,16 @@ def test_the_checkout_root_holds_no_module_that_shadows_another_package():
     for cwd in (ROOT, ROOT.parent):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, check=True)
         assert json.loads(out.stdout) == [True, True, True, "tunedb.transfer.integrations.kt_strategy"]
+
+
+def test_no_private_names_imported_across_modules():
+    """``from tunedb.x import _name`` is a private name of one module used by another: what is
+    shared is public where it belongs."""
+    mods = _modules()
+    bad = []
+    for m, f in mods.items():
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in mods and node.module != m:
+                bad += [f"{m} <- {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, "private names imported across modules: " + "; ".join(sorted(bad))

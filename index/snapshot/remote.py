@@ -54,7 +54,7 @@ def _short(e: BaseException) -> str:
     return first[:160]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"_tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
@@ -138,11 +138,11 @@ class Remote:
         etag = getattr(self, "_etag", None)
         (self.cache / OLD_SIGNATURE_FILE).unlink(missing_ok=True)
         if not ((self.cache / MANIFEST).exists() and (self.cache / MANIFEST).read_bytes() == data):
-            _atomic_write(self.cache / MANIFEST, data)
+            atomic_write(self.cache / MANIFEST, data)
         elif not etag:
             return
         if etag:
-            _atomic_write(self.cache / "manifest.etag", etag.encode())
+            atomic_write(self.cache / "manifest.etag", etag.encode())
         else:
             (self.cache / "manifest.etag").unlink(missing_ok=True)
 
@@ -205,7 +205,7 @@ class Remote:
                                     f"(the file changed behind the manifest)")
             got[i] = blk
         for i, blk in got.items():  # only verified data reaches the cache
-            _atomic_write(self._block_path(ref, i), blk)
+            atomic_write(self._block_path(ref, i), blk)
         return got
 
     def read_all(self, ref: dict, block_size: int) -> bytes:

@@ -352,7 +352,7 @@ class SnapshotStore(RecordStore):
         return d
 
     def _install_vectors(self, d: Path) -> None:
-        from tunedb.index.snapshot.remote import _atomic_write
+        from tunedb.index.snapshot.remote import atomic_write
 
         vec = self._man.get("vectors")
         if not vec:
@@ -361,8 +361,8 @@ class SnapshotStore(RecordStore):
         if (d / "manifest.json").exists() and (d / "manifest.json").read_bytes() == want:
             return
         for name, ref in sorted(vec["files"].items()):
-            _atomic_write(d / name, self._remote.read_all(ref, self._bs))
-        _atomic_write(d / "manifest.json", want)
+            atomic_write(d / name, self._remote.read_all(ref, self._bs))
+        atomic_write(d / "manifest.json", want)
 
     def change_token(self) -> tuple:
         return ("snapshot", self._url, self._sha)
