@@ -10,7 +10,8 @@ measurement around a per-(target, workload, config) cost, 3 % failed.
 
 Figures (cold client: a fresh cache directory each time):
   open            bytes and seconds to fetch the manifest (``tunedb.open``)
-  first_best      bytes and seconds of the first ``best`` of one (target, workload)
+  first_best      bytes and seconds of the first ``best`` of one (target, workload): the
+                  target's part list and the one part (``first_best_share``: with the manifest)
   first_nearest   bytes and seconds of the first ``nearest`` (entries + nearest-entry index)
   second_target   bytes of a ``best`` of another target after those
   tophub          bytes and seconds to download + parse the whole log and answer the same ``best``
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -102,6 +104,26 @@ def _batches(n: int, n_targets: int, seed: int = 0, *, only_targets=None, entrie
     return per_t
 
 
+def _cpu_model() -> str:
+    """``lscpu``'s model name (from /proc/cpuinfo), else what platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _inline_manifest_bytes(snap: Path) -> int:
+    """The size the manifest would have if it listed every part with its block hashes itself
+    (each target's part list inlined, JSON with indent 1): what per-target part-list files save."""
+    man = json.loads((snap / "manifest.json").read_text())
+    for t in man["targets"].values():
+        t["parts"] = json.loads((snap / t.pop("parts_file")["file"]).read_text())["parts"]
+    return len(json.dumps(man, sort_keys=True, indent=1).encode()) + 1
+
+
 def _dir_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
@@ -151,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("bench_publish: nginx is needed (apt-get install -y nginx)")
     work = Path(a.workdir or tempfile.mkdtemp(prefix="tunedb-bench-publish-"))
     work.mkdir(parents=True, exist_ok=True)
-    res: dict = {"records": a.records, "targets": a.targets, "machine": platform.processor() or platform.machine()}
+    res: dict = {"records": a.records, "targets": a.targets, "machine": _cpu_model(),
+                 "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+    t_start = time.perf_counter()
     src = tunedb.open(work / "src")
     t0 = time.perf_counter()
     gen = _batches(a.records, a.targets)
@@ -164,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     res["snapshot_bytes"] = pub["bytes_total"]
     res["snapshot_files"] = pub["files"]
     res["parts"] = pub["parts"]
+    res["manifest_bytes"] = pub["manifest_bytes"]
+    res["manifest_inline_parts_bytes"] = _inline_manifest_bytes(work / "snap")
     res["log_bytes"] = _write_log(src, work / "www_log.jsonl")
     (work / "www").mkdir(exist_ok=True)
     shutil.move(str(work / "www_log.jsonl"), work / "www" / "tophub.jsonl")
@@ -245,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         src.close()
         if a.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+    res["total_s"] = round(time.perf_counter() - t_start, 1)
     if a.json:
         print(json.dumps(res, sort_keys=True))
     else:
