@@ -265,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             [c.config_key for c in src.best_costs(tk, wk, 3)]
         res["goals"] = {"one_target_share_le_2pct": res["first_best_share"] <= 0.02,
                         "first_best_le_1s": res["first_best_with_open_s"] <= 1.0,
-                        "republish_targets_le_3pct": res["republish_targets_share"] <= 0.03}
+                        "republish_targets_le_3pct": res["republish_targets_share"] <= 0.03,
+                        "republish_spread_le_3pct": res["republish_spread_share"] <= 0.03}
     finally:
         srv.stop()
         src.close()
