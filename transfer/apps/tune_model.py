@@ -142,160 +142,204 @@ def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, opti
 
     Raises ValueError (one line) for a target that is not a local preset, a task workload no
     kernel family accepts, or a budget smaller than the number of tasks to tune."""
-    from tunedb.transfer.search.jobs import local_job
-    from tunedb.transfer.search.tuner import TuneOptions, Tuner
-
-    opt = options or ModelOptions()
-    watch = runlog.Stopwatch(check_machine=getattr(backend, "name", "local") != "replay")
-    records_before = runlog.records_in(db)
-    jobs = [local_job(target, t.workload, backend) for t in model.tasks]  # validates every task first
-    tgt = jobs[0].target if jobs else dict(target)
-    n = len(jobs)
-    states = [TaskState(weight=float(t.weight)) for t in model.tasks]
-    defaults: list[float | None] = [None] * n
-    rows: list[dict | None] = [None] * n
-    tuners: dict[int, Tuner] = {}
-    history: list[list] = []
-    spent = 0
-    default_meas = default_hits = 0
-    default_measure_s = 0.0
+    run = ModelRun(db, model, target, options or ModelOptions(), progress, backend)
     interrupted = False
-    versus: dict[int, Any] = {}
-    from tunedb.index.keys import key_of
-
-    def note(event: str, i: int | None = None) -> None:
-        lat = model_latency(states, defaults)
-        history.append([spent, lat])
-        if progress:
-            progress({"event": event, "task": None if i is None else model.tasks[i].name,
-                      "evaluations": spent, "budget": opt.budget, "latency": lat,
-                      "source": None if i is None or rows[i] is None else rows[i]["source"]})
-
     try:
-        # 1. look up whole tasks
-        todo: list[int] = []
-        for i, (task, job) in enumerate(zip(model.tasks, jobs)):
-            hit = None if (opt.cold or not opt.reuse_hits) else _hit(db, job.target, job.workload, opt.hit_configs)
+        todo = run.look_up()
+        run.start_tasks(todo)
+        run.schedule()
+        run.confirm(todo)
+        run.measure_defaults()
+        run.versus_defaults(todo)
+    except KeyboardInterrupt:
+        interrupted = True
+    summary = run.summary(interrupted)
+    if interrupted:
+        raise ModelInterrupted(summary)
+    return summary
+
+
+class ModelRun:
+    """The state of one ``tune_model`` run and its steps (module docstring, steps 1-8), in the
+    order ``tune_model`` calls them.  Each task is a ``Tuner`` the scheduler steps round by round."""
+
+    def __init__(self, db: RecordStore, model: Model, target: Mapping[str, Any], opt: ModelOptions,
+                 progress: Callable[[dict], None] | None, backend: Any) -> None:
+        from tunedb.transfer.measure.jobs import local_job
+
+        self.db, self.model, self.opt, self.progress = db, model, opt, progress
+        self.watch = runlog.Stopwatch(check_machine=getattr(backend, "name", "local") != "replay")
+        self.records_before = runlog.records_in(db)
+        self.jobs = [local_job(target, t.workload, backend) for t in model.tasks]  # validates every task first
+        self.target = self.jobs[0].target if self.jobs else dict(target)
+        n = len(self.jobs)
+        self.states = [TaskState(weight=float(t.weight)) for t in model.tasks]
+        self.defaults: list[float | None] = [None] * n
+        self.rows: list[dict | None] = [None] * n
+        self.tuners: dict[int, Any] = {}       # task index -> its Tuner
+        self.history: list[list] = []          # [search evaluations, model latency]
+        self.spent = 0                         # search evaluations so far
+        self.default_meas = self.default_hits = 0
+        self.default_measure_s = 0.0
+        self.versus: dict[int, Any] = {}       # task index -> its Comparison with the default
+
+    def note(self, event: str, i: int | None = None) -> None:
+        """Append the model latency now to ``history`` and report ``event`` to ``progress``."""
+        lat = model_latency(self.states, self.defaults)
+        self.history.append([self.spent, lat])
+        if self.progress:
+            row = None if i is None else self.rows[i]
+            self.progress({"event": event, "task": None if i is None else self.model.tasks[i].name,
+                           "evaluations": self.spent, "budget": self.opt.budget, "latency": lat,
+                           "source": None if row is None else row["source"]})
+
+    def look_up(self) -> list[int]:
+        """Step 1: the tasks the DB answers whole become hits; the indices of the others (to
+        tune).  Raises ValueError when the budget cannot give each of those one evaluation."""
+        opt, todo = self.opt, []
+        for i, (task, job) in enumerate(zip(self.model.tasks, self.jobs)):
+            hit = None if (opt.cold or not opt.reuse_hits) else _hit(self.db, job.target, job.workload,
+                                                                     opt.hit_configs)
             if hit is None:
                 todo.append(i)
                 continue
             best, saved = hit
-            states[i].update(best.cost, 0)
-            states[i].alive = False
-            rows[i] = runlog.hit_task(job.workload, best.cost, weight=task.weight, name=task.name,
-                                      saved_s=saved, best_config=best.config)
-            note("hit", i)
+            self.states[i].update(best.cost, 0)
+            self.states[i].alive = False
+            self.rows[i] = runlog.hit_task(job.workload, best.cost, weight=task.weight, name=task.name,
+                                           saved_s=saved, best_config=best.config)
+            self.note("hit", i)
         if todo and opt.budget < len(todo):
             raise ValueError(f"--budget {opt.budget} is less than the {len(todo)} tasks to tune "
                              "(each needs at least one evaluation)")
-        # 2. each task's first round: its default config, then its seeds (warm) or the model's/random moves (cold)
+        return todo
+
+    def start_tasks(self, todo: list[int]) -> None:
+        """Step 2: each task's first round: its default config, then its seeds (warm) or the
+        model's/random moves (cold)."""
+        from tunedb.transfer.search.tuner import TuneOptions, Tuner
+
+        opt = self.opt
         per_first = max(1, min(opt.first, opt.budget // max(len(todo), 1)))
         for i in todo:
-            job = jobs[i]
+            job = self.jobs[i]
             topt = TuneOptions(budget=per_first, seed=opt.seed + i, cold=opt.cold, patience=None,
                                batch=opt.round, n_seeds=per_first, start_default=True,
                                confirm_top=opt.confirm_top, confirm_rounds=opt.confirm_rounds)
-            tu = Tuner(db, job.target, job.workload, job.space, job.backend, topt, **job.tuner_kwargs())
-            tuners[i] = tu
-            rows[i] = {"source": "pending"}
+            tu = Tuner(self.db, job.target, job.workload, job.space, job.backend, topt, **job.tuner_kwargs())
+            self.tuners[i] = tu
+            self.rows[i] = {"source": "pending"}
             tu.start()
-            spent += len(tu.evaluated)
-            states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
-            rows[i] = {"source": "warm" if tu.seeds_info else "cold"}
-            note("start", i)
-        # 3. the rest of the budget, round by round
-        while spent < opt.budget:
-            i = pick(states)
+            self.spent += len(tu.evaluated)
+            self.states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
+            self.rows[i] = {"source": "warm" if tu.seeds_info else "cold"}
+            self.note("start", i)
+
+    def schedule(self) -> None:
+        """Step 3: the rest of the budget, round by round, to the task the scheduler picks."""
+        opt = self.opt
+        while self.spent < opt.budget:
+            i = pick(self.states)
             if i is None:
                 break
-            tu = tuners[i]
-            grant = min(opt.round, opt.budget - spent)
+            tu = self.tuners[i]
+            grant = min(opt.round, opt.budget - self.spent)
             before = len(tu.evaluated)
             tu.opt.budget = before + grant
             alive = tu.step(grant)
-            spent += len(tu.evaluated) - before
-            states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
+            self.spent += len(tu.evaluated) - before
+            self.states[i].update(tu.best[0] if tu.best else None, len(tu.evaluated))
             if not alive and tu.stopped_by not in ("budget",) or len(tu.evaluated) == before:
-                states[i].alive = False
-            note("round", i)
-        # 4. noise guard on every tuned task
-        for i in todo:
-            tuners[i].confirm()
-            states[i].best = tuners[i].best[0] if tuners[i].best else math.inf
-        note("confirm")
-        # 5. the default-config latency: a reference, looked up or measured once (not a search
-        # evaluation: a warm task starts from its seeds, not from its default)
-        for i in range(n):
-            t0 = time.perf_counter()
-            _rec, cached = _default_cost(db, jobs[i])
-            default_measure_s += time.perf_counter() - t0
-            default_meas += 0 if cached else 1
-            default_hits += 1 if cached else 0
-        # 6. tuned vs default, by interleaved rounds
-        for i in todo:
-            res = tuners[i].result()
-            if res.best_config is None or key_of(res.best_config) == key_of(jobs[i].defaults):
-                continue
-            if not opt.versus_default:
-                continue
-            t0 = time.perf_counter()
-            versus[i] = versus_default(db, jobs[i], res.best_config, tuple(opt.decide_looks))
-            default_measure_s += time.perf_counter() - t0
-            default_meas += 2 * len(versus[i].a)
-    except KeyboardInterrupt:
-        interrupted = True
+                self.states[i].alive = False
+            self.note("round", i)
 
-    tasks_out = []
-    for i, task in enumerate(model.tasks):
-        default_est = _cost_of(db, jobs[i], jobs[i].defaults)
-        defaults[i] = None if default_est is None else default_est.value
-        if i in tuners:
-            res = tuners[i].result()
-            row = runlog.task_summary(res, weight=task.weight, source=rows[i]["source"], default_cost=defaults[i],
-                                      name=task.name)
-            row.update(_choose(db, jobs[i], res, default_est, versus.get(i), opt.versus_default))
-        elif rows[i] is not None and rows[i]["source"] == "hit":
-            row = rows[i]
-            best = db.best_costs(jobs[i].target, jobs[i].workload, 1)  # (the default may have just joined)
+    def confirm(self, todo: list[int]) -> None:
+        """Step 4: the noise guard (``Tuner.confirm``) on every tuned task."""
+        for i in todo:
+            self.tuners[i].confirm()
+            self.states[i].best = self.tuners[i].best[0] if self.tuners[i].best else math.inf
+        self.note("confirm")
+
+    def measure_defaults(self) -> None:
+        """Step 5: the default-config latency: each task's default looked up or measured once
+        (a reference, not a search evaluation: a warm task starts from its seeds)."""
+        for job in self.jobs:
+            t0 = time.perf_counter()
+            _rec, cached = _default_cost(self.db, job)
+            self.default_measure_s += time.perf_counter() - t0
+            self.default_meas += 0 if cached else 1
+            self.default_hits += 1 if cached else 0
+
+    def versus_defaults(self, todo: list[int]) -> None:
+        """Step 6: each tuned task whose best is not its default, tested against it by interleaved rounds."""
+        if not self.opt.versus_default:
+            return
+        for i in todo:
+            res = self.tuners[i].result()
+            if res.best_config is None or _key(res.best_config) == _key(self.jobs[i].defaults):
+                continue
+            t0 = time.perf_counter()
+            self.versus[i] = versus_default(self.db, self.jobs[i], res.best_config, tuple(self.opt.decide_looks))
+            self.default_measure_s += time.perf_counter() - t0
+            self.default_meas += 2 * len(self.versus[i].a)
+
+    def task_row(self, i: int) -> dict:
+        """Task ``i``'s row of the summary (tuned, hit or not started); sets ``defaults[i]``."""
+        task, job = self.model.tasks[i], self.jobs[i]
+        default_est = _cost_of(self.db, job, job.defaults)
+        self.defaults[i] = None if default_est is None else default_est.value
+        if i in self.tuners:
+            res = self.tuners[i].result()
+            row = runlog.task_summary(res, weight=task.weight, source=self.rows[i]["source"],
+                                      default_cost=self.defaults[i], name=task.name)
+            row.update(_choose(self.db, job, res, default_est, self.versus.get(i), self.opt.versus_default))
+        elif self.rows[i] is not None and self.rows[i]["source"] == "hit":
+            row = self.rows[i]
+            best = self.db.best_costs(job.target, job.workload, 1)  # (the default may have just joined)
             if best:
                 row.update({"best": best[0].cost, "best_config": best[0].config,
                             "best_estimate": best[0].estimate.to_dict(),
-                            "choice": "default" if key_of(best[0].config) == key_of(jobs[i].defaults) else "stored"})
-            row["default_cost"] = defaults[i]
+                            "choice": "default" if _key(best[0].config) == _key(job.defaults) else "stored"})
+            row["default_cost"] = self.defaults[i]
         else:  # not started (interrupted before it)
-            row = {"name": task.name, "workload": jobs[i].workload, "workload_key": key_of(jobs[i].workload),
+            row = {"name": task.name, "workload": job.workload, "workload_key": _key(job.workload),
                    "weight": float(task.weight), "source": "pending", "evaluations": 0, "measurements": 0,
                    "cache_hits": 0, "remeasurements": 0, "best": None, "best_config": None,
-                   "default_cost": defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted",
+                   "default_cost": self.defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted",
                    "origins": {}, "origin_split": {}}
         row["default_estimate"] = None if default_est is None else default_est.to_dict()
         row["layers"] = list(getattr(task, "layers", []) or [])
-        tasks_out.append(row)
-    bests = [r.get("best") for r in tasks_out]
-    latency = (sum(t.weight * b for t, b in zip(model.tasks, bests))
-               if bests and all(b is not None and math.isfinite(b) for b in bests) else None)
-    dl = [d for d in defaults]
-    default_latency = (sum(t.weight * d for t, d in zip(states, dl))
-                       if dl and all(d is not None and math.isfinite(d) for d in dl) else None)
-    n_hit = sum(1 for r in tasks_out if r["source"] == "hit")
-    summary = runlog.run_summary(
-        "tune-model", target=tgt, tasks=tasks_out, started=watch.started, wall_s=watch.elapsed(),
-        label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt), records_before=records_before,
-        model=model.name, eta=n_hit / n if n else None, machine=watch.machine,
-        measure_s=sum(float(t.get("measure_s") or 0.0) for t in tasks_out) + default_measure_s,
-        extra={"latency": latency, "default_latency": default_latency, "history": history,
-               "default_measurements": default_meas, "default_cache_hits": default_hits,
-               "interrupted": interrupted, "budget": opt.budget, "search_evaluations": spent,
-               "tasks_total": n, "tasks_hit": n_hit,
-               "tasks_warm": sum(1 for r in tasks_out if r["source"] == "warm"),
-               "tasks_cold": sum(1 for r in tasks_out if r["source"] == "cold"),
-               "omitted": list(getattr(model, "omitted", []) or [])})
-    summary["measurements"] += default_meas
-    summary["cache_hits"] += default_hits
-    summary["run_id"] = runlog.save_run(db, summary)
-    if interrupted:
-        raise ModelInterrupted(summary)
-    return summary
+        return row
+
+    def summary(self, interrupted: bool) -> dict:
+        """Steps 7-8: every task's row, the model latencies, the run summary (stored in the DB)."""
+        tasks_out = [self.task_row(i) for i in range(len(self.jobs))]
+        tasks = self.model.tasks
+        bests = [r.get("best") for r in tasks_out]
+        latency = (sum(t.weight * b for t, b in zip(tasks, bests))
+                   if bests and all(b is not None and math.isfinite(b) for b in bests) else None)
+        dl = list(self.defaults)
+        default_latency = (sum(t.weight * d for t, d in zip(self.states, dl))
+                           if dl and all(d is not None and math.isfinite(d) for d in dl) else None)
+        n, n_hit = len(self.jobs), sum(1 for r in tasks_out if r["source"] == "hit")
+        opt = self.opt
+        summary = runlog.run_summary(
+            "tune-model", target=self.target, tasks=tasks_out, started=self.watch.started,
+            wall_s=self.watch.elapsed(), label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt),
+            records_before=self.records_before, model=self.model.name, eta=n_hit / n if n else None,
+            machine=self.watch.machine,
+            measure_s=sum(float(t.get("measure_s") or 0.0) for t in tasks_out) + self.default_measure_s,
+            extra={"latency": latency, "default_latency": default_latency, "history": self.history,
+                   "default_measurements": self.default_meas, "default_cache_hits": self.default_hits,
+                   "interrupted": interrupted, "budget": opt.budget, "search_evaluations": self.spent,
+                   "tasks_total": n, "tasks_hit": n_hit,
+                   "tasks_warm": sum(1 for r in tasks_out if r["source"] == "warm"),
+                   "tasks_cold": sum(1 for r in tasks_out if r["source"] == "cold"),
+                   "omitted": list(getattr(self.model, "omitted", []) or [])})
+        summary["measurements"] += self.default_meas
+        summary["cache_hits"] += self.default_hits
+        summary["run_id"] = runlog.save_run(self.db, summary)
+        return summary
 
 
 def _choose(db: RecordStore | None, job: Any, res: Any, default_est: Any, test: Any, use_test: bool) -> dict:
@@ -342,4 +386,4 @@ def evaluations_to_reach(history: list[list], latency: float) -> int | None:
     return None
 
 
-__all__ = ["ModelOptions", "tune_model", "ModelInterrupted", "evaluations_to_reach"]
+__all__ = ["ModelOptions", "ModelRun", "tune_model", "ModelInterrupted", "evaluations_to_reach"]

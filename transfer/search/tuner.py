@@ -58,6 +58,14 @@ before the commit, ``lookup_or_measure(annotate=...)``; cache hits are stored re
 their meta).  ``TuneResult.origins`` counts the evaluations per origin and
 ``TuneResult.origin_split`` splits each into cache hits, new measurements and failed ones;
 ``Tuner(on_evaluation=...)`` sees every evaluation, in order, with its origin.
+
+Parts: the Tuner keeps the loop, the budget, the commits and the bookkeeping (this module);
+every reason to evaluate a config is a *proposal source* behind one interface
+(``tunedb.transfer.search.proposals``: ``start``, ``before_round``, ``propose``), one module
+each - ``lookups`` (exact, resume), ``seeds`` (the transferred seeds, the default first),
+``surrogate`` (RGPE), ``model`` (the cost model's ranked neighbours), ``random_fill``.  A new
+source is one module and one ``register`` (or ``Tuner(sources=[...])``); the loop does not
+change.
 """
 
 from __future__ import annotations
@@ -75,9 +83,10 @@ from tunedb.index.estimate import MIN_CONFIRMED, estimate, record_value
 from tunedb.index.estimate import rank as rank_configs
 from tunedb.index.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
-from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
-from tunedb.transfer.search.costmodel import default_model
-from tunedb.transfer.search.seeds import interleave, similarity_weights
+from tunedb.transfer.search.adapt import AdaptReport
+from tunedb.transfer.search.proposals import ProposalSource, Round
+from tunedb.transfer.search.proposals import sources as all_sources
+from tunedb.transfer.search.proposals.neighbours import Neighbourhood
 from tunedb.transfer.space import Space
 
 if TYPE_CHECKING:
@@ -228,7 +237,8 @@ class Tuner:
                  defaults: Mapping[str, Any] | None = None,
                  progress: Callable[[dict], None] | None = None, model: Any = None,
                  hardware_knobs: Mapping[str, str] | None = None,
-                 on_evaluation: Callable[[dict, Record, bool, str], None] | None = None):
+                 on_evaluation: Callable[[dict, Record, bool, str], None] | None = None,
+                 sources: list[ProposalSource] | None = None):
         self.db = db
         self.target = dict(target)
         self.workload = dict(workload)
@@ -252,35 +262,49 @@ class Tuner:
         self.seeds_info: list[dict] = []
         self.model = model
         self.model_info: dict = {}
-        self._model_seen = 0
-        self._entry_evals_at_fit = 0
         self._t0 = time.monotonic()
-        self._finite_matrix: np.ndarray | None = None
-        self._base: Any = None          # modelcache.BaseModel of the family (None: not resolved or none)
-        self._base_resolved = False
         self.timers: dict[str, float] = {}
         self.remeasurements = 0
         self.saved_s = 0.0      # seconds the cache hits' records took to measure (what the DB saved)
         self.confirmed: dict[str, dict] = {}
         self.stopped_by = "budget"
-        self._pending: list[dict] = []
         self._stale_rounds = 0
-        self._sources: list[dict] = []   # the seeds' source entries (seed_configs)
-        self._surrogate: Any = None       # the fitted RGPESurrogate (rgpe mode), None before
-        self._surrogate_n = -1            # own ok evaluations it was fitted on
-        self._surrogate_info: dict = {}
-        self._use_rgpe = False
         self.origin_counts: dict[str, dict[str, int]] = {}  # origin -> {"cache_hits", "measured", "failed"}
-        self._seed_src: dict[str, dict] = {}  # seed config signature -> its (most similar) source entry
+        # what the proposal sources share (``proposals.SearchState``)
+        self.pending: list[dict] = []          # seeds not evaluated yet, in the order they are to be tried
+        self.seed_sources: list[dict] = []     # the seeds' source entries: {"match", "adapted", "similarity"}
+        self.seed_src: dict[str, dict] = {}    # seed config signature -> its (most similar) source entry
+        self.surrogate_info: dict = {}         # TuneResult.surrogate
+        self._neighbourhood = Neighbourhood(space)
+        self.sources: list[ProposalSource] = all_sources() if sources is None else list(sources)
 
-    def _add_time(self, step: str, t0: float) -> None:
-        """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step``."""
+    # ------------------------------------------------- what the sources read
+    def add_time(self, step: str, t0: float) -> None:
+        """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step`` (``OVERHEAD_STEPS``)."""
         self.timers[step] = self.timers.get(step, 0.0) + time.perf_counter() - t0
 
-    # --------------------------------------------------------------- evaluate
-    def _remaining(self) -> int:
+    def remaining(self) -> int:
+        """Evaluations left in the budget."""
         return self.opt.budget - len(self.evaluated)
 
+    def neighbours(self, cfg: dict) -> list[dict]:
+        """The space's configs one knob away from ``cfg`` (``proposals.neighbours.Neighbourhood``)."""
+        return self._neighbourhood(cfg)
+
+    def predict(self, cands: list[dict]) -> np.ndarray | None:
+        """The cost model's predicted costs of ``cands`` (None without a model, for no
+        candidates, or when the model fails); timed as ``predict``."""
+        if self.model is None or not cands:
+            return None
+        t0 = time.perf_counter()
+        try:
+            return self.model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
+        except Exception:  # a model failure must never stop tuning
+            return None
+        finally:
+            self.add_time("predict", t0)
+
+    # --------------------------------------------------------------- evaluate
     def _out_of_time(self) -> bool:
         return self.opt.wall_s is not None and time.monotonic() - self._t0 > self.opt.wall_s
 
@@ -304,7 +328,7 @@ class Tuner:
         seed, ``seeded_from`` (its source entry: target_name, target_key, workload_key, similarity)."""
         out: dict[str, Any] = {"origin": origin}
         if origin == "seed":
-            src = self._seed_src.get(_sig(cfg))
+            src = self.seed_src.get(_sig(cfg))
             if src is not None:
                 out["seeded_from"] = dict(src)
         return out
@@ -315,7 +339,7 @@ class Tuner:
         todo: list[tuple[dict, str]] = []
         sigs: set[str] = set()
         for c, tag in tagged:
-            if self._remaining() - len(todo) <= 0:
+            if self.remaining() - len(todo) <= 0:
                 break
             s = _sig(c)
             if s in self.evaluated or s in sigs:
@@ -375,411 +399,6 @@ class Tuner:
         if self.on_evaluation is not None:
             self.on_evaluation(dict(cfg), rec, cached, origin)
 
-    # ------------------------------------------------------------------ seeds
-    def exact_configs(self) -> list[dict]:
-        if self.db is None:
-            return []
-        return [r.config for r in self.db.best(self.target, self.workload, k=3)]
-
-    def previous_configs(self) -> list[dict]:
-        """Configs this (target, workload) already has in the DB, oldest first (resume)."""
-        if self.db is None:
-            return []
-        try:
-            t = self.db.records(self.target, self.workload)
-        except (ValueError, TypeError):
-            return []
-        if t.num_rows == 0:
-            return []
-        import json
-
-        order = np.argsort(np.asarray(t.column("timestamp").cast("int64").to_numpy()), kind="stable")
-        cfgs = t.column("config").to_pylist()
-        out, seen = [], set()
-        for i in order.tolist():
-            if cfgs[i] not in seen:
-                seen.add(cfgs[i])
-                out.append(json.loads(cfgs[i]))
-        return out
-
-    def seed_configs(self) -> list[dict]:
-        """Adapted best configs of the nearest entries, in seed order (``seed_order``):
-        ``"similarity"`` interleaves the sources' lists (each best first) with per-source quotas
-        proportional to ``similarity ** similarity_power`` (``seeds.interleave``, de-duplicated);
-        ``"rank"`` sorts them by a global similarity-weighted rank sum.  Fills ``self._sources``
-        (one dict per source: match, adapted configs, similarity) for the surrogate."""
-        if self.db is None or self.opt.cold:
-            return []
-        t0 = time.perf_counter()
-        matches = self.db.nearest(self.target, self.workload, k=self.opt.k_neighbors + 1,
-                                  same_family=True, min_similarity=self.opt.min_similarity,
-                                  best_n=self.opt.top_per_neighbor)
-        self._add_time("retrieval", t0)
-        from tunedb.index.keys import key_of
-
-        tkey, wkey = key_of(self.target), key_of(self.workload)
-        scores: dict[str, float] = {}
-        cfg_of: dict[str, dict] = {}
-        self._sources = []
-        for m in matches:
-            if m.target_key == tkey and m.workload_key == wkey:
-                continue  # our own entry (a resumed run): its configs come back as cache hits anyway
-            if len(self._sources) >= self.opt.k_neighbors:
-                break
-            self.seeds_info.append({"from_target": m.target_name, "from_workload": m.workload,
-                                    "similarity": round(float(m.similarity), 6)})
-            w = max(float(m.similarity), 0.0) ** 8
-            best = [r.config for r in m.best[: self.opt.top_per_neighbor]]
-            scale = hardware_scale(m.target, self.target, self.hardware_knobs) if self.hardware_knobs else None
-            t0 = time.perf_counter()
-            adapted = adapt_many(best, self.space, self.defaults, self.adapt_report, scale,
-                                 source_target=m.target, dest_target=self.target,
-                                 family=self.workload.get("family"))
-            self._add_time("adapt", t0)
-            self._sources.append({"match": m, "adapted": adapted, "similarity": float(m.similarity)})
-            src = {"target_name": m.target_name, "target_key": m.target_key, "workload_key": m.workload_key,
-                   "similarity": round(float(m.similarity), 6)}
-            for c in adapted:  # a config several sources give is credited to the most similar one
-                old = self._seed_src.get(_sig(c))
-                if old is None or src["similarity"] > old["similarity"]:
-                    self._seed_src[_sig(c)] = src
-            n = max(len(adapted), 1)
-            for rank, c in enumerate(adapted):
-                s = _sig(c)
-                cfg_of[s] = c
-                scores[s] = scores.get(s, 0.0) + w * (1.0 - rank / (n + 1))
-        if self.opt.seed_order == "rank":
-            order = sorted(scores, key=lambda s: (-scores[s], s))
-            return [cfg_of[s] for s in order]
-        if self.opt.seed_order != "similarity":
-            raise ValueError(f"seed_order must be 'similarity' or 'rank', not {self.opt.seed_order!r}")
-        weights = similarity_weights([src["similarity"] for src in self._sources], self.opt.similarity_power)
-        for info, w in zip(self.seeds_info, weights):
-            info["seed_weight"] = round(w, 6)
-        return interleave([src["adapted"] for src in self._sources], weights, key=_sig)
-
-    def _rank_with_default(self, seeds: list[dict]) -> list[dict]:
-        """The family's default config for this target first, then the seeds: the first
-        ``max(n_seeds, 4)`` ordered by the cost model when it has seen this target (its
-        training records include the target's name), else in similarity order, the rest after.
-
-        Why the default first: it is derived from the target's vector width, registers and
-        caches, and measured on this machine it is often near the optimum (``bench_models.py``:
-        a MobileNet-v2 run warm-started from ResNet-18 whose first evaluations were model-ranked
-        seeds ended 1.3-2.2x slower than the default on 12 of 21 tasks that got one evaluation);
-        seeds then improve on it from the second evaluation, and no short run ends worse than
-        the default."""
-        default = dict(self.defaults)
-        seeds = [c for c in seeds if _sig(c) != _sig(default)]
-        head, tail = seeds[: max(self.opt.n_seeds, 4)], seeds[max(self.opt.n_seeds, 4):]
-        seen = getattr(self.model, "targets_", None) or []
-        pred = self._predict(head) if head and str(self.target.get("name", "")) in seen else None
-        if pred is not None:
-            head = [head[i] for i in np.argsort(pred, kind="stable")]
-        return [default] + head + tail
-
-    # ------------------------------------------------------------------ model
-    def _fit_model(self, force: bool = False) -> None:
-        """(Re)fit the cost model.  Warm: the family's base model (``_base_model``) corrected by
-        this entry's evaluations (``CorrectedModel``; the base alone below 3 of them); when the
-        family has fewer than ``modelcache.MIN_RECORDS`` ok records in the DB, as cold.  Cold: a
-        model of this run's own evaluations only (from 8 on)."""
-        if not self.opt.use_model:
-            return
-        own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
-        # every retrain_every new evaluations, and once a run is long every 10 % more of them:
-        # a refit costs time linear in the evaluations, so a fixed step would make it quadratic
-        step = max(self.opt.retrain_every, self._entry_evals_at_fit // 10)
-        if not force and len(own) - self._entry_evals_at_fit < step:
-            return
-        model = self._fit_cold(own) if self.opt.cold else self._fit_warm(own)
-        if model is None:
-            return
-        self.model = model
-        self._entry_evals_at_fit = len(own)
-        info = {"kind": type(getattr(model, "base", model)).__name__, "records": model.n_records_,
-                "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
-                "fits": self.model_info.get("fits", 0) + 1}
-        if self._base is not None and not self.opt.cold:
-            info["base"] = self._base.info()
-        self.model_info = info
-
-    def _fit_cold(self, own: list[tuple[dict, float]]) -> Any:
-        """A model of this run's own evaluations (None below 8 of them or when fitting fails)."""
-        if len(own) < 8:
-            return None
-        t0 = time.perf_counter()
-        model = default_model(seed=self.opt.seed)
-        try:
-            model.fit([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own),
-                      [v for _, v in own], seed=self.opt.seed, holdout=0)
-        except Exception as e:  # a model failure must never stop tuning
-            self.model_info = {"error": f"{type(e).__name__}: {e}"}
-            return None
-        finally:
-            self._add_time("model_update", t0)
-        return model
-
-    def _fit_warm(self, own: list[tuple[dict, float]]) -> Any:
-        """The base model corrected by ``own`` (None without a DB or when fitting fails; a cold
-        model when the family has no base model)."""
-        if self.db is None:
-            return None
-        try:
-            base = self._base_model()
-        except Exception as e:  # a model failure must never stop tuning
-            self.model_info = {"error": f"{type(e).__name__}: {e}"}
-            return None
-        if base is None:
-            return self._fit_cold(own)
-        t0 = time.perf_counter()
-        try:
-            m = base.model
-            X = m.features_.matrix([c for c, _ in own], [self.workload] * len(own), [self.target] * len(own))
-            return m.corrected(X, np.log(np.asarray([v for _, v in own], np.float64)), seed=self.opt.seed)
-        except Exception as e:  # a model failure must never stop tuning
-            self.model_info = {"error": f"{type(e).__name__}: {e}"}
-            return None
-        finally:
-            self._add_time("model_update", t0)
-
-    def _base_model(self) -> Any:
-        """The family's ``modelcache.BaseModel`` (None when it has too few records), resolved
-        once per run (counting the DB's records to notice other processes' commits would read
-        every partition of a big DB; the run's own evaluations reach the model through its
-        correction)."""
-        assert self.db is not None
-        if self._base_resolved:
-            return self._base
-        from tunedb.transfer.search.modelcache import base_model
-
-        t0 = time.perf_counter()
-        try:
-            # the base model is a function of the DB's content alone (seed 0), so every run shares it
-            self._base = base_model(self.db, self.workload.get("family"), seed=0,
-                                    refit_fraction=self.opt.refit_fraction, use_cache=self.opt.model_cache)
-            self._base_resolved = True
-        finally:
-            self._add_time("model_base", t0)
-        return self._base
-
-    def _predict(self, cands: list[dict]) -> np.ndarray | None:
-        if self.model is None or not cands:
-            return None
-        t0 = time.perf_counter()
-        try:
-            return self.model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
-        except Exception:
-            return None
-        finally:
-            self._add_time("predict", t0)
-
-    # -------------------------------------------------------------- surrogate
-    def _encode(self, cfgs: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of knob value indices (float64, one column per knob of the space) and a mask of
-        the configs whose every knob value is one of the space's (only those are encoded)."""
-        vals = self._value_codes()
-        names = self.space.names
-        X = np.zeros((len(cfgs), len(names)))
-        ok = np.array([isinstance(c, Mapping) for c in cfgs], bool)
-        missing = object()
-        for j, n in enumerate(names):
-            table, memo = vals[j], {}
-            col = X[:, j]
-            for r, c in enumerate(cfgs):
-                if not ok[r]:
-                    continue
-                v = c.get(n, missing)
-                try:
-                    key = (v.__class__, v)  # (1, 1.0 and True are different values of a knob)
-                    code = memo[key] if key in memo else memo.setdefault(key, table.get(repr(v)))
-                except TypeError:  # an unhashable value (a list)
-                    code = table.get(repr(v))
-                if code is None:
-                    ok[r] = False
-                else:
-                    col[r] = code
-        return X, ok
-
-    def _value_codes(self) -> list[dict]:
-        if getattr(self, "_value_index", None) is None:
-            self._value_index = [{repr(v): i for i, v in enumerate(k.values)} for k in self.space.knobs]
-        return self._value_index
-
-    def _init_surrogate(self) -> None:
-        """Decide the run's ranking (``surrogate``) and, for rgpe, fit one ``SourceModel`` per
-        source entry on all of its records (best ok cost per config, log seconds; configs that
-        only failed there: inf)."""
-        mode = self.opt.surrogate
-        if mode not in (None, "rgpe", "model"):
-            raise ValueError(f"surrogate must be 'rgpe', 'model' or None, not {mode!r}")
-        if self.opt.acquisition not in ("ei", "mean"):
-            raise ValueError(f"acquisition must be 'ei' or 'mean', not {self.opt.acquisition!r}")
-        self._use_rgpe = False
-        if self.opt.cold or mode == "model" or self.db is None or not self._sources:
-            return
-        if mode is None and len(self._sources) < 2:
-            return
-        import json
-
-        from tunedb.transfer.search.surrogate import SourceModel
-
-        t0 = time.perf_counter()
-        self._scale = np.array([max(len(k.values) - 1, 1) for k in self.space.knobs], np.float64)
-        self._source_models: dict[int, Any] = {}
-        try:
-            for i, src in enumerate(self._sources):
-                m = src["match"]
-                t = self.db.records(m.target, m.workload, columns=["config", "cost", "status"])
-                best: dict[str, float] = {}
-                for c, v, st in zip(t.column("config").to_pylist(), t.column("cost").to_pylist(),
-                                    t.column("status").to_pylist()):
-                    ok = st == "ok" and v is not None and 0 < v < math.inf
-                    best[c] = min(best.get(c, math.inf), v if ok else math.inf)
-                if not best:
-                    continue
-                X, enc = self._encode([json.loads(c) for c in best])
-                y = np.log(np.asarray(list(best.values()), np.float64))
-                if enc.sum() >= 3 and np.isfinite(y[enc]).sum() >= 3:
-                    self._source_models[i] = SourceModel().fit(X[enc], y[enc], self._scale)
-        finally:
-            self._add_time("model_update", t0)
-        if len(self._source_models) >= (1 if mode == "rgpe" else 2):
-            self._use_rgpe = True
-            self._surrogate_info = {"sources": [self._sources[i]["match"].target_name for i in self._source_models],
-                                    "weights": [], "trace": []}
-
-    def _consensus_first(self, seeds: list[dict]) -> list[dict]:
-        """``seeds`` with the ``consensus_seeds`` of them that the sources agree on most first: the
-        lowest similarity-weighted mean of the sources' standardised log costs (rgpe only)."""
-        k = self.opt.consensus_seeds
-        if not self._use_rgpe or k <= 0 or len(seeds) < 2:
-            return seeds
-        X, enc = self._encode(seeds)
-        if not enc.any():
-            return seeds
-        idx = list(self._source_models)
-        w = np.asarray(similarity_weights([self._sources[i]["similarity"] for i in idx], self.opt.similarity_power))
-        score = np.full(len(seeds), np.inf)
-        Z = np.vstack([(m.predict(X[enc]) - m.mean_) / m.std_ for m in self._source_models.values()])
-        score[enc] = w @ Z
-        top = [int(i) for i in np.argsort(score, kind="stable")[:k]]
-        return [seeds[i] for i in top] + [c for i, c in enumerate(seeds) if i not in top]
-
-    def _fit_surrogate(self) -> None:
-        """Refit the ensemble's weights on this run's ok evaluations (from ``surrogate_after`` of
-        them on, whenever there is a new one) and drop the pending seeds of sources it no longer
-        believes (``_believed_seeds``)."""
-        if not self._use_rgpe:
-            return
-        own = [(self.configs[s], c) for s, c in self.evaluated.items() if 0 < c < math.inf]
-        if len(own) < max(self.opt.surrogate_after, 2) or len(own) == self._surrogate_n:
-            return
-        from tunedb.transfer.search.surrogate import RGPESurrogate
-
-        t0 = time.perf_counter()
-        try:
-            X, enc = self._encode([c for c, _ in own])
-            y = np.log(np.asarray([v for _, v in own], np.float64))
-            sur = RGPESurrogate(random_state=self.opt.seed).fit(X[enc], y[enc], list(self._source_models.values()),
-                                                               scale=self._scale)
-        except Exception as e:  # a surrogate failure must never stop tuning: the cost model ranks instead
-            self._surrogate_info["error"] = f"{type(e).__name__}: {e}"
-            self._use_rgpe = False
-            return
-        finally:
-            self._add_time("model_update", t0)
-        self._surrogate, self._surrogate_n = sur, len(own)
-        w = [round(float(v), 4) for v in sur.weights_]
-        self._surrogate_info["weights"] = w
-        self._surrogate_info["trace"].append([len(self.evaluated)] + w)
-        self._pending = self._believed_seeds()
-
-    def _source_weight(self) -> dict[int, float]:
-        """Source index -> the surrogate's weight (sources without a model: ``min_source_weight``)."""
-        w = {i: self.opt.min_source_weight for i in range(len(self._sources))}
-        if self._surrogate is not None:
-            for i, v in zip(self._source_models, self._surrogate.weights_[:-1]):
-                w[i] = float(v)
-        return w
-
-    def _believed_seeds(self) -> list[dict]:
-        """The sources' untried seeds interleaved by the surrogate's weights (``seeds.interleave``);
-        a source weighed below ``min_source_weight`` gives none."""
-        w = self._source_weight()
-        lists = [[c for c in src["adapted"] if _sig(c) not in self.tried] for src in self._sources]
-        ws = [w[i] if w[i] >= self.opt.min_source_weight else 0.0 for i in range(len(lists))]
-        return interleave(lists, ws, key=_sig)
-
-    def _surrogate_pool(self, pending: list[dict], exclude: set[str]) -> tuple[list[dict], np.ndarray, np.ndarray]:
-        """Candidates for the surrogate, not tried and not in ``exclude``, with their encoding
-        (``_encode``): every such config of a finite space (encoded once per run), else the
-        neighbours of the three best, the pending seeds and 64 random draws."""
-        if self.opt.surrogate_pool == "space" and self.space.finite is not None and len(self.space.finite) <= 200_000:
-            if getattr(self, "_finite_sigs", None) is None:
-                self._finite_all = list(self.space.finite)
-                self._finite_sigs = [_sig(c) for c in self._finite_all]
-                self._finite_X, self._finite_enc = self._encode(self._finite_all)
-            idx = [i for i, s in enumerate(self._finite_sigs) if s not in self.tried and s not in exclude]
-            return [self._finite_all[i] for i in idx], self._finite_X[idx], self._finite_enc[idx]
-        pool: dict[str, dict] = {}
-        ranked = sorted(((c, s) for s, c in self.evaluated.items() if c < math.inf), key=lambda x: x[0])
-        for _, s in ranked[:3]:
-            for n in self._neighbours(self.configs[s]):
-                pool.setdefault(_sig(n), n)
-        for c in pending:
-            pool.setdefault(_sig(c), c)
-        for _ in range(64):
-            try:
-                c = self.space.sample(self.rng)
-            except RuntimeError:
-                break
-            pool.setdefault(_sig(c), c)
-        cands = [c for s, c in pool.items() if s not in self.tried and s not in exclude]
-        X, enc = self._encode(cands)
-        return cands, X, enc
-
-    def _surrogate_batch(self, pending: list[dict], n: int) -> list[dict]:
-        """``n`` candidates: up to ``seed_slots`` believed seeds, then the surrogate's best."""
-        chosen = [c for c in pending if _sig(c) not in self.tried][: min(self.opt.seed_slots, n)]
-        if len(chosen) >= n:
-            return chosen
-        pool, X, enc = self._surrogate_pool(pending, {_sig(c) for c in chosen})
-        if not pool:
-            return chosen
-        t0 = time.perf_counter()
-        try:
-            pred = np.full(len(pool), np.inf)
-            if enc.any():
-                if self.opt.acquisition == "ei":
-                    pred[enc] = -self._surrogate.expected_improvement(X[enc])
-                    self._surrogate_info["gp"] = {k: round(float(v), 6) for k, v in self._surrogate.gp_.items()}
-                else:
-                    pred[enc] = self._surrogate.predict(X[enc])
-        finally:
-            self._add_time("predict", t0)
-        order = np.argsort(pred, kind="stable")
-        return chosen + [pool[i] for i in order[: n - len(chosen)]]
-
-    # ------------------------------------------------------------ neighbours
-    def _neighbours(self, cfg: dict) -> list[dict]:
-        if self.space.finite is None:
-            return self.space.neighbours(cfg)
-        if self._finite_matrix is None:
-            names = self.space.names
-            vals = [{repr(v): i for i, v in enumerate(k.values)} for k in self.space.knobs]
-            self._finite_list = list(self.space.finite)
-            self._finite_matrix = np.array([[vals[j].get(repr(c[n]), -1) for j, n in enumerate(names)]
-                                            for c in self._finite_list], np.int32)
-            self._value_index = vals
-        v = np.array([self._value_index[j].get(repr(cfg[n]), -1) for j, n in enumerate(self.space.names)],
-                     np.int32)
-        d = (self._finite_matrix != v).sum(1)
-        idx = np.flatnonzero(d == 1)
-        if len(idx) < 6:
-            idx = np.flatnonzero((d >= 1) & (d <= 2))
-        return [self._finite_list[i] for i in idx]
-
     # ------------------------------------------------------------------- run
     def run(self) -> TuneResult:
         """Tune until the budget, the wall time or the patience (when set) runs out (or Ctrl-C), then
@@ -795,46 +414,22 @@ class Tuner:
         return self._result(self.stopped_by, self.stopped_by == "interrupted", time.perf_counter() - t_run)
 
     def start(self) -> None:
-        """The run's first evaluations: the exact entry's bests (``use_exact``), what this entry
-        already holds (resume), then the first seeds (or the default and random configs).
-        A task scheduler calls ``start`` and then ``step`` round by round."""
+        """The run's first evaluations: every proposal source's ``start``, in order (the exact
+        entry's bests, what this entry already holds, the seeds and the models behind them,
+        the default and the first seeds); each source's configs are evaluated before the next
+        source starts.  A task scheduler calls ``start`` and then ``step`` round by round."""
         self._t_start = time.perf_counter()
         self.stopped_by = "budget"
-        if self.opt.use_exact:
-            self.evaluate(self.exact_configs(), "exact")
-        if not self.opt.cold:
-            # resume: what this entry already holds is answered first, from the DB
-            t0 = time.perf_counter()
-            prev = [c for c in self.previous_configs() if self.space.is_valid(c)]
-            self._add_time("resume", t0)
-            self.evaluate(prev, "resume")
-        seeds = [] if self.opt.cold else self.seed_configs()
-        if not self.opt.cold:
-            self._fit_model(force=True)
-            self._init_surrogate()
-            seeds = self._consensus_first(seeds)
-        if seeds and self.defaults and self.space.is_valid(self.defaults):
-            seeds = self._rank_with_default(seeds)
-        first = seeds[: self.opt.n_seeds]
-        default_sig = _sig(self.defaults) if self.defaults else None
-        tags = ["default" if _sig(c) == default_sig else "seed" for c in first]
-        if not first:
-            # no history to seed from: a warm run starts from the family's default config,
-            # a cold run (the comparison baseline) from random configs only
-            default = None
-            use_default = (not self.opt.cold) if self.opt.start_default is None else self.opt.start_default
-            if use_default and self.defaults and self.space.is_valid(self.defaults):
-                default = dict(self.defaults)
-            first = ([default] if default else []) + [self.space.sample(self.rng) for _ in range(3)]
-            tags = (["default"] if default else []) + ["random"] * 3
-        self.evaluate(first, tags)
-        self._pending = seeds[self.opt.n_seeds:]
+        for src in self.sources:
+            tagged = src.start(self)
+            if tagged:
+                self.evaluate([c for c, _ in tagged], [o for _, o in tagged])
         self._stale_rounds = 0
 
     def step(self, max_evaluations: int | None = None) -> bool:
         """One local-search round (at most ``max_evaluations`` evaluations, default the batch);
         False when the run is over (``stopped_by`` says why: budget, wall_time, patience, exhausted)."""
-        if self._remaining() <= 0:
+        if self.remaining() <= 0:
             self.stopped_by = "budget"
             return False
         if self._out_of_time():
@@ -844,17 +439,32 @@ class Tuner:
             self.stopped_by = "patience"
             return False
         before = self.best[0] if self.best else math.inf
-        self._fit_model()
-        self._fit_surrogate()
-        batch, tags = self._next_batch(self._pending, max_evaluations)
+        for src in self.sources:
+            src.before_round(self)
+        batch, tags = self._propose(max_evaluations)
         if not batch:
             self.stopped_by = "exhausted"
             return False
-        self._pending = [c for c in self._pending if _sig(c) not in self.tried]
+        self.pending = [c for c in self.pending if _sig(c) not in self.tried]
         self.evaluate(batch, tags)
         after = self.best[0] if self.best else math.inf
         self._stale_rounds = self._stale_rounds + 1 if after >= before else 0
-        return self._remaining() > 0
+        return self.remaining() > 0
+
+    def _propose(self, cap: int | None = None) -> tuple[list[dict], list[str]]:
+        """The next round: a ``Round`` of ``batch`` places (``cap`` when given, never past the
+        budget) filled by every source's ``propose``, in order; its configs and their origins.
+        Its time, less the model's predictions, counts as ``candidates``."""
+        t0 = time.perf_counter()
+        pred_before = self.timers.get("predict", 0.0)
+        try:
+            rnd = Round(min(self.opt.batch if cap is None else max(cap, 1), self.remaining()))
+            for src in self.sources:
+                src.propose(self, rnd)
+            return rnd.configs, rnd.origins
+        finally:
+            self.timers["candidates"] = (self.timers.get("candidates", 0.0) + time.perf_counter() - t0
+                                         - (self.timers.get("predict", 0.0) - pred_before))
 
     # ---------------------------------------------------------------- confirm
     def confirm(self) -> None:
@@ -981,7 +591,7 @@ class Tuner:
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
             adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over,
             remeasurements=self.remeasurements, confirmed=self.confirmed, saved_s=round(self.saved_s, 6),
-            surrogate=self._surrogate_info,
+            surrogate=self.surrogate_info,
             origins={o: c["cache_hits"] + c["measured"] for o, c in self._ordered_origins()},
             origin_split={o: dict(c) for o, c in self._ordered_origins()})
 
@@ -995,74 +605,3 @@ class Tuner:
         since ``start``)."""
         return self._result(self.stopped_by, self.stopped_by == "interrupted",
                             time.perf_counter() - getattr(self, "_t_start", time.perf_counter()))
-
-    def _next_batch(self, pending: list[dict], cap: int | None = None) -> tuple[list[dict], list[str]]:
-        """The next round's candidates and their origins: neighbours of the three best configs
-        and the pending seeds, ranked by the model (random order without one), plus an epsilon
-        share of random draws.  A chosen seed config is ``seed``; another config is ``model``
-        when the model or surrogate ranked it, ``random`` when drawn or picked in random order.
-        Its time, less the model's, counts as ``candidates``."""
-        t0 = time.perf_counter()
-        pred_before = self.timers.get("predict", 0.0)
-        try:
-            return self._next_batch_untimed(pending, cap)
-        finally:
-            self.timers["candidates"] = (self.timers.get("candidates", 0.0) + time.perf_counter() - t0
-                                         - (self.timers.get("predict", 0.0) - pred_before))
-
-    def _tag(self, cands: list[dict], ranked: str) -> list[str]:
-        """Origins of ``cands`` chosen by ``ranked`` (``model`` / ``random``): seed configs are ``seed``."""
-        return ["seed" if _sig(c) in self._seed_src else ranked for c in cands]
-
-    def _next_batch_untimed(self, pending: list[dict], cap: int | None = None) -> tuple[list[dict], list[str]]:
-        b = min(self.opt.batch if cap is None else max(cap, 1), self._remaining())
-        if self._use_rgpe and self._surrogate is not None:
-            n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon)
-            chosen = self._surrogate_batch(pending, b - n_rand)
-            return self._fill_random(chosen, b, self._tag(chosen, "model"))
-        ranked = sorted(((c, s) for s, c in self.evaluated.items()), key=lambda x: x[0])
-        pool: dict[str, dict] = {}
-        for _, s in ranked[:3]:
-            if ranked and ranked[0][0] == math.inf:
-                break
-            for n in self._neighbours(self.configs[s]):
-                ns = _sig(n)
-                if ns not in self.tried:
-                    pool.setdefault(ns, n)
-        for c in pending:
-            s = _sig(c)
-            if s not in self.tried:
-                pool.setdefault(s, c)
-        cands = list(pool.values())
-        n_rand = sum(1 for _ in range(b) if self.rng.random() < self.opt.epsilon) if cands else b
-        chosen: list[dict] = []
-        pred = self._predict(cands)
-        if pred is not None:
-            order = np.argsort(pred, kind="stable")
-            chosen = [cands[i] for i in order[: b - n_rand]]
-            tags = self._tag(chosen, "model")
-        else:
-            self.rng.shuffle(cands)
-            chosen = cands[: b - n_rand]
-            tags = self._tag(chosen, "random")
-        return self._fill_random(chosen, b, tags)
-
-    def _fill_random(self, chosen: list[dict], b: int, tags: list[str]) -> tuple[list[dict], list[str]]:
-        """``chosen`` (with its origins ``tags``) topped up to ``b`` configs with untried random
-        draws (origin ``random``)."""
-        chosen, tags = list(chosen), list(tags)
-        sigs = {_sig(c) for c in chosen}
-        tries = 0
-        while len(chosen) < b and tries < 50 * b:
-            tries += 1
-            try:
-                c = self.space.sample(self.rng)
-            except RuntimeError:
-                break
-            s = _sig(c)
-            if s not in self.tried and s not in sigs:
-                chosen.append(c)
-                tags.append("random")
-                sigs.add(s)
-        return chosen, tags
-

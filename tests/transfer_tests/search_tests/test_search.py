@@ -17,6 +17,7 @@ from tunedb.index import TuningDB
 from tunedb.index.memory import MemoryStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
+from tunedb.transfer.search.proposals.seeds import transferred_seeds
 from tunedb.transfer.search.surrogate import RGPESurrogate
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
@@ -313,20 +314,21 @@ def test_warm_seeds_interleave_the_nearest_devices_bests_by_similarity(history_d
     held = replay[HELD]
     t = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
               TuneOptions(budget=10, seed=0))
-    seeds = t.seed_configs()
+    seeds = transferred_seeds(t)
     info = t.seeds_info
     sims = [s["similarity"] for s in info]
     assert sims == sorted(sims, reverse=True) and len(info) == len(SOURCES)
     weights = [s["seed_weight"] for s in info]
     assert sum(weights) == pytest.approx(1.0, abs=1e-5) and weights == sorted(weights, reverse=True)
-    firsts = {json.dumps(src["adapted"][0], sort_keys=True): i for i, src in enumerate(t._sources)}
+    firsts = {json.dumps(src["adapted"][0], sort_keys=True): i for i, src in enumerate(t.seed_sources)}
     # the two most similar devices (near-equal weights) give the first two seeds: each its best
     assert [firsts.get(json.dumps(c, sort_keys=True)) for c in seeds[:2]] == [0, 1]
     # every device's best is among the first len(SOURCES) + 2 seeds: no device's 8 configs crowd out another's best
     head = {json.dumps(c, sort_keys=True) for c in seeds[: len(SOURCES) + 2]}
     assert sum(1 for k in firsts if k in head) >= 3
     old = Tuner(history_db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
-                TuneOptions(budget=10, seed=0, seed_order="rank")).seed_configs()
+                TuneOptions(budget=10, seed=0, seed_order="rank"))
+    old = transferred_seeds(old)
     assert sorted(map(json.dumps, old)) == sorted(map(json.dumps, seeds))  # same configs, another order
 
 
@@ -364,7 +366,7 @@ def test_rgpe_surrogate_stops_following_a_source_that_ranks_the_device_backwards
     a = sur["sources"].index("NVIDIA RTX A6000")
     assert sur["trace"] and all(row[1 + m] < 0.05 for row in sur["trace"])
     assert sum(sur["weights"]) == pytest.approx(1.0, abs=1e-3) and sur["weights"][a] > 0.5
-    mirror_best = {json.dumps(c, sort_keys=True) for c in t._sources[[s["match"].target_name for s in t._sources]
+    mirror_best = {json.dumps(c, sort_keys=True) for c in t.seed_sources[[s["match"].target_name for s in t.seed_sources]
                                                                       .index("Mirror GPU")]["adapted"]}
     after = [json.dumps(c, sort_keys=True) for c in list(t.configs.values())[4:]]
     assert not mirror_best & set(after)
