@@ -41,8 +41,7 @@ from typing import Any
 from kernel_tuner.strategies.wrapper import OptAlg
 
 import tunedb
-from tunedb.kernel_tuner import WarmStart
-from tunedb.transfer.search.tuner import TuneOptions
+from tunedb.kernel_tuner import WarmStart, warm_start_options
 
 
 def case_of(tuning_options: Any) -> tuple[str, str]:
@@ -83,7 +82,7 @@ class TunedbWarmStart(OptAlg):
         db_dir, index = claim_copy(self.root, kernel, gpu)
         t0 = time.perf_counter()
         db = tunedb.open(str(db_dir))
-        strategy = WarmStart(db, TuneOptions(patience=None, seed=index))
+        strategy = WarmStart(db, warm_start_options(seed=index))
         n0 = len(func.results)
         try:
             results = strategy.tune(searchspace, func.runner, func.tuning_options)

@@ -390,14 +390,28 @@ def probed_device(device: str) -> dict | None:
     return None
 
 
+def warm_start_options(**overrides: Any) -> TuneOptions:
+    """The Tuner's options ``WarmStart`` runs with when given none: ``TuneOptions()`` with
+    ``patience=None`` (Kernel Tuner's max_fevals / time_limit end the run), ``top_per_neighbor=32``
+    and ``seed_slots=2``, then ``overrides`` (any ``TuneOptions`` field, e.g. ``seed``).
+
+    Why deeper seed lists than the Tuner's default (8 per source, 1 place a round): a Kernel
+    Tuner cache holds a device's whole searchspace, so every source has a long ranked list, and
+    on the shared convolution and dedispersion data (leave one GPU out) a held-out GPU's optimum
+    is often below the eighth place of the other GPUs' lists; two places a round for the 32 best
+    of each source the surrogate still believes reach it within 50-100 evaluations, where the
+    local search alone took 200-300 (``docs/methodology.md``)."""
+    return replace(TuneOptions(patience=None, top_per_neighbor=32, seed_slots=2), **overrides)
+
+
 class WarmStart:
     """A Kernel Tuner strategy whose search is tunedb's ``Tuner``: look up first (the DB answers
     what this target already has), search next (the nearest entries' best configs seed it, the
     cost model ranks neighbourhood moves inside Kernel Tuner's searchspace), store at the end of
     every measurement (each Kernel Tuner result is committed to ``db`` at once).
 
-    ``db``: any ``RecordStore``.  ``options``: the Tuner's options (default ``TuneOptions()`` with
-    ``patience=None``: Kernel Tuner's max_fevals / time_limit end the run); ``budget`` is always
+    ``db``: any ``RecordStore``.  ``options``: the Tuner's options (default
+    :func:`warm_start_options`; Kernel Tuner's max_fevals / time_limit end the run); ``budget`` is always
     set from Kernel Tuner's max_fevals.  ``target``: override the device (a name resolved through
     the catalog, or a target dict).  ``resume``: DB answers count towards max_fevals (a rerun does
     the remaining work only); False: max_fevals counts new Kernel Tuner fevals only.
@@ -410,7 +424,7 @@ class WarmStart:
                  target: str | Mapping[str, Any] | None = None, resume: bool = True,
                  include_db_results: bool = True, progress: Callable[[dict], None] | None = None) -> None:
         self.db = db
-        self.options = options if options is not None else TuneOptions(patience=None)
+        self.options = options if options is not None else warm_start_options()
         self.target = target
         self.resume = resume
         self.include_db_results = include_db_results

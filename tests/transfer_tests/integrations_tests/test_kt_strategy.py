@@ -22,7 +22,14 @@ from kernel_tuner.strategies.common import CostFunc  # noqa: E402
 
 from tunedb.index.keys import key_of  # noqa: E402
 from tunedb.index.memory import MemoryStore  # noqa: E402
-from tunedb.kernel_tuner import KernelTunerBackend, Recorder, WarmStart, target_of, workload_of  # noqa: E402
+from tunedb.kernel_tuner import (  # noqa: E402
+    KernelTunerBackend,
+    Recorder,
+    WarmStart,
+    target_of,
+    warm_start_options,
+    workload_of,
+)
 from tunedb.transfer.interop import collect  # noqa: E402
 from tunedb.transfer.measure.backend import lookup_or_measure  # noqa: E402
 
@@ -415,3 +422,16 @@ def test_python_started_in_the_checkout_still_gets_the_real_kernel_tuner():
             "print(hasattr(kernel_tuner, 'tune_kernel'), t.WarmStart.__name__, kernel_tuner.util.__name__)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
     assert out.stdout.split() == ["True", "WarmStart", "kernel_tuner.util"], out.stdout + out.stderr
+
+
+def test_warm_start_default_options_take_deeper_seed_lists():
+    """Without options WarmStart runs with ``warm_start_options()``: Kernel Tuner ends the run
+    (no patience), 32 seeds per source, two seed places a round; overrides keep the rest, and a
+    field TuneOptions lacks is refused."""
+    ws = WarmStart(MemoryStore())
+    assert ws.options == warm_start_options()
+    assert (ws.options.patience, ws.options.top_per_neighbor, ws.options.seed_slots) == (None, 32, 2)
+    o = warm_start_options(seed=7, seed_slots=1)
+    assert (o.seed, o.seed_slots, o.top_per_neighbor, o.patience) == (7, 1, 32, None)
+    with pytest.raises(TypeError):
+        warm_start_options(no_such_option=1)
