@@ -3,4 +3,7 @@ serves as it is (``tunedb publish`` writes one; ``tunedb.open("https://host/path
 one lazily).  ``format``: the manifest and its files (what writer and reader agree on);
 ``remote``: fetching with HTTP ranges, verified blocks and a local cache; ``store``: the
 read-only :class:`~tunedb.index.snapshot.store.SnapshotStore`; ``signing``: ed25519 keys and
-signatures of the manifest.  See docs/publishing.md."""
+signatures of the manifest; ``versions``: the highest snapshot version read per URL (rollback
+protection).  A snapshot's publisher and the network are not trusted: ``format`` validates
+every manifest and part list, ``remote`` bounds every request in time and size and keeps it
+under the snapshot's URL.  See docs/publishing.md."""

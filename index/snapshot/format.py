@@ -35,6 +35,37 @@ Signature.  A signed manifest holds ``"signature": {"alg": "ed25519", "value": <
 ed25519 signature of :func:`signed_bytes` of the manifest: the canonical encoding (sorted keys,
 no whitespace, UTF-8) of the manifest's JSON without its ``signature``.  Manifest and signature
 are one file, replaced in one rename, so a reader never sees one without the other.
+
+Versions.  ``version`` (an int, 1 for the first snapshot published into a directory, the
+previous one's + 1 on every republish) and ``published`` (an ISO 8601 time) let a reader refuse
+a rollback: an older manifest, even one signed with the right key, after it has read a newer
+one (:mod:`tunedb.index.snapshot.store`).  A manifest without ``version`` (written before it
+existed) reads as version 0.
+
+Validation (a snapshot's publisher and the network are not trusted: a signature proves who
+published a manifest, not that its content is harmless).  :func:`check_manifest` and
+:func:`check_target_file` check the whole schema before anything is used, and refuse (one
+:class:`SnapshotError` line naming the field) anything else:
+
+* a content hash is exactly 64 lowercase hex digits;
+* a file name is one of the fixed forms the publisher writes -- ``data/<sha256>.parquet``,
+  ``targets/<sha256>.json``, ``entries/<sha256>.parquet``, ``vectors/<sha256>.parquet|faiss``,
+  ``verdicts/<sha256>.json`` -- in the folder its field calls for, and its hash is the
+  FileRef's ``sha256`` (:func:`check_file_ref`); so a name never holds ``..``, ``/`` at the
+  start, a backslash, ``%``, NUL, a scheme or anything else that could leave the snapshot's URL
+  prefix or a local directory (:data:`SAFE_NAME` is what a reader ever requests or derives a
+  path from);
+* ``bytes`` is an int in ``[0, MAX_FILE_BYTES]`` (a part list: ``MAX_PART_LIST_BYTES``),
+  ``blocks`` a list of ``max(1, ceil(bytes / block_size))`` hashes;
+* ``block_size`` is a power of two in ``[MIN_BLOCK_SIZE, MAX_BLOCK_SIZE]``;
+* counts are non-negative ints (not bools, not floats) up to ``2**53``; names, keys and texts
+  are strings of bounded length; a target key is a tunedb key (32 lowercase hex digits); the
+  publisher name matches ``[A-Za-z0-9_.-]+``; a target's JSON is an object;
+* the nearest-entry index's file names (``vectors.files`` keys, the names its manifest lists)
+  are the forms that index writes (``emb-<hex>-<digits>.parquet``, ``main-<hex>.faiss``) and
+  the two agree.
+
+The manifest itself is at most ``MAX_MANIFEST_BYTES`` (the reader stops reading beyond it).
 """
 
 from __future__ import annotations
@@ -42,6 +73,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +87,25 @@ OLD_SIGNATURE_FILE = "manifest.json.sig"
 
 #: bytes of a verified block (the manifest says which size a snapshot uses)
 BLOCK_SIZE = 1 << 20
+#: the block sizes a snapshot may use (a power of two in this range)
+MIN_BLOCK_SIZE = 1 << 10
+MAX_BLOCK_SIZE = 1 << 26
+#: the largest manifest a reader reads (bytes)
+MAX_MANIFEST_BYTES = 8 << 20
+#: the largest part list (``targets/`` file) a manifest may name
+MAX_PART_LIST_BYTES = 16 << 20
+#: the largest other file a manifest or part list may name (a reader holds an entries, verdicts
+#: or index file whole)
+MAX_FILE_BYTES = 1 << 32
+#: the largest count a manifest may state
+MAX_COUNT = 1 << 53
+#: the folders of content-addressed files and the extensions each holds
+FOLDERS: dict[str, tuple[str, ...]] = {"data": ("parquet",), "targets": ("json",), "entries": ("parquet",),
+                                       "vectors": ("parquet", "faiss"), "verdicts": ("json",)}
+#: every name a reader requests from a snapshot or derives a cache path from
+SAFE_NAME = re.compile(r"manifest\.json|(?:data|targets|entries|vectors|verdicts)/[0-9a-f]{64}\.(?:parquet|json|faiss)")
+#: the nearest-entry index's file names (what ``tunedb.index.retrieval.vectors`` writes)
+VECTOR_FILE = re.compile(r"emb-[0-9a-f]{1,32}-[0-9]{1,9}\.parquet|main-[0-9a-f]{1,32}\.faiss")
 #: average workloads per part (the content-defined cut rule).  1: a part per (target, workload),
 #: so new records of a workload rewrite that workload's part only (bench_publish.py: a republish
 #: after 1 % new records spread over 1 % of every target's entries writes 2.5 % of the bytes with
@@ -150,21 +201,170 @@ def signed_bytes(manifest: dict) -> bytes:
     return canonical_bytes({k: v for k, v in manifest.items() if k != SIGNATURE})
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_TARGET_KEY = re.compile(r"[0-9a-f]{32}")
+_PUBLISHER = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_MAX_TEXT = 4096
+
+
+def _show(value: Any) -> str:
+    """A short, printable rendering of a (hostile) value for an error line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bad(where: str, field: str, what: str) -> SnapshotError:
+    return SnapshotError(f"{where}: {field} {what}: refused")
+
+
+def is_sha256(value: Any) -> bool:
+    """Whether ``value`` is a content hash: exactly 64 lowercase hex digits."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def _int(value: Any, where: str, field: str, lo: int = 0, hi: int = MAX_COUNT) -> int:
+    if type(value) is not int or not lo <= value <= hi:
+        raise _bad(where, field, f"is {_show(value)}, not an integer in [{lo}, {hi}]")
+    return value
+
+
+def _text(value: Any, where: str, field: str, limit: int = _MAX_TEXT) -> str:
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise _bad(where, field, f"is {_show(value)}, not a string of at most {limit} characters")
+    return value
+
+
+def _texts(value: Any, where: str, field: str) -> list[str]:
+    if not isinstance(value, list) or len(value) > 10_000:
+        raise _bad(where, field, f"is {_show(value)}, not a list of strings")
+    for i, v in enumerate(value):
+        _text(v, where, f"{field}[{i}]", 256)
+    return value
+
+
+def check_block_size(value: Any, where: str) -> int:
+    """``value`` if it is a block size a snapshot may use (a power of two in
+    [MIN_BLOCK_SIZE, MAX_BLOCK_SIZE]); else SnapshotError naming ``block_size``."""
+    if type(value) is not int or not MIN_BLOCK_SIZE <= value <= MAX_BLOCK_SIZE or value & (value - 1):
+        raise _bad(where, "block_size", f"is {_show(value)}, not a power of two in [{MIN_BLOCK_SIZE}, {MAX_BLOCK_SIZE}]")
+    return value
+
+
+def check_file_ref(ref: Any, folder: str, block_size: int, where: str, field: str,
+                   max_bytes: int = MAX_FILE_BYTES) -> dict:
+    """``ref`` if it is a FileRef of a file in ``folder`` (see the module docstring: the name's
+    form and hash, ``bytes`` under ``max_bytes``, one 64-hex block hash per ``block_size``
+    block); else SnapshotError (one line naming ``field``)."""
+    if not isinstance(ref, dict):
+        raise _bad(where, field, f"is {_show(ref)}, not a file reference")
+    digest = ref.get("sha256")
+    if not is_sha256(digest):
+        raise _bad(where, f"{field}.sha256", f"is {_show(digest)}, not 64 lowercase hex digits")
+    name = ref.get("file")
+    exts = FOLDERS[folder]
+    if not isinstance(name, str) or name not in {f"{folder}/{digest}.{ext}" for ext in exts}:
+        raise _bad(where, f"{field}.file", f"is {_show(name)}, not {folder}/<its sha256>.{'|'.join(exts)}")
+    size = _int(ref.get("bytes"), where, f"{field}.bytes", 0, max_bytes)
+    blocks = ref.get("blocks")
+    n = max(1, -(-size // block_size))
+    if not isinstance(blocks, list) or len(blocks) != n or not all(is_sha256(b) for b in blocks):
+        raise _bad(where, f"{field}.blocks", f"is not a list of {n} block hashes (64 lowercase hex digits)")
+    return ref
+
+
 def check_manifest(man: Any, where: str) -> dict:
-    """``man`` (decoded JSON) if it is a snapshot manifest this tunedb reads; else SnapshotError."""
+    """``man`` (decoded JSON) if it is a snapshot manifest this tunedb reads and every field is
+    well-formed (see the module docstring); else SnapshotError (one line naming the field)."""
     if not isinstance(man, dict) or man.get("format") != FORMAT:
         raise SnapshotError(f"{where} is not a tunedb snapshot manifest")
-    if man.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"{where}: snapshot format version {man.get('format_version')!r}, and this tunedb "
+    if man.get("format_version") != FORMAT_VERSION or type(man.get("format_version")) is not int:
+        raise SnapshotError(f"{where}: snapshot format version {_show(man.get('format_version'))}, and this tunedb "
                             f"reads version {FORMAT_VERSION} only: republish it with this tunedb, or read it with "
                             f"the tunedb that wrote it")
-    if not isinstance(man.get("targets"), dict) or not isinstance(man.get("block_size"), int):
+    if not isinstance(man.get("targets"), dict) or "block_size" not in man:
         raise SnapshotError(f"{where}: manifest lacks targets or block_size")
+    bs = check_block_size(man["block_size"], where)
+    if "version" in man:
+        _int(man["version"], where, "version")
+    for k in ("published", "tunedb_version", "catalog_version"):
+        if man.get(k) is not None:
+            _text(man[k], where, k, 256)
+    for k in ("schema_version", "feature_version"):
+        if man.get(k) is not None and not isinstance(man[k], (int, str)) or isinstance(man.get(k), bool):
+            raise _bad(where, k, f"is {_show(man[k])}, not a version")
+    if man.get("trust") is not None:
+        _text(man["trust"], where, "trust")
+    pub = man.get("publisher")
+    if not isinstance(pub, str) or not _PUBLISHER.fullmatch(pub):
+        raise _bad(where, "publisher", f"is {_show(pub)}, not a name of [A-Za-z0-9_.-]")
+    for k in ("records", "workloads", "entries", "files", "size_bytes"):
+        if k in man:
+            _int(man[k], where, k)
+    for k in ("part_workloads", "max_part_rows"):
+        if k in man:
+            _int(man[k], where, k, 1)
+    for k in ("fields", "left_out"):
+        if k in man:
+            _texts(man[k], where, k)
     for tk, t in man["targets"].items():
-        ref = t.get("parts_file") if isinstance(t, dict) else None
-        if not isinstance(ref, dict) or not {"file", "bytes", "sha256", "blocks"} <= set(ref):
-            raise SnapshotError(f"{where}: target {tk} lacks its parts file")
+        field = f"targets[{_show(tk)}]"
+        if not _TARGET_KEY.fullmatch(tk):
+            raise _bad(where, field, "is not a target key (32 lowercase hex digits)")
+        if not isinstance(t, dict) or not isinstance(t.get("parts_file"), dict):
+            raise SnapshotError(f"{where}: target {_show(tk)} lacks its parts file")
+        check_file_ref(t["parts_file"], "targets", bs, where, f"{field}.parts_file", MAX_PART_LIST_BYTES)
+        _text(t.get("target_name"), where, f"{field}.target_name", 1024)
+        try:
+            target = json.loads(_text(t.get("target"), where, f"{field}.target", 1 << 16))
+        except (ValueError, RecursionError):
+            target = None
+        if not isinstance(target, dict):
+            raise _bad(where, f"{field}.target", "is not the JSON of an object")
+        for k in ("records", "stale_records", "parts"):
+            if k in t or k == "records":
+                _int(t.get(k), where, f"{field}.{k}")
+    stale = man.get("stale_targets", [])
+    if not isinstance(stale, list) or not all(isinstance(tk, str) and tk in man["targets"] for tk in stale):
+        raise _bad(where, "stale_targets", "is not a list of the manifest's target keys")
+    ents = man.get("entries_files")
+    if ents is not None:
+        if not isinstance(ents, list):
+            raise _bad(where, "entries_files", f"is {_show(ents)}, not a list")
+        for i, ref in enumerate(ents):
+            check_file_ref(ref, "entries", bs, where, f"entries_files[{i}]")
+            if "rows" in ref:
+                _int(ref["rows"], where, f"entries_files[{i}].rows")
+            for k in ("first_target", "last_target"):
+                if k in ref:
+                    _text(ref[k], where, f"entries_files[{i}].{k}", 256)
+    if man.get("verdicts") is not None:
+        check_file_ref(man["verdicts"], "verdicts", bs, where, "verdicts")
+    if man.get("vectors") is not None:
+        _check_vectors(man["vectors"], bs, where)
     return man
+
+
+def _check_vectors(vec: Any, bs: int, where: str) -> None:
+    """The manifest's ``vectors``: ``{"manifest": <the index's manifest>, "files": {name: FileRef}}``,
+    every name one the index writes, the names the index's manifest lists exactly the files'."""
+    if not isinstance(vec, dict) or not isinstance(vec.get("manifest"), dict) or not isinstance(vec.get("files"), dict):
+        raise _bad(where, "vectors", "is not {manifest, files}")
+    vman = vec["manifest"]
+    parts, index = vman.get("parts"), vman.get("index")
+    if not isinstance(parts, list) or not isinstance(index, dict) or not all(isinstance(p, dict) for p in parts):
+        raise _bad(where, "vectors.manifest", "lacks its parts or index")
+    named = [p.get("file") for p in parts] + [index.get("file")]
+    for i, name in enumerate(named):
+        if not isinstance(name, str) or not VECTOR_FILE.fullmatch(name):
+            raise _bad(where, f"vectors.manifest file {i}", f"is {_show(name)}, not a nearest-entry index file name")
+    for name, ref in vec["files"].items():
+        if not VECTOR_FILE.fullmatch(name):
+            raise _bad(where, "vectors.files", f"names {_show(name)}, not a nearest-entry index file name")
+        ref = check_file_ref(ref, "vectors", bs, where, f"vectors.files[{_show(name)}]")
+        if ref["file"].rsplit(".", 1)[1] != name.rsplit(".", 1)[1]:
+            raise _bad(where, f"vectors.files[{_show(name)}].file", "has another extension than its name")
+    if set(named) != set(vec["files"]):
+        raise _bad(where, "vectors.files", "are not the files the index's manifest names")
 
 
 def target_file_bytes(target_key: str, parts: list[dict]) -> bytes:
@@ -172,18 +372,34 @@ def target_file_bytes(target_key: str, parts: list[dict]) -> bytes:
     return canonical_bytes({"format_version": FORMAT_VERSION, "target_key": target_key, "parts": parts}) + b"\n"
 
 
-def check_target_file(data: bytes, target_key: str, where: str) -> list[dict]:
-    """The part list of a target file (already verified against its sha256); else SnapshotError."""
+def check_target_file(data: bytes, target_key: str, where: str, block_size: int) -> list[dict]:
+    """The part list of a target file (already verified against its sha256) when it is
+    well-formed: each part a FileRef of ``data/`` (blocks counted with ``block_size``) with ``rows`` and the first and last workload key it holds; else SnapshotError (one
+    line naming the field)."""
     try:
         doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         doc = None
     if not isinstance(doc, dict) or doc.get("target_key") != target_key or not isinstance(doc.get("parts"), list):
         raise SnapshotError(f"{where} is not the part list of target {target_key}: refused")
+    bs = check_block_size(block_size, where)
+    for i, p in enumerate(doc["parts"]):
+        field = f"parts[{i}]"
+        check_file_ref(p, "data", bs, where, field)
+        _int(p.get("rows"), where, f"{field}.rows")
+        first = _text(p.get("first_workload"), where, f"{field}.first_workload", 256)
+        last = _text(p.get("last_workload"), where, f"{field}.last_workload", 256)
+        if first > last:
+            raise _bad(where, field, "has its first workload after its last")
+        if p.get("rows_hash") is not None and not is_sha256(p["rows_hash"]):
+            raise _bad(where, f"{field}.rows_hash", "is not 64 lowercase hex digits")
     return doc["parts"]
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "OLD_SIGNATURE_FILE", "BLOCK_SIZE", "PART_WORKLOADS", "MAX_PART_ROWS",
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "OLD_SIGNATURE_FILE", "BLOCK_SIZE", "MIN_BLOCK_SIZE",
+           "MAX_BLOCK_SIZE", "MAX_MANIFEST_BYTES", "MAX_PART_LIST_BYTES", "MAX_FILE_BYTES", "MAX_COUNT", "FOLDERS",
+           "SAFE_NAME", "VECTOR_FILE", "is_sha256", "check_block_size", "check_file_ref", "PART_WORKLOADS",
+           "MAX_PART_ROWS",
            "ENTRY_TARGETS", "PRIVATE_FIELDS", "STALE", "PARQUET_OPTIONS", "SnapshotError", "sha256",
            "block_hashes", "file_ref", "content_name", "parquet_bytes", "starts_part", "starts_chunk", "cut_runs",
            "canonical_bytes", "manifest_bytes", "signed_bytes", "check_manifest", "target_file_bytes",

@@ -15,6 +15,33 @@ Range (answers 200 with the whole file) is detected once, said once (a warning) 
 on asked for whole files, each verified as a whole and block by block.  When the server cannot
 be reached at open, the cached manifest answers and :attr:`Remote.offline` is set (a warning
 says so); blocks not in the cache then fail with one line.
+
+Hostile servers.  The server (or anyone on the network path of an ``http://`` URL) is not
+trusted, and neither is what it serves:
+
+* Every request is for ``<base><name>`` with ``name`` matching ``format.SAFE_NAME`` (the
+  manifest or a content-addressed file named by its validated hash), so no request leaves the
+  snapshot's URL prefix (no ``..``, ``%2e``, ``\\``, NUL, absolute path or scheme can get in).
+  Redirects are refused, not followed (one line naming the status and the ``Location``): a
+  snapshot URL is given as the final one.
+* Every cache path is ``blocks/<validated 64-hex sha256>/<int>`` or a fixed name.
+* Bounded time: each request must complete within ``deadline`` seconds (default
+  :data:`DEFAULT_DEADLINE`, env ``TUNEDB_HTTP_DEADLINE``), body included -- the socket timeout
+  shrinks to what is left, so a server that drips one byte at a time is cut at the deadline --
+  and the requests of one handle may wait on the network ``total_deadline`` seconds in all
+  (default :data:`DEFAULT_TOTAL_DEADLINE`, env ``TUNEDB_HTTP_TOTAL_DEADLINE``; ``math.inf``
+  for none: a long-lived service that keeps one handle open should pass it), so one command
+  ends.  A breach counts as unreachable (:attr:`Remote.offline`).
+* Bounded size: bodies are read streaming, counting bytes; the manifest is at most
+  ``max_manifest_bytes`` (default ``format.MAX_MANIFEST_BYTES``, env
+  ``TUNEDB_SNAPSHOT_MAX_MANIFEST``), any other answer at most the byte range asked for (the
+  file's validated size when the server ignores Range); an announced ``Content-Length`` over
+  the limit is refused before the body is read, and reading stops as soon as the body exceeds
+  it.  Compressed answers are not asked for (``Accept-Encoding: identity``) and are refused.
+  One request asks for at most :data:`MAX_REQUEST_BYTES` (longer runs of blocks are split).
+* An error status is refused without reading its body.
+
+Each breach is one :class:`~tunedb.index.snapshot.format.SnapshotError` line.
 """
 
 from __future__ import annotations
@@ -23,14 +50,32 @@ import io
 import os
 import re
 import threading
+import time
 import uuid
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from tunedb.index.snapshot.format import MANIFEST, OLD_SIGNATURE_FILE, SnapshotError, sha256
+from tunedb.index.snapshot.format import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    OLD_SIGNATURE_FILE,
+    SAFE_NAME,
+    SnapshotError,
+    is_sha256,
+    sha256,
+)
 
-DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds
+DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: the longest wait for a connection, for one read
+#: seconds one request may take, body included (env ``TUNEDB_HTTP_DEADLINE``)
+DEFAULT_DEADLINE = 60.0
+#: seconds the requests of one handle may take in all (env ``TUNEDB_HTTP_TOTAL_DEADLINE``)
+DEFAULT_TOTAL_DEADLINE = 600.0
+#: the most bytes one Range request asks for (a longer run of blocks is split)
+MAX_REQUEST_BYTES = 64 << 20
+_CHUNK = 1 << 16
+_ETAG = re.compile(r'(?:W/)?"[\x21\x23-\x7e]{0,200}"')
 
 
 class SnapshotWarning(UserWarning):
@@ -46,7 +91,8 @@ def _short(e: BaseException) -> str:
     for needle, say in (("RemoteDisconnected", "the server closed the connection"),
                         ("Connection aborted", "the connection was aborted"),
                         ("IncompleteRead", "the server sent a truncated response"),
-                        ("Read timed out", "read timed out"), ("ConnectTimeout", "connection timed out"),
+                        ("Read timed out", "read timed out"), ("timed out", "timed out"),
+                        ("ConnectTimeout", "connection timed out"),
                         ("Connection refused", "connection refused"), ("Connection reset", "connection reset")):
         if needle in text:
             return say
@@ -54,7 +100,27 @@ def _short(e: BaseException) -> str:
     return first[:160]
 
 
+def _env_float(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: not a number of seconds") from None
+    if not value > 0:
+        raise ValueError(f"{name}={text!r}: must be more than 0 seconds")
+    return value
+
+
+def _positive(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{what} must be a number of seconds above 0, not {value!r}")
+    return float(value)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` as ``path`` through a temp file and a rename (readers see all or nothing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"_tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
@@ -66,58 +132,176 @@ def atomic_write(path: Path, data: bytes) -> None:
             tmp.unlink()
 
 
-class Remote:
-    """One snapshot URL (``base``, ending in ``/``) and its cache directory (see the module docstring)."""
+class _TooLarge(SnapshotError):
+    """An answer longer than its limit."""
 
-    def __init__(self, base: str, cache: Path, *, timeout: Any = DEFAULT_TIMEOUT) -> None:
+
+class _Answer:
+    """An HTTP answer: status, reason, headers and the body read (within its limit)."""
+
+    def __init__(self, status: int, reason: str, headers: Any, body: bytes) -> None:
+        self.status_code, self.reason, self.headers, self.body = status, reason, headers, body
+
+
+class Remote:
+    """One snapshot URL (``base``, ending in ``/``) and its cache directory (see the module
+    docstring).  ``timeout``: (connect, read) seconds; ``deadline``: seconds per request;
+    ``total_deadline``: seconds of network time for this handle (``math.inf``: no limit);
+    ``max_manifest_bytes``: the largest manifest read.  ``None`` takes the environment's value
+    or the default.  ``ValueError`` for a bad option; SnapshotError for a base URL that is not
+    ``http(s)://host/path/`` (no query, fragment or credentials)."""
+
+    def __init__(self, base: str, cache: Path, *, timeout: Any = DEFAULT_TIMEOUT, deadline: float | None = None,
+                 total_deadline: float | None = None, max_manifest_bytes: int | None = None) -> None:
         import requests
 
         self.base = base if base.endswith("/") else base + "/"
+        parts = urlsplit(self.base)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
+                or "@" in parts.netloc or any(c in self.base for c in "\x00\\\r\n\t "):
+            raise SnapshotError(f"{self.base[:200]!r} is not a snapshot URL (http(s)://host/path/, no query, "
+                                f"fragment or credentials)")
         self.cache = Path(cache)
-        self.timeout = timeout
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            timeout = (float(timeout), float(timeout))
+        if not (isinstance(timeout, tuple) and len(timeout) == 2):
+            raise ValueError(f"timeout must be seconds or (connect, read) seconds, not {timeout!r}")
+        self.timeout = (_positive(timeout[0], "timeout"), _positive(timeout[1], "timeout"))
+        self.deadline = _positive(deadline, "deadline") if deadline is not None else \
+            _env_float("TUNEDB_HTTP_DEADLINE", DEFAULT_DEADLINE)
+        self.total_deadline = _positive(total_deadline, "total_deadline") if total_deadline is not None else \
+            _env_float("TUNEDB_HTTP_TOTAL_DEADLINE", DEFAULT_TOTAL_DEADLINE)
+        if max_manifest_bytes is None:
+            max_manifest_bytes = int(_env_float("TUNEDB_SNAPSHOT_MAX_MANIFEST", MAX_MANIFEST_BYTES))
+        if isinstance(max_manifest_bytes, bool) or not isinstance(max_manifest_bytes, int) or max_manifest_bytes < 1:
+            raise ValueError(f"max_manifest_bytes must be a positive number of bytes, not {max_manifest_bytes!r}")
+        self.max_manifest_bytes = max_manifest_bytes
         self.session = requests.Session()
         self.session.headers["User-Agent"] = "tunedb-snapshot-reader"
+        self.session.headers["Accept-Encoding"] = "identity"
         self.offline = False
         self.range_ignored = False
         self.bytes_fetched = 0
         self.requests = 0
+        self.network_seconds = 0.0
+        self._etag: str | None = None
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ HTTP
-    def _get(self, name: str, headers: dict | None = None):
-        import requests
+    def _get(self, name: str, headers: dict | None, limits: dict[int, int]) -> _Answer:
+        """GET ``<base><name>`` (``name`` a :data:`~tunedb.index.snapshot.format.SAFE_NAME`)
+        within the deadlines, reading at most ``limits[status]`` body bytes (no body for any
+        other status).  SnapshotError (one line) for a refused name, a redirect, a breach, a
+        network error."""
+        import http.client
 
+        import requests
+        import urllib3
+
+        if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+            raise SnapshotError(f"{self.base}: refused to request {name!r:.80} (not a snapshot file name)")
         url = self.base + name
+        left = self.total_deadline - self.network_seconds
+        if left <= 0:
+            self.offline = True
+            raise SnapshotError(f"cannot fetch {url}: this handle's network time ({self.total_deadline:g} s, "
+                                f"TUNEDB_HTTP_TOTAL_DEADLINE) is spent: refused")
+        budget = min(self.deadline, left)
+        t0 = time.monotonic()
+        end = t0 + budget
         try:
-            r = self.session.get(url, headers=headers or {}, timeout=self.timeout)
-            body = r.content
-        except requests.RequestException as e:
-            if isinstance(e, (requests.ConnectionError, requests.Timeout)):
+            r = self.session.get(url, headers=headers or {}, stream=True, allow_redirects=False,
+                                 timeout=(min(self.timeout[0], budget), min(self.timeout[1], budget)))
+            try:
+                self.requests += 1
+                if 300 <= r.status_code < 400 and r.status_code != 304:
+                    where = r.headers.get("Location", "")
+                    raise SnapshotError(f"{url}: HTTP {r.status_code} redirect to {where!r:.120}: refused (a "
+                                        f"snapshot is read without following redirects: give its final URL)")
+                limit = limits.get(r.status_code)
+                body = b"" if limit is None else self._read(r, url, limit, end, budget)
+                reason = "".join(c if c.isprintable() else "?" for c in str(r.reason or ""))[:80]
+                return _Answer(r.status_code, reason, r.headers, body)
+            finally:
+                r.close()
+        except SnapshotError:
+            raise
+        except (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError,
+                ValueError) as e:
+            if time.monotonic() >= end - 0.05:
+                self.offline = True
+                raise SnapshotError(f"cannot fetch {url}: no complete answer within {budget:g} s "
+                                    f"(TUNEDB_HTTP_DEADLINE): refused") from None
+            if isinstance(e, (requests.ConnectionError, requests.Timeout, urllib3.exceptions.HTTPError,
+                              http.client.HTTPException)) or \
+                    (isinstance(e, OSError) and not isinstance(e, requests.RequestException)):
                 self.offline = True
             raise SnapshotError(f"cannot fetch {url}: {_short(e)}") from None
-        self.requests += 1
-        self.bytes_fetched += len(body)
-        return r, body
+        finally:
+            self.network_seconds += time.monotonic() - t0
 
-    def _check_status(self, r: Any, name: str, ok: tuple[int, ...]) -> None:
+    def _read(self, r: Any, url: str, limit: int, end: float, budget: float) -> bytes:
+        """The body of ``r``: at most ``limit`` bytes, before ``end`` (monotonic seconds)."""
+        enc = r.headers.get("Content-Encoding", "identity").strip().lower()
+        if enc not in ("", "identity"):
+            raise SnapshotError(f"{url}: the server sent a {enc!r:.40}-encoded answer (identity was asked for): refused")
+        announced = r.headers.get("Content-Length")
+        if announced is not None:
+            try:
+                n = int(announced)
+            except ValueError:
+                n = -1
+            if n < 0:
+                raise SnapshotError(f"{url}: the server sent a malformed Content-Length: refused")
+            if n > limit:
+                raise _TooLarge(f"{url}: the server announces {n} bytes, more than the {limit} expected: refused")
+        raw = r.raw
+        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        buf = bytearray()
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                self.offline = True
+                raise SnapshotError(f"cannot fetch {url}: no complete answer within {budget:g} s "
+                                    f"(TUNEDB_HTTP_DEADLINE): refused")
+            if sock is not None:
+                sock.settimeout(max(0.01, min(self.timeout[1], left)))
+            chunk = raw.read1(min(_CHUNK, limit + 1 - len(buf)), decode_content=False)
+            if not chunk:
+                if sock is not None:
+                    sock.settimeout(self.timeout[1])
+                raw.release_conn()  # (read to its end: the connection may serve the next request)
+                return bytes(buf)
+            buf += chunk
+            self.bytes_fetched += len(chunk)
+            if len(buf) > limit:
+                raise _TooLarge(f"{url}: the server sent more than the {limit} bytes expected: refused")
+
+    def _check_status(self, r: _Answer, name: str, ok: tuple[int, ...]) -> None:
         if r.status_code not in ok:
             why = {404: "not found (the snapshot lacks a file its manifest names)", 403: "forbidden"}.get(
                 r.status_code, r.reason or "")
-            raise SnapshotError(f"{self.base}{name}: HTTP {r.status_code} {why}".rstrip())
+            raise SnapshotError(f"{self.base}{name}: HTTP {r.status_code} {why!s:.80}".rstrip())
 
     # ------------------------------------------------------------------ the manifest
     def manifest(self) -> bytes:
         """The manifest's bytes (a signed manifest carries its signature: one file, one request):
         revalidated with the server (If-None-Match), else -- server unreachable -- the cached
         copy with a warning and :attr:`offline` set.  Not cached here: the caller verifies it
-        and calls :meth:`keep_manifest`."""
+        and calls :meth:`keep_manifest`.  SnapshotError for a manifest over
+        :attr:`max_manifest_bytes`."""
         cached = self.cache / MANIFEST
         etag_f = self.cache / "manifest.etag"
         headers = {}
         if cached.exists() and etag_f.exists():
-            headers["If-None-Match"] = etag_f.read_text().strip()
+            etag = etag_f.read_text(errors="replace").strip()
+            if _ETAG.fullmatch(etag):
+                headers["If-None-Match"] = etag
         try:
-            r, body = self._get(MANIFEST, headers)
+            r = self._get(MANIFEST, headers, {200: self.max_manifest_bytes})
+        except _TooLarge:
+            raise SnapshotError(f"{self.base}{MANIFEST}: larger than {self.max_manifest_bytes} bytes "
+                                f"(TUNEDB_SNAPSHOT_MAX_MANIFEST): refused") from None
         except SnapshotError as e:
             if not self.offline or not cached.exists():
                 raise
@@ -130,12 +314,13 @@ class Remote:
         if r.status_code == 404:
             raise SnapshotError(f"no tunedb snapshot at {self.base} (HTTP 404 for {MANIFEST})")
         self._check_status(r, MANIFEST, (200,))
-        self._etag = r.headers.get("ETag")
-        return body
+        etag = r.headers.get("ETag")
+        self._etag = etag if isinstance(etag, str) and _ETAG.fullmatch(etag) else None
+        return r.body
 
     def keep_manifest(self, data: bytes) -> None:
         """Cache a verified manifest (and its ETag) for revalidation and offline use."""
-        etag = getattr(self, "_etag", None)
+        etag = self._etag
         (self.cache / OLD_SIGNATURE_FILE).unlink(missing_ok=True)
         if not ((self.cache / MANIFEST).exists() and (self.cache / MANIFEST).read_bytes() == data):
             atomic_write(self.cache / MANIFEST, data)
@@ -148,7 +333,10 @@ class Remote:
 
     # ------------------------------------------------------------------ blocks
     def _block_path(self, ref: dict, i: int) -> Path:
-        return self.cache / "blocks" / ref["sha256"] / str(i)
+        digest = ref.get("sha256")
+        if not is_sha256(digest) or type(i) is not int or i < 0:
+            raise SnapshotError(f"{self.base}: refused a cache path for {digest!r:.80} block {i!r:.20}")
+        return self.cache / "blocks" / digest / str(i)
 
     def _cached_block(self, ref: dict, i: int) -> bytes | None:
         p = self._block_path(ref, i)
@@ -162,8 +350,11 @@ class Remote:
         return data
 
     def blocks(self, ref: dict, block_size: int, first: int, last: int) -> list[bytes]:
-        """Blocks ``first..last`` (inclusive) of the file ``ref``, verified: from the cache, the
-        missing ones fetched (contiguous runs in one Range request each)."""
+        """Blocks ``first..last`` (inclusive) of the file ``ref`` (a FileRef that
+        ``format.check_file_ref`` accepted), verified: from the cache, the missing ones fetched
+        (contiguous runs in one Range request each, at most :data:`MAX_REQUEST_BYTES`)."""
+        if not SAFE_NAME.fullmatch(str(ref.get("file"))) or not 0 <= first <= last < len(ref["blocks"]):
+            raise SnapshotError(f"{self.base}: refused blocks {first}-{last} of {str(ref.get('file'))!r:.80}")
         with self._lock:
             out: dict[int, bytes] = {}
             missing = []
@@ -173,7 +364,7 @@ class Remote:
                     missing.append(i)
                 else:
                     out[i] = b
-            for a, b in _runs(missing):
+            for a, b in _runs(missing, max(1, MAX_REQUEST_BYTES // block_size)):
                 out.update(self._fetch(ref, block_size, a, b))
             return [out[i] for i in range(first, last + 1)]
 
@@ -183,10 +374,13 @@ class Remote:
             raise SnapshotError(f"offline: {self.base}{name} is not in the cache ({self.base} cannot be reached)")
         start, end = a * block_size, min((b + 1) * block_size, size) - 1
         whole = self.range_ignored or (a == 0 and b == n_blocks - 1)
-        r, body = self._get(name, None if whole else {"Range": f"bytes={start}-{end}"})
+        end = max(end, start)  # (an empty file: one empty block)
+        r = self._get(name, None if whole or size == 0 else {"Range": f"bytes={start}-{end}"},
+                      {200: size, 206: end - start + 1})
         self._check_status(r, name, (200, 206))
+        body = r.body
         if r.status_code == 200:
-            if not whole:
+            if not whole and size:
                 self.range_ignored = True
                 warnings.warn(f"{self.base} ignores HTTP Range requests: downloading whole files", SnapshotWarning,
                               stacklevel=4)
@@ -216,16 +410,18 @@ class Remote:
         return data
 
     def open(self, ref: dict, block_size: int) -> BlockFile:
+        """A seekable file object over ``ref`` (blocks fetched on first use)."""
         return BlockFile(self, ref, block_size)
 
     def close(self) -> None:
         self.session.close()
 
 
-def _runs(idx: list[int]) -> list[tuple[int, int]]:
+def _runs(idx: list[int], longest: int) -> list[tuple[int, int]]:
+    """Runs ``(first, last)`` of consecutive ``idx``, each at most ``longest`` long."""
     out: list[tuple[int, int]] = []
     for i in idx:
-        if out and out[-1][1] == i - 1:
+        if out and out[-1][1] == i - 1 and i - out[-1][0] < longest:
             out[-1] = (out[-1][0], i)
         else:
             out.append((i, i))
@@ -275,4 +471,5 @@ class BlockFile(io.RawIOBase):
         return n
 
 
-__all__ = ["Remote", "BlockFile", "SnapshotWarning", "DEFAULT_TIMEOUT"]
+__all__ = ["Remote", "BlockFile", "SnapshotWarning", "DEFAULT_TIMEOUT", "DEFAULT_DEADLINE",
+           "DEFAULT_TOTAL_DEADLINE", "MAX_REQUEST_BYTES", "atomic_write"]

@@ -13,6 +13,7 @@ import base64
 import binascii
 import os
 from pathlib import Path
+from typing import Any
 
 from tunedb.index.snapshot.format import SIGNATURE, SnapshotError, signed_bytes
 
@@ -81,6 +82,16 @@ def load_public_key(key: str | bytes | os.PathLike):
     return pub
 
 
+def key_fingerprint(public_key: Any) -> str:
+    """A short, stable name of an ed25519 public key: the first 32 hex digits of the sha256 of
+    its raw bytes (what the rollback state is kept under)."""
+    import hashlib
+
+    serialization, _ = _crypto()
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:32]
+
+
 def verify(manifest: bytes, signature: bytes | None, public_key, where: str) -> None:
     """SnapshotError (one line) unless ``signature`` is ``public_key``'s signature of ``manifest``."""
     from cryptography.exceptions import InvalidSignature
@@ -114,4 +125,4 @@ def verify_manifest(manifest: dict, public_key, where: str) -> None:
     verify(signed_bytes(manifest), sig, public_key, where)
 
 
-__all__ = ["generate_keys", "sign", "load_public_key", "verify", "sign_manifest", "verify_manifest"]
+__all__ = ["generate_keys", "sign", "load_public_key", "key_fingerprint", "verify", "sign_manifest", "verify_manifest"]

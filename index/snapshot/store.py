@@ -9,6 +9,16 @@ are fetched once, when first needed.  Everything fetched stays in the cache dire
 later process answers the same queries without the network, and an unreachable server means
 "offline": the cached manifest answers (a warning says so; :attr:`SnapshotStore.offline`).
 
+Nothing the server sends is trusted (a hostile publisher signs what it serves; a network
+attacker can answer for an ``http://`` server): the manifest and every part list are validated
+in full before use (``format.check_manifest``, ``format.check_target_file``: fixed file-name
+forms, 64-hex hashes, bounded sizes and counts), requests and cache paths are derived from
+validated hashes only, every request is bounded in time and size and never follows a redirect
+(:mod:`tunedb.index.snapshot.remote`), and a manifest older than one already read from the same
+URL (its ``version``) is refused as a rollback (:mod:`tunedb.index.snapshot.versions`).  The
+nearest-entry index is installed under names the index itself writes (checked), never under a
+name the manifest makes up.  Every refusal is one :class:`SnapshotError` line.
+
 Answers are the published DB's (the contract's reads: lookup, best, entry_records, records,
 entries, targets, nearest, verdicts, stale records), except that each record carries its
 publisher as ``source`` (``imported:<publisher>``; its own source goes into ``origin``:
@@ -33,8 +43,18 @@ import pyarrow.compute as pc
 
 from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.checks import check_columns, check_runs_query
-from tunedb.index.snapshot.format import MANIFEST, STALE, SnapshotError, check_manifest, sha256
-from tunedb.index.snapshot.remote import DEFAULT_TIMEOUT, Remote
+from tunedb.index.snapshot.format import (
+    MANIFEST,
+    STALE,
+    VECTOR_FILE,
+    SnapshotError,
+    check_block_size,
+    check_manifest,
+    check_target_file,
+    sha256,
+)
+from tunedb.index.snapshot.remote import DEFAULT_TIMEOUT, Remote, atomic_write
+from tunedb.index.snapshot.versions import accept_version, default_state_file
 
 if TYPE_CHECKING:
     from tunedb.index.batch import RecordBatch
@@ -53,18 +73,34 @@ class SnapshotStore(RecordStore):
 
     ``cache_dir``: where fetched files are kept (default :func:`default_cache`);
     ``publisher_key``: an ed25519 public key (PEM file path or text): unsigned or wrongly
-    signed snapshots are refused; ``timeout``: seconds (or (connect, read)) per request;
-    ``relabel``: records carry their publisher as source (default True).  ``create``,
-    ``read_only`` are accepted and ignored (a snapshot is always read-only)."""
+    signed snapshots are refused; ``timeout``: seconds (or (connect, read)) for a connection and
+    one read; ``deadline``: seconds one request may take in all, ``total_deadline``: seconds of
+    network time for this handle (``math.inf``: none), ``max_manifest_bytes``: the largest
+    manifest read (defaults and environment variables: :mod:`tunedb.index.snapshot.remote`);
+    ``pin_version``: read this (older) snapshot version on purpose although a newer one was read
+    before; ``state_file``: where the highest versions read are kept (default
+    :func:`~tunedb.index.snapshot.versions.default_state_file`); ``relabel``: records carry their
+    publisher as source (default True).  ``create``, ``read_only`` are accepted and ignored (a
+    snapshot is always read-only).  SnapshotError (one line) when the snapshot cannot be read,
+    is malformed, wrongly signed or a rollback; ValueError for a bad option."""
 
     def __init__(self, url: str, *, cache_dir: str | os.PathLike | None = None, publisher_key: Any = None,
-                 timeout: Any = None, relabel: bool = True, create: bool = False, read_only: bool = True) -> None:
-        from tunedb.index.snapshot.signing import load_public_key
+                 timeout: Any = None, deadline: float | None = None, total_deadline: float | None = None,
+                 max_manifest_bytes: int | None = None, pin_version: int | None = None,
+                 state_file: str | os.PathLike | None = None, relabel: bool = True, create: bool = False,
+                 read_only: bool = True) -> None:
+        from tunedb.index.snapshot.signing import key_fingerprint, load_public_key
 
         self._url = url if url.endswith("/") else url + "/"
         self._key = load_public_key(publisher_key) if publisher_key is not None else None
+        self._key_id = key_fingerprint(self._key) if self._key is not None else "unsigned"
+        if pin_version is not None and (type(pin_version) is not int or pin_version < 0):
+            raise ValueError(f"pin_version must be a snapshot version (an int >= 0), not {pin_version!r}")
+        self._pin = pin_version
+        self._state = Path(state_file) if state_file is not None else default_state_file()
         self._remote = Remote(self._url, Path(cache_dir) if cache_dir else default_cache(self._url),
-                              timeout=timeout or DEFAULT_TIMEOUT)
+                              timeout=timeout or DEFAULT_TIMEOUT, deadline=deadline, total_deadline=total_deadline,
+                              max_manifest_bytes=max_manifest_bytes)
         self._relabel = relabel
         self._lock = threading.RLock()
         self.lookups = 0
@@ -80,18 +116,19 @@ class SnapshotStore(RecordStore):
         where = self._url + MANIFEST
         try:
             man = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise SnapshotError(f"{where} is not JSON: not a tunedb snapshot") from None
         man = check_manifest(man, where)
         if self._key is not None:  # (the signature is in the manifest: both came in one response)
             verify_manifest(man, self._key, where)
+        accept_version(self._state, self._key_id, self._url, int(man.get("version", 0)), self._pin)
         self._remote.keep_manifest(data)
         with self._lock:
             sha = sha256(data)
             if sha == self._sha:
                 return
             self._sha, self._man = sha, man
-            self._bs = int(man["block_size"])
+            self._bs = check_block_size(man["block_size"], where)
             self._parts: dict[tuple, pa.Table] = {}
             self._part_lists: dict[str, list[dict]] = {}
             self._entry_cache: dict[tuple[str, str], tuple[pa.Table, dict[str, int]]] = {}
@@ -103,6 +140,11 @@ class SnapshotStore(RecordStore):
     def manifest(self) -> dict:
         """The snapshot's manifest (decoded)."""
         return self._man
+
+    @property
+    def version(self) -> int:
+        """The snapshot's version (0 for a manifest written before versions existed)."""
+        return int(self._man.get("version", 0))
 
     @property
     def publisher(self) -> str:
@@ -123,13 +165,11 @@ class SnapshotStore(RecordStore):
     def _target_parts(self, tkey: str) -> list[dict]:
         """Target ``tkey``'s part list: its ``targets/`` file, fetched once and verified against
         the sha256 the (verified) manifest names."""
-        from tunedb.index.snapshot.format import check_target_file
-
         with self._lock:
             got = self._part_lists.get(tkey)
             if got is None:
                 ref = self._man["targets"][tkey]["parts_file"]
-                got = check_target_file(self._remote.read_all(ref, self._bs), tkey, self._url + ref["file"])
+                got = check_target_file(self._remote.read_all(ref, self._bs), tkey, self._url + ref["file"], self._bs)
                 self._part_lists[tkey] = got
             return got
 
@@ -155,8 +195,11 @@ class SnapshotStore(RecordStore):
                     t = t.filter(pc.equal(t.column("workload_key"), wkey))
             except SnapshotError:
                 raise
-            except (pa.ArrowException, OSError) as e:
-                raise SnapshotError(f"{self._url}{ref['file']}: not a readable part ({str(e).splitlines()[0]})") from None
+            except (pa.ArrowException, OSError, ValueError) as e:
+                raise SnapshotError(f"{self._url}{ref['file']}: not a readable part ({_first_line(e)})") from None
+            missing = [c for c in _PART_COLUMNS if c not in t.column_names]
+            if missing:
+                raise SnapshotError(f"{self._url}{ref['file']}: not a part (no column {missing[0]}): refused")
             self._parts[key] = t
             return t
 
@@ -275,10 +318,18 @@ class SnapshotStore(RecordStore):
                 tables = []
                 for ref in self._man.get("entries_files") or []:
                     data = self._remote.read_all(ref, self._bs)
-                    tables.append(pq.read_table(pa.BufferReader(data)))
+                    try:
+                        tables.append(pq.read_table(pa.BufferReader(data)))
+                    except (pa.ArrowException, OSError, ValueError) as e:
+                        raise SnapshotError(f"{self._url}{ref['file']}: not a readable entries file "
+                                            f"({_first_line(e)})") from None
                 if tables:
-                    t = pa.concat_tables(tables)
-                    self._entries = t.sort_by([("target_name", "ascending"), ("workload_key", "ascending")])
+                    try:
+                        t = pa.concat_tables(tables)
+                        self._entries = t.sort_by([("target_name", "ascending"), ("workload_key", "ascending")])
+                    except (pa.ArrowException, KeyError, ValueError) as e:
+                        raise SnapshotError(f"{self._url}: the entries files do not make one entries table "
+                                            f"({_first_line(e)})") from None
                 else:
                     from tunedb.index import tables as tbl
                     from tunedb.index.schema import empty_records
@@ -295,7 +346,17 @@ class SnapshotStore(RecordStore):
         with self._lock:
             if self._verdicts is None:
                 ref = self._man.get("verdicts")
-                self._verdicts = json.loads(self._remote.read_all(ref, self._bs)) if ref else {}
+                doc = {}
+                if ref:
+                    try:
+                        doc = json.loads(self._remote.read_all(ref, self._bs))
+                    except (ValueError, UnicodeDecodeError, RecursionError):
+                        doc = None
+                    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                            for k, v in doc.items()):
+                        raise SnapshotError(f"{self._url}{ref['file']}: not a verdicts file (record_id -> verdict): "
+                                            f"refused")
+                self._verdicts = doc
             return dict(self._verdicts)
 
     def __len__(self) -> int:
@@ -352,8 +413,9 @@ class SnapshotStore(RecordStore):
         return d
 
     def _install_vectors(self, d: Path) -> None:
-        from tunedb.index.snapshot.remote import atomic_write
-
+        """Put the published nearest-entry index in ``d``: each file under the name the index's
+        manifest gives it (a name the index writes: ``format.VECTOR_FILE``, checked again here),
+        its bytes verified against the manifest's sha256."""
         vec = self._man.get("vectors")
         if not vec:
             return
@@ -361,6 +423,8 @@ class SnapshotStore(RecordStore):
         if (d / "manifest.json").exists() and (d / "manifest.json").read_bytes() == want:
             return
         for name, ref in sorted(vec["files"].items()):
+            if not VECTOR_FILE.fullmatch(name):  # (check_manifest refused it already)
+                raise SnapshotError(f"{self._url}{MANIFEST}: vectors.files names {name[:80]!r}: refused")
             atomic_write(d / name, self._remote.read_all(ref, self._bs))
         atomic_write(d / "manifest.json", want)
 
@@ -380,6 +444,15 @@ class SnapshotStore(RecordStore):
 
     def __repr__(self) -> str:
         return f"SnapshotStore({self._url!r})"
+
+
+#: the columns a part must hold (what the reads use)
+_PART_COLUMNS = ("target_key", "workload_key", "config_key", "committed", "record_id", "status", "source", STALE)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:160] if text else type(e).__name__
 
 
 def _row_groups_with(meta: Any, wkey: str) -> list[int]:

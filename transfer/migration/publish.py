@@ -14,6 +14,12 @@ unchanged parts are found -- by a hash of their rows, before any encoding -- and
 (hard-linked or copied when it is another directory).  Files of older snapshots are never
 deleted (readers of the old manifest may still be fetching them).
 
+A file already in OUT (or in ``since``) is reused only when its content still hashes to its
+name: a damaged file of the right size is rewritten (``files_repaired`` counts them; a damaged
+file in ``since`` is not taken).  Each manifest carries ``version``: 1 for the first snapshot in
+OUT, the previous one's (OUT's or ``since``'s, the higher) + 1 on every republish, and the time
+it was ``published``: readers refuse a manifest older than one they have read (a rollback).
+
 Left out: run summaries (always), and the private record fields ``session``, ``host`` and
 ``origin`` unless ``all_fields`` (the manifest's ``fields`` lists what is carried).
 """
@@ -43,7 +49,7 @@ from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.snapshot import format as fmt
 from tunedb.transfer.migration.copy import resolve_targets
 
-_PUBLISHER_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_PUBLISHER_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _SORT = [("workload_key", "ascending"), ("config_key", "ascending"), ("committed", "ascending"),
          ("record_id", "ascending")]
 
@@ -56,7 +62,7 @@ def default_publisher() -> str:
 
 def check_publisher(name: str) -> str:
     if not isinstance(name, str) or not _PUBLISHER_RE.fullmatch(name):
-        raise ValueError(f"publisher name {name!r}: use letters, digits, '_', '.' and '-' (it becomes the "
+        raise ValueError(f"publisher name {name!r:.80}: use up to 128 letters, digits, '_', '.' and '-' (it becomes the "
                          "records' source imported:<publisher>)")
     return name
 
@@ -68,6 +74,7 @@ class _Out:
         self.out, self.since, self.bs = out, since, block_size
         self.written = self.reused = self.copied = 0
         self.files_written = self.files_reused = 0
+        self.repaired: set[str] = set()  # files of OUT whose content no longer matched their name
         self.refs: dict[str, dict] = {}
 
     def put(self, folder: str, data: bytes, ext: str) -> dict:
@@ -81,14 +88,21 @@ class _Out:
         return ref
 
     def reuse(self, ref: dict) -> bool:
-        """Take a file of a previous snapshot as it is (True), or False when it is not there intact."""
+        """Take a file of a previous snapshot as it is (True), or False when it is not there
+        intact: its size and its sha256 are checked (a damaged file in OUT is noted in
+        :attr:`repaired`; the caller writes it again)."""
+        if ref["file"] in self.refs:
+            return True
         path = self.out / ref["file"]
-        if path.exists() and path.stat().st_size == ref["bytes"]:
+        if path.is_file() and path.stat().st_size == ref["bytes"] and _file_sha256(path) == ref["sha256"]:
             self.reused += ref["bytes"]
             self.files_reused += 1
+        elif path.exists() and path.name not in self.repaired and self._damaged(path):
+            self.repaired.add(path.name)
+            return False
         elif self.since is not None and (self.since / ref["file"]).is_file():
             src = self.since / ref["file"]
-            if src.stat().st_size != ref["bytes"]:
+            if src.stat().st_size != ref["bytes"] or _file_sha256(src) != ref["sha256"]:
                 return False
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"_tmp-{uuid.uuid4().hex[:12]}")
@@ -106,6 +120,22 @@ class _Out:
             return False
         self.refs[ref["file"]] = ref
         return True
+
+    @staticmethod
+    def _damaged(path: Path) -> bool:
+        """Whether ``path`` (a content-addressed file of OUT) does not hash to its name."""
+        try:
+            return path.is_dir() or _file_sha256(path) != path.name.split(".", 1)[0]
+        except OSError:
+            return True
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -143,11 +173,23 @@ def _previous(path: Path | None) -> dict | None:
         return None
     try:
         return fmt.check_manifest(json.loads((path / fmt.MANIFEST).read_bytes()), str(path / fmt.MANIFEST))
-    except (ValueError, fmt.SnapshotError):
+    except (ValueError, RecursionError, fmt.SnapshotError):
         return None
 
 
-def _previous_parts(path: Path, tk: str, t: dict) -> list[dict]:
+def _previous_version(path: Path | None) -> int:
+    """The ``version`` of the snapshot in directory ``path`` (of any format version), 0 when
+    there is none or it has none."""
+    if path is None:
+        return 0
+    try:
+        v = json.loads((path / fmt.MANIFEST).read_bytes()).get("version")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return 0
+    return v if type(v) is int and 0 <= v < fmt.MAX_COUNT else 0
+
+
+def _previous_parts(path: Path, tk: str, t: dict, block_size: int) -> list[dict]:
     """The part list of target ``tk`` of the snapshot in ``path`` (``[]`` when its file is
     missing or does not match the manifest's sha256)."""
     ref = t.get("parts_file") or {}
@@ -158,7 +200,7 @@ def _previous_parts(path: Path, tk: str, t: dict) -> list[dict]:
     if fmt.sha256(data) != ref.get("sha256"):
         return []
     try:
-        return fmt.check_target_file(data, tk, str(path / ref["file"]))
+        return fmt.check_target_file(data, tk, str(path / ref["file"]), block_size)
     except fmt.SnapshotError:
         return []
 
@@ -273,7 +315,9 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
             block_size: int = fmt.BLOCK_SIZE, progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Write a snapshot of ``src`` (only ``targets`` when given; only records ``trust`` trusts
     when given) to directory ``out``; returns what was written (counts and bytes:
-    ``bytes_written`` new, ``bytes_reused`` already in OUT, ``bytes_copied`` from ``since``).
+    ``bytes_written`` new, ``bytes_reused`` already in OUT, ``bytes_copied`` from ``since``;
+    ``files_repaired``: files of OUT that did not match their hash, written again; ``version``:
+    the new manifest's version).
     ``ValueError`` (one line, nothing written) for an unknown target, a bad publisher name,
     ``since`` that holds no snapshot or a bad key."""
     from tunedb.index.hardware.catalog import catalog_hash
@@ -282,8 +326,11 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
     from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
     publisher = check_publisher(publisher if publisher is not None else default_publisher())
-    if not isinstance(block_size, int) or block_size < 1024:
-        raise ValueError("block size must be an integer of at least 1024 bytes")
+    try:
+        fmt.check_block_size(block_size, "publish")
+    except fmt.SnapshotError:
+        raise ValueError(f"block size must be a power of two from {fmt.MIN_BLOCK_SIZE} to {fmt.MAX_BLOCK_SIZE} "
+                         f"bytes, not {block_size!r}") from None
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} exists and is not a directory")
@@ -305,7 +352,7 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
         if m is None or m.get("fields") != fields or m.get("block_size") != block_size:
             continue
         for tk, t in m["targets"].items():
-            for p in _previous_parts(d, tk, t):
+            for p in _previous_parts(d, tk, t, block_size):
                 if p.get("rows_hash"):
                     prev[p["rows_hash"]] = p
     out.mkdir(parents=True, exist_ok=True)
@@ -336,7 +383,9 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
     vd = {rid: v for rid, v in sorted(verdicts.items()) if rid in ids}
     vref = w.put("verdicts", json.dumps(vd, sort_keys=True).encode(), "json") if vd else None
     stale_targets = [tk for tk in keys if man_targets[tk]["stale_records"]]
-    man = {"format": fmt.FORMAT, "format_version": fmt.FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+    version = max(_previous_version(out), _previous_version(since_p)) + 1
+    man = {"format": fmt.FORMAT, "format_version": fmt.FORMAT_VERSION, "version": version,
+           "schema_version": SCHEMA_VERSION,
            "tunedb_version": TUNEDB_VERSION, "catalog_version": catalog_hash(),
            "feature_version": features.FEATURE_VERSION, "publisher": publisher,
            "published": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -360,7 +409,8 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
             "stale_records": stale_total, "parts": n_parts,
             "files": len(w.refs), "bytes_total": man["size_bytes"], "bytes_written": w.written,
             "bytes_reused": w.reused, "bytes_copied": w.copied, "files_written": w.files_written,
-            "files_reused": w.files_reused, "manifest_bytes": len(data), "signed": sign_key is not None,
+            "files_reused": w.files_reused, "files_repaired": len(w.repaired), "version": version,
+            "manifest_bytes": len(data), "signed": sign_key is not None,
             "fields": fields, "since": str(since_p) if since_p else None}
 
 

@@ -47,6 +47,13 @@ def _need_nginx() -> None:
         pytest.skip("nginx not installed (apt-get install -y nginx); CI runs these tests")
 
 
+@pytest.fixture(autouse=True)
+def _own_version_state(tmp_path, monkeypatch):
+    """Each test its own rollback state (``$TUNEDB_CACHE_DIR/snapshot-versions.json``): a later
+    test's nginx may get an earlier one's port, and so its URL."""
+    monkeypatch.setenv("TUNEDB_CACHE_DIR", str(tmp_path / "tunedb-cache"))
+
+
 @pytest.fixture()
 def serve(tmp_path):
     """``serve(root, **options)`` -> a started NginxServer, stopped after the test."""
@@ -510,7 +517,10 @@ def test_a_signed_republish_never_shows_a_reader_a_mismatched_signature(source, 
     try:
         for i in range(150):
             try:
-                s = SnapshotStore(srv.url, cache_dir=tmp_path / f"c{i % 3}", publisher_key=tmp_path / "k.pub")
+                # (a state file per open: the writer alternates old and new on purpose, which a
+                # reader that remembered the versions would refuse as a rollback)
+                s = SnapshotStore(srv.url, cache_dir=tmp_path / f"c{i % 3}", publisher_key=tmp_path / "k.pub",
+                                  state_file=tmp_path / f"versions-{i}.json")
                 seen.add(len(s))
                 s.close()
             except SnapshotError as e:
