@@ -627,18 +627,20 @@ def load(d: Path) -> tuple[VectorIndex, dict] | None:
             if t.num_rows != p["rows"]:
                 return None
             tables.append(t)
-        ip = d / man["index"]["file"]
-        if _crc(ip) != (man["index"]["crc"], man["index"]["bytes"]):
-            return None
-        index = faiss.read_index(str(ip))
-        n_main = int(man["n_main"])
-        if index.ntotal != n_main or index.d != features.DIM:
-            return None
         t = pa.concat_tables(tables) if tables else _emb_table(np.zeros((0, features.DIM), np.float32), [], [], [])
+        n_main = int(man["n_main"])
         if t.num_rows < n_main:
             return None
         prm = man.get("params", {})
         kind = man["kind"]
+        ip = d / man["index"]["file"]
+        if not ip.exists():  # (a published snapshot's index is never installed: rebuilt from its vectors)
+            return _from_vectors(t, n_main, kind, prm, bool(man.get("pinned", False))), man
+        if _crc(ip) != (man["index"]["crc"], man["index"]["bytes"]):
+            return None
+        index = faiss.read_index(str(ip))
+        if index.ntotal != n_main or index.d != features.DIM:
+            return None
         if not isinstance(index, {"flat": faiss.IndexFlatIP, "ivf": faiss.IndexIVFFlat, "hnsw": faiss.IndexHNSWFlat}[kind]):
             return None
         vi = VectorIndex(features.DIM, kind, hnsw_m=int(prm.get("hnsw_m", HNSW_M)),
@@ -662,6 +664,24 @@ def load(d: Path) -> tuple[VectorIndex, dict] | None:
         return vi, man
     except Exception:  # noqa: BLE001 - any damage to derived data means "rebuild"
         return None
+
+
+def _from_vectors(t: pa.Table, n_main: int, kind: str, prm: dict, pinned: bool) -> VectorIndex:
+    """An index of ``kind`` built from the stored vectors ``t`` (the first ``n_main`` rows in
+    the main index, the rest in the delta): what :func:`load` does when the index file is
+    absent, e.g. for a published snapshot, whose FAISS file is never parsed (only its verified
+    vectors are read)."""
+    vec = t.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    x = np.asarray(vec, dtype=np.float32).reshape(-1, features.DIM)
+    tks, wks, fams = (t.column(c).to_pylist() for c in ("target_key", "workload_key", "family"))
+    vi = VectorIndex.build(x[:n_main], tks[:n_main], wks[:n_main], fams[:n_main], kind=kind,
+                           hnsw_m=int(prm.get("hnsw_m", HNSW_M)), ef_construction=int(prm.get("ef_construction", EF_CONSTRUCTION)),
+                           ef_search=int(prm.get("ef_search", EF_SEARCH)), nprobe=int(prm.get("nprobe", IVF_NPROBE)))
+    vi.pinned = pinned
+    if len(x) > n_main:
+        vi._append_meta(tks[n_main:], wks[n_main:], fams[n_main:])
+        vi._delta = np.ascontiguousarray(x[n_main:])
+    return vi
 
 
 # ============================================================================ DB sync

@@ -413,9 +413,10 @@ class SnapshotStore(RecordStore):
         return d
 
     def _install_vectors(self, d: Path) -> None:
-        """Put the published nearest-entry index in ``d``: each file under the name the index's
-        manifest gives it (a name the index writes: ``format.VECTOR_FILE``, checked again here),
-        its bytes verified against the manifest's sha256."""
+        """Put the published nearest-entry index's vectors in ``d``: each file under the name the
+        index's manifest gives it (a name the index writes: ``format.VECTOR_FILE``, checked again
+        here), its bytes verified against the manifest's sha256.  The FAISS file is left out:
+        the index is rebuilt locally from the vectors."""
         vec = self._man.get("vectors")
         if not vec:
             return
@@ -425,6 +426,11 @@ class SnapshotStore(RecordStore):
         for name, ref in sorted(vec["files"].items()):
             if not VECTOR_FILE.fullmatch(name):  # (check_manifest refused it already)
                 raise SnapshotError(f"{self._url}{MANIFEST}: vectors.files names {name[:80]!r}: refused")
+            if name.endswith(".faiss"):
+                # the publisher's FAISS file is never parsed here (a native deserialiser fed
+                # someone else's bytes): the index is rebuilt from the verified vectors
+                # (retrieval.vectors.load), which costs a k-means only for an IVF index
+                continue
             atomic_write(d / name, self._remote.read_all(ref, self._bs))
         atomic_write(d / "manifest.json", want)
 

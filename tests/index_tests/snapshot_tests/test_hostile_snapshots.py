@@ -667,3 +667,26 @@ def test_republish_rewrites_a_damaged_file_of_the_right_size(tmp_path):
     assert other["version"] == 3
     with pytest.raises(ValueError, match="power of two"):
         publish(src, tmp_path / "odd", block_size=5000)
+
+
+# ------------------------------------------------------------------ native parsers
+def test_the_publishers_faiss_file_is_never_fetched_nor_parsed(site):
+    """``nearest`` over a snapshot answers as the source does, from an index rebuilt locally
+    from the published (verified) vectors: the publisher's FAISS file is never requested, so
+    its bytes never reach FAISS's native deserialiser.  Garbage in that file changes nothing."""
+    man = site.manifest()
+    faiss_refs = [ref for name, ref in man["vectors"]["files"].items() if name.endswith(".faiss")]
+    assert faiss_refs, man["vectors"]["files"]
+    for ref in faiss_refs:  # a hostile publisher's file (its hash no longer matches: never read)
+        (site.snap / ref["file"]).write_bytes(b"\xff" * ref["bytes"])
+    src = _source()
+    target = {"kind": "gpu", "name": TARGET, "sm": 80}
+    wl = {"family": "matmul", "M": 256, "N": 128, "K": 64}
+    snap = SnapshotStore(site.url)
+    try:
+        got = [(n.target_name, n.workload_key) for n in snap.nearest(target, wl, k=5)]
+    finally:
+        snap.close()
+    want = [(n.target_name, n.workload_key) for n in src.nearest(target, wl, k=5)]
+    assert got == want and got
+    assert not [p for p in site.requests() if p.endswith(".faiss")], site.requests()
