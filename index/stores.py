@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from tunedb.index.base import RecordStore
+from tunedb.index.redact import mask_url
 
 PARQUET = "parquet"
 """A Parquet directory on the local (or a mounted) file system."""
@@ -59,6 +60,16 @@ class Location:
     path: str | None = None
     name: str = ""
 
+    def __repr__(self) -> str:
+        """The fields, the text's password masked (:func:`~tunedb.index.redact.mask_url`)."""
+        return f"Location(text={mask_url(self.text)!r}, kind={self.kind!r}, path={self.path!r}, name={self.name!r})"
+
+    @property
+    def shown(self) -> str:
+        """The text as it may be printed or logged: any password in it masked
+        (:func:`~tunedb.index.redact.mask_url`)."""
+        return mask_url(self.text)
+
     @property
     def is_local_directory(self) -> bool:
         """Whether the store is a directory on this machine (it can be checked with ``os.path``)."""
@@ -87,7 +98,7 @@ class Location:
         """``ValueError`` (one line) when tunedb cannot open a store here at all (a remote
         directory, see the class docstring); nothing otherwise."""
         if self.kind == REMOTE:
-            raise ValueError(f"{self.text} is a remote directory: tunedb opens Parquet directories on a "
+            raise ValueError(f"{self.shown} is a remote directory: tunedb opens Parquet directories on a "
                              f"local or mounted file system only (mount it, or tunedb copy its records)")
 
 
@@ -114,7 +125,7 @@ def parse_location(location: str | os.PathLike | Location) -> Location:
     if scheme == "file":
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"{text} names a file on host {parts.netloc}: a file:// location must be on this machine")
+            raise ValueError(f"{mask_url(text)} names a file on host {mask_url(parts.netloc)}: a file:// location must be on this machine")
         return Location(text, PARQUET, path=unquote(parts.path) or "/")
     return Location(text, REMOTE)
 
@@ -123,7 +134,8 @@ def open_store(location: str | os.PathLike | Location, *, create: bool = True, *
     """The store at ``location`` (read by :func:`parse_location`): ``memory:`` or
     ``memory:NAME`` is a new in-memory store; ``postgresql://...`` or ``postgres://...`` a
     PostgreSQL database (its schema created or migrated on open; ``ValueError`` with one line
-    when psycopg is missing -- install ``tunedb[postgres]`` -- or the server cannot be reached);
+    when psycopg is missing -- install ``tunedb[postgres]`` -- or the URL is malformed, ``OSError``
+    with one line when the server cannot be reached; no error text holds the URL's password);
     ``http(s)://...`` a published snapshot, read-only (``OSError`` with one line when it cannot
     be read; options ``cache_dir``, ``publisher_key``, ``timeout``, ``relabel``);
     a path or ``file://`` URL a Parquet directory (created when missing and ``create``); another
@@ -155,9 +167,10 @@ def open_store(location: str | os.PathLike | Location, *, create: bool = True, *
 def open_error_line(error: BaseException) -> str:
     """The one line that says why :func:`open_store` failed with ``error``: an ``OSError``'s
     ``strerror`` when it has one, else the first line of its text (what the command line and
-    the dashboard print after the location)."""
+    the dashboard print after the location), any password in it masked
+    (:func:`~tunedb.index.redact.mask_url`)."""
     text = (error.strerror if isinstance(error, OSError) and error.strerror else str(error)).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    return mask_url(text[0]) if text else type(error).__name__
 
 
 __all__ = ["KINDS", "MEMORY", "PARQUET", "POSTGRES", "REMOTE", "SNAPSHOT", "Location", "open_error_line", "open_store",

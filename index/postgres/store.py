@@ -58,6 +58,7 @@ from tunedb.index.checks import check_columns, check_forget_options, check_runs_
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version
 from tunedb.index.record import Record, target_slug
+from tunedb.index.redact import mask_url, url_secrets
 from tunedb.index.runs_codec import decode_run, prepare_run, select_runs
 from tunedb.index.schema import RECORD_SCHEMA, conform, empty_records
 
@@ -133,21 +134,30 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException, url: str = "") -> str:
+    """The first line of ``e``'s text, every password in it masked (:func:`~tunedb.index.redact.mask_url`;
+    ``url``'s own password also where the text quotes it alone, as psycopg's URL errors do)."""
     text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    return mask_url(text[0], url_secrets(url)) if text else type(e).__name__
 
 
 def redact(url: str) -> str:
-    """``url`` without its password (in the netloc or a ``password=`` query parameter)."""
-    parts = urllib.parse.urlsplit(url)
+    """``url`` without its password (in the netloc or a ``password=`` query parameter): a
+    location that can still be opened where libpq finds the password itself (``PGPASSWORD``,
+    ``~/.pgpass``).  Any other text that looks like a password is masked
+    (:func:`~tunedb.index.redact.mask_url`)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # (an unbalanced "[" of an IPv6 host)
+        return mask_url(url, url_secrets(url))
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         netloc = userinfo.split(":", 1)[0] + "@" + host
     query = urllib.parse.urlencode([(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
                                     if k != "password"])
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return mask_url(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)),
+                    url_secrets(url))
 
 
 def _record_of(row: tuple) -> Record:
@@ -180,8 +190,10 @@ class PostgresStore(RecordStore):
 
     ``url`` is a libpq URL (``postgresql://user[:password]@host[:port]/dbname[?options]``).
     Opening connects, migrates the schema (``tunedb.index.postgres.schema.migrate``) and reads
-    the database's identity.  ``ValueError`` (one line) when psycopg is missing or the schema
-    is newer than this code; ``OSError`` (one line) when the server cannot be reached.
+    the database's identity.  ``ValueError`` (one line) when psycopg is missing, the URL is malformed
+    or the schema is newer than this code; ``OSError`` (one line) when the server cannot be reached.
+    No text this store makes holds the URL's password: :attr:`location`, ``repr()`` and every
+    error show the URL without it (a driver's message is masked, :func:`tunedb.index.redact.mask_url`).
 
     ``read_only``: the handle never writes (the dashboard's promise): nothing is migrated (a
     database without tunedb's schema, or with another version of it, is a ``ValueError``), every
@@ -210,7 +222,7 @@ class PostgresStore(RecordStore):
         """A read-only handle reads only a database whose schema is this code's version."""
         found = schema_version(conn)
         if found == 0:
-            raise ValueError(f"no tunedb database at {redact(self._url)} (no tunedb schema; a read-only "
+            raise ValueError(f"no tunedb database at {self.location} (no tunedb schema; a read-only "
                              "open creates nothing)")
         if found != CURRENT_VERSION:
             raise ValueError(f"the database's tunedb schema is version {found}, this tunedb reads version "
@@ -232,15 +244,18 @@ class PostgresStore(RecordStore):
         pg = self._psycopg
         try:
             given = pg.conninfo.conninfo_to_dict(self._url)
+        except pg.Error as e:  # a malformed URL: bad input, nothing sent (the text may quote the password)
+            raise ValueError(f"invalid PostgreSQL URL {self.location}: {_one_line(e, self._url)}") from None
+        try:
             extra = {k: v for k, v in CONNECTION_DEFAULTS.items() if k not in given}
             if "connect_timeout" not in given:
                 extra["connect_timeout"] = str(max(1, int(self._connect_timeout)))
             conn = pg.connect(self._url, autocommit=True, **extra)
+            conn.execute("SET TIME ZONE 'UTC'")
+            if self.read_only:
+                conn.execute("SET default_transaction_read_only = on")
         except pg.OperationalError as e:  # down, starting up, in recovery, refused: transient
-            raise OSError(f"cannot connect to {redact(self._url)}: {_one_line(e)}") from None
-        conn.execute("SET TIME ZONE 'UTC'")
-        if self.read_only:
-            conn.execute("SET default_transaction_read_only = on")
+            raise OSError(f"cannot connect to {self.location}: {_one_line(e, self._url)}") from None
         return conn
 
     @contextlib.contextmanager
@@ -260,7 +275,7 @@ class PostgresStore(RecordStore):
             except pg.OperationalError as e:
                 if self._conn.closed or self._conn.broken:
                     self._conn = None
-                raise OSError(f"PostgreSQL at {redact(self._url)}: {_one_line(e)}") from None
+                raise OSError(f"PostgreSQL at {self.location}: {_one_line(e, self._url)}") from None
 
     # ------------------------------------------------------------------ writing
     def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
@@ -594,8 +609,13 @@ class PostgresStore(RecordStore):
 
     @property
     def location(self) -> str:
-        """The URL without its password."""
+        """The URL without its password (:func:`redact`): safe to print or log; it opens the same
+        database where libpq finds the password itself (``PGPASSWORD``, ``~/.pgpass``)."""
         return redact(self._url)
+
+    def __repr__(self) -> str:
+        """``PostgresStore('<location>')`` (no password), plus ``read_only=True`` when it is."""
+        return f"PostgresStore({self.location!r}{', read_only=True' if self.read_only else ''})"
 
     def close(self) -> None:
         """Close the connection; a later call on this handle connects again."""

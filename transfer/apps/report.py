@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tunedb.index.estimate import CostEstimate, estimate_of_row, estimate_table, fmt_seconds
+from tunedb.index.redact import mask_url
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import gain_model, short_workload
 from tunedb.transfer.apps.rundata import EntryCurve, GainPoint, RunsData, TuneRun
@@ -1064,9 +1065,10 @@ def _summary(table: Any, targets: list[dict], curves: list[EntryCurve], runs: Ru
 
 
 def _head_table(location: str, summary: dict) -> str:
-    """The table at the top of the page: where the store is and the summary's counts."""
+    """The table at the top of the page: where the store is (any password in it masked:
+    :func:`~tunedb.index.redact.mask_url`) and the summary's counts."""
     return _table(["", ""], [
-        ["database", f"<code>{html.escape(location)}</code>"],
+        ["database", f"<code>{html.escape(mask_url(location))}</code>"],
         ["records (live)", str(summary["records"])], ["targets", str(summary["targets"])],
         ["entries (target × workload)", f"{summary['entries']} ({summary['entries_with_ok']} with an ok record)"],
         ["workload families", html.escape(", ".join(summary["families"]) or "–")],

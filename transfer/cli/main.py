@@ -14,6 +14,12 @@ order given).  ``--layers ordered|union`` picks how the layers answer (default o
 holds the further ``--db`` values and ``args.also`` the ``--also`` ones; ``cliutil.open_db``
 opens them all.  User errors and ``OSError``s
 (disk full, permission denied, ...) are one line on stderr and exit status 2.
+
+Secrets: every line this module prints (errors, warnings, usage errors, and the traceback of an
+unexpected exception of the ``tunedb`` process) has its passwords masked
+(:func:`tunedb.index.redact.mask_url`), as ``cliutil.emit`` masks results: ``--db
+postgresql://user:SECRET@host/db`` is shown as ``postgresql://user:***@host/db``.  The
+environment (``PGPASSWORD``, ...) is never printed.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import os
 import sys
 import warnings
 
+from tunedb.index.redact import mask_url
 from tunedb.transfer.cli.util import UserError
 
 COMMAND_MODULES = (
@@ -82,8 +89,29 @@ def _add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
-        sys.stderr.write(f"tunedb: error: {message}\n")
+        error_line(message)
         raise SystemExit(2)
+
+
+def error_line(message: object) -> None:
+    """Write ``tunedb: error: <message>`` (its passwords masked) on stderr."""
+    sys.stderr.write(f"tunedb: error: {mask_url(message)}\n")
+    sys.stderr.flush()
+
+
+def _masking_excepthook(hook: object) -> object:
+    """``hook`` (a ``sys.excepthook``) called with the exception's text masked: an unexpected
+    exception's traceback never prints a password."""
+    def masked_hook(kind: type[BaseException], value: BaseException, tb: object) -> None:
+        import traceback
+
+        text = "".join(traceback.format_exception(kind, value, tb))  # type: ignore[arg-type]
+        sys.stderr.write(mask_url(text))
+        sys.stderr.flush()
+
+    masked_hook.tunedb_masking = True  # type: ignore[attr-defined]
+    masked_hook.wrapped = hook  # type: ignore[attr-defined]
+    return masked_hook
 
 
 def version_text(as_json: bool) -> str:
@@ -142,6 +170,8 @@ def os_error_text(e: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``tunedb`` command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    if not getattr(sys.excepthook, "tunedb_masking", False):
+        sys.excepthook = _masking_excepthook(sys.excepthook)  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
     shown = warnings.showwarning
@@ -151,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
         _flush(pending)
     except UserError as e:
-        sys.stderr.write(f"tunedb: error: {e}\n")
+        error_line(e)
         return 2
     except ValueError as e:
         # the store contract's "bad input" error (an unknown target, a schema-1 DB that must be
@@ -159,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TUNEDB_DEBUG"):
             raise
         text = str(e).strip().splitlines()
-        sys.stderr.write(f"tunedb: error: {text[0] if text else type(e).__name__}\n")
+        error_line(text[0] if text else type(e).__name__)
         return 2
     except KeyboardInterrupt:
         _flush(pending)
@@ -168,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as e:  # disk full, permission denied, a file where a directory belongs, ...
-        sys.stderr.write(f"tunedb: error: {os_error_text(e)}\n")
+        error_line(os_error_text(e))
         return 2
     finally:
         warnings.showwarning = shown
@@ -177,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _warning_line(message: Warning | str, category: type[Warning]) -> str:
     """A warning as the command line prints it: ``tunedb: warning: <its first line>`` (no file
-    name, no source line)."""
+    name, no source line; passwords masked)."""
     text = str(message).strip().splitlines()
-    return f"tunedb: warning: {text[0] if text else category.__name__}"
+    return f"tunedb: warning: {mask_url(text[0]) if text else category.__name__}"
 
 
 def _flush(pending: list[str]) -> None:

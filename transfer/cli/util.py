@@ -1,4 +1,8 @@
-"""Shared pieces of the command line: user errors, output, parsing of workloads."""
+"""Shared pieces of the command line: user errors, output, parsing of workloads.
+
+Secrets: everything the command line prints goes through :func:`masked` (``emit`` for results,
+``main``'s printer for errors and warnings): a password in a URL or a ``password=`` setting is
+``***`` (:func:`tunedb.index.redact.mask_url`), whatever message quoted it."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from tunedb.index.estimate import fmt_seconds  # noqa: F401 (the one unit style, re-exported for the commands)
+from tunedb.index.redact import mask_url
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -17,12 +22,32 @@ class UserError(Exception):
     """A mistake in the user's input: reported as one line on stderr, exit status 2."""
 
 
+def masked(value: Any) -> Any:
+    """``value`` with every password in its texts masked (:func:`~tunedb.index.redact.mask_url`):
+    a string masked, dict keys and values, list and tuple items masked recursively (as lists);
+    anything else unchanged (``emit`` masks what ``json.dumps`` makes of it)."""
+    if isinstance(value, str):
+        return mask_url(value)
+    if isinstance(value, dict):
+        return {masked(k): masked(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [masked(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> str:
+    """``str(value)`` for what JSON cannot hold, its passwords masked."""
+    return mask_url(str(value))
+
+
 def emit(args, payload: dict, human: str | None = None) -> None:
-    """Print ``payload`` as exactly one JSON object with --json, else ``human`` (or pretty JSON)."""
+    """Print ``payload`` as exactly one JSON object with --json, else ``human`` (or pretty JSON).
+    Every password in either is masked (:func:`masked`): a result line never shows one."""
     if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(payload, default=str, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps(masked(payload), default=_json_default, sort_keys=True) + "\n")
     else:
-        sys.stdout.write((human if human is not None else json.dumps(payload, indent=2, default=str)) + "\n")
+        text = human if human is not None else json.dumps(masked(payload), indent=2, default=_json_default)
+        sys.stdout.write(mask_url(text) + "\n")
     sys.stdout.flush()
 
 
@@ -93,7 +118,7 @@ def open_location(location: str, *, create: bool, what: str = "database", **opti
     try:
         return open_store(location, create=create, **options)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot open {what} {location}: {open_error_line(e)}") from None
+        raise UserError(f"cannot open {what} {mask_url(location)}: {open_error_line(e)}") from None
 
 
 def checked_locations(args) -> list[str]:
@@ -109,9 +134,9 @@ def checked_locations(args) -> list[str]:
             here = parse_location(loc)
             here.check_openable()
         except ValueError as e:
-            raise UserError(f"cannot open {'lower layer' if i else 'database'} {loc}: {e}") from None
+            raise UserError(f"cannot open {'lower layer' if i else 'database'} {mask_url(loc)}: {e}") from None
         if any(here.same_store_as(seen) for seen in parsed):
-            raise UserError(f"layer {loc} is given twice")
+            raise UserError(f"layer {mask_url(loc)} is given twice")
         parsed.append(here)
     for loc, here in zip(locs[1:], parsed[1:]):
         if here.is_local_directory and not here.exists():

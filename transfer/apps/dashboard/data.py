@@ -31,10 +31,18 @@ trend's G(n) all read the same de-duplicated summaries (``Snapshot.runs``).
 
 Units: costs and times in seconds, timestamps as microseconds since the epoch (UTC), sizes in
 bytes.
+
+Text from records on a page is text, never markup: Dash escapes what the views pass it, but
+plotly.js reads a figure's texts (trace names, titles, tick labels, hover texts) as its own HTML
+subset, ``<a href>`` included; so every figure the dashboard draws goes through
+:func:`plain_figure`, which escapes them (``<`` -> ``&lt;``, which plotly.js shows as ``<``).
+Errors shown (stderr, the status line) have their passwords masked
+(:func:`tunedb.index.redact.mask_url`).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import sys
@@ -49,6 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index.estimate import estimate_of_row, estimate_table, rank_key
+from tunedb.index.redact import mask_url
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import FigureSpec
 
@@ -89,10 +98,27 @@ class Snapshot:
     _plotly: dict[str, dict] = field(default_factory=dict, repr=False)
 
     def figure(self, key: str) -> dict:
-        """The plotly figure (as a dict) of ``figs[key]``, drawn once per snapshot."""
+        """The plotly figure (as a dict) of ``figs[key]``, drawn once per snapshot, its texts
+        escaped (:func:`plain_figure`)."""
         if key not in self._plotly:
-            self._plotly[key] = figures.to_plotly_dict(self.figs[key])
+            self._plotly[key] = plain_figure(figures.to_plotly_dict(self.figs[key]))
         return self._plotly[key]
+
+
+def plain_figure(fig: Any) -> Any:
+    """A copy of a plotly figure (its JSON form: dicts, lists, strings, numbers) with every
+    string HTML-escaped (``&``, ``<``, ``>``): plotly.js draws each text as plain text (it turns
+    the entities back into the characters) and no text from a record becomes markup (a target
+    named ``<a href="http://evil/">x</a>`` is shown as those characters, not as a link).  The
+    figures tunedb draws hold no markup of their own, and their non-text strings (colours, axis
+    references, modes, ISO dates) hold none of the three characters, so they are unchanged."""
+    if isinstance(fig, str):
+        return html.escape(fig, quote=False)
+    if isinstance(fig, dict):
+        return {k: plain_figure(v) for k, v in fig.items()}
+    if isinstance(fig, (list, tuple)):
+        return [plain_figure(v) for v in fig]
+    return fig
 
 
 # ------------------------------------------------------------------------- helpers
@@ -628,7 +654,7 @@ class DashboardData:
                     self._entry_memo.clear()
                 page = entry_page(self.db, target_key, workload_key, snap.runs)
                 if page is not None and page["curve"].drawn:  # drawn once, not per request
-                    page["figure"] = figures.to_plotly_dict(page["curve"])
+                    page["figure"] = plain_figure(figures.to_plotly_dict(page["curve"]))
                 self._entry_memo[key] = page
             return self._entry_memo[key]
 
@@ -638,7 +664,7 @@ class DashboardData:
                 self.poll()
                 self.last_error = None
             except Exception as e:  # keep serving the last snapshot; say what went wrong once
-                text = f"{type(e).__name__}: {e}".splitlines()[0]
+                text = mask_url(f"{type(e).__name__}: {e}".splitlines()[0])
                 if text != self.last_error:
                     sys.stderr.write(f"tunedb dashboard: could not read the database: {text}\n")
                 self.last_error = text

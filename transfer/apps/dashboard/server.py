@@ -4,12 +4,24 @@ address, the store's poller in a background thread.
 :func:`make_server` binds (port 0: any free port) and returns the server, whose ``url`` says
 where it listens; its ``serve_forever()`` serves until interrupted.  Request lines are not logged (a
 page polls twice a second).
+
+DNS rebinding: a web page the user opens elsewhere (``http://evil.example/``) can make its own
+name resolve to 127.0.0.1 and then read this dashboard as "its own" site; the browser still
+sends ``Host: evil.example``.  So every request passes :class:`HostCheck` first: the ``Host``
+header's name must be ``localhost``, an IP address (``127.0.0.1``, ``[::1]``, the machine's
+address: an address is its own origin, no other site's page can borrow it), the bound host, or
+a name given with ``allow_hosts`` (``tunedb dashboard --allow-host NAME``: the name a reverse
+proxy or a colleague's browser uses); any other ``Host`` (or none) is refused with ``403`` and
+one line of text.  The port is not checked (an SSH tunnel or a proxy changes it; a port
+does not make a name the attacker's).  Every response also says ``X-Frame-Options: DENY``
+(no framing: no clickjacking) and ``X-Content-Type-Options: nosniff``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable, Iterable
 from typing import Any
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -23,6 +35,78 @@ def is_local(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def host_name(host_header: str) -> tuple[str, str | None]:
+    """``(name, port)`` of a ``Host`` header value: ``[::1]:8050`` -> ``("::1", "8050")``,
+    ``Example.COM.:80`` -> ``("example.com", "80")``, ``localhost`` -> ``("localhost", None)``
+    (the name lower-case, without a trailing dot or IPv6 brackets)."""
+    text = host_header.strip()
+    port: str | None = None
+    if text.startswith("["):
+        name, _, rest = text[1:].partition("]")
+        if rest.startswith(":"):
+            port = rest[1:]
+    elif text.count(":") == 1:
+        name, port = text.split(":")
+    else:
+        name = text
+    return name.lower().rstrip("."), port
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostCheck:
+    """WSGI middleware: serves ``app`` only to requests whose ``Host`` header names this server
+    (see the module docstring: ``localhost``, an IP address, ``bound_host`` or one of
+    ``allow_hosts``, each a name, or ``name:port`` to allow that port only); any other ``Host``,
+    or none, gets ``403 Forbidden`` and one line of plain text, and ``app`` is not called.
+    Every response gets :data:`SECURITY_HEADERS`."""
+
+    SECURITY_HEADERS = (("X-Frame-Options", "DENY"), ("X-Content-Type-Options", "nosniff"))
+
+    def __init__(self, app: Callable[..., Any], bound_host: str, allow_hosts: Iterable[str] = ()) -> None:
+        self.app = app
+        self.names = {"localhost", host_name(bound_host)[0]}
+        self.exact: set[tuple[str, str | None]] = set()
+        for entry in allow_hosts:
+            name, port = host_name(entry)
+            if port is None:
+                self.names.add(name)
+            else:
+                self.exact.add((name, port))
+
+    def allowed(self, host_header: str | None) -> bool:
+        """Whether a request with this ``Host`` header value (None: without one) is served."""
+        if not host_header:
+            return False
+        name, port = host_name(host_header)
+        return bool(name) and (name in self.names or (name, port) in self.exact or _is_address(name))
+
+    def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Any:
+        extra = list(self.SECURITY_HEADERS)
+
+        def respond(status: str, headers: list, exc_info: Any = None) -> Any:
+            named = {k.lower() for k, _ in headers}
+            headers = list(headers) + [(k, v) for k, v in extra if k.lower() not in named]
+            return start_response(status, headers, exc_info) if exc_info is not None else \
+                start_response(status, headers)
+
+        host = environ.get("HTTP_HOST")
+        if self.allowed(host):
+            return self.app(environ, respond)
+        shown = repr(host[:100]) if host else "(none)"
+        body = (f"tunedb dashboard: refused: Host {shown} is not this dashboard's name (a page of another "
+                "site may be trying to read it: DNS rebinding); open it as localhost or by its address, "
+                "or start it with --allow-host NAME\n").encode("utf-8", "replace")
+        respond("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+        return [body]
 
 
 class Dashboard:
@@ -46,9 +130,11 @@ class Dashboard:
 
 
 def make_server(db: Any, *, host: str = "127.0.0.1", port: int = 8050, refresh_s: float = 0.5,
-                poll_s: float = 0.5) -> Dashboard:
+                poll_s: float = 0.5, allow_hosts: Iterable[str] = ()) -> Dashboard:
     """Start polling ``db`` (its first snapshot is computed here) and bind the dashboard to
-    ``host``:``port`` (0: a free port).  OSError when the address cannot be bound."""
+    ``host``:``port`` (0: a free port).  Requests are served only under the ``Host`` names
+    :class:`HostCheck` accepts (``localhost``, IP addresses, ``host``, ``allow_hosts``).
+    OSError when the address cannot be bound."""
     from werkzeug.serving import WSGIRequestHandler
     from werkzeug.serving import make_server as _make
 
@@ -64,7 +150,7 @@ def make_server(db: Any, *, host: str = "127.0.0.1", port: int = 8050, refresh_s
     try:
         data = DashboardData(db, poll_s=poll_s)
         app = create_app(data, refresh_s=refresh_s)
-        server = _make(host, port, app.server, threaded=True, request_handler=_Quiet,
+        server = _make(host, port, HostCheck(app.server, host, allow_hosts), threaded=True, request_handler=_Quiet,
                        fd=sock.fileno())
     finally:
         sock.close()  # (the server holds its own duplicate of the socket)

@@ -4,7 +4,8 @@ One function per view: :func:`overview`, :func:`pipeline`, :func:`comparison`, :
 and :func:`entry` (the per-entry page).  Each returns a ``html.Div`` whose id is
 ``view-<name>``; the numbers tests and users look for carry ids (``ov-records``, ...).  Text
 from records (names, workloads, configs) is passed to Dash as text, which it escapes; no HTML
-is built from record content.  Times are shown with :func:`tunedb.index.estimate.fmt_seconds`
+is built from record content; figures are escaped (``data.plain_figure``: plotly.js would read
+their texts as markup).  Times are shown with :func:`tunedb.index.estimate.fmt_seconds`
 (the one unit style); the cost of a config or an entry is always the estimator's, as a compact
 cell (:func:`cost_cell`: ``4.54 ms ±3% n=5`` and ``noisy``, the interval in full as its
 tooltip); a run's own number is labelled "in-run" (what the run saw).
@@ -28,8 +29,9 @@ from urllib.parse import urlencode
 from dash import dcc, html
 
 from tunedb.index.estimate import CostEstimate, fmt_seconds
+from tunedb.index.redact import mask_url
 from tunedb.transfer.apps import figures
-from tunedb.transfer.apps.dashboard.data import ACTIVE_WINDOW_S, Snapshot
+from tunedb.transfer.apps.dashboard.data import ACTIVE_WINDOW_S, Snapshot, plain_figure
 from tunedb.transfer.apps.report import cost_brief
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
@@ -204,9 +206,9 @@ def status_line(snap: Snapshot, error: str | None = None) -> html.P:
     """When the snapshot was made and how long it took (and the last poll's error, if any)."""
     ov = snap.overview
     stamp = _dt.datetime.fromtimestamp(snap.computed_at, tz=_dt.timezone.utc).strftime("%H:%M:%S UTC")
-    text = (f"{ov['location']} · read-only · snapshot {snap.version} at {stamp} "
+    text = (f"{mask_url(ov['location'])} · read-only · snapshot {snap.version} at {stamp} "
             f"({snap.compute_s:.2f} s to compute) · updates live")
-    return html.P(text + (f" · last poll failed: {error}" if error else ""), className="status",
+    return html.P(text + (f" · last poll failed: {mask_url(error)}" if error else ""), className="status",
                   id="status")
 
 
@@ -397,7 +399,8 @@ def entry(page: dict | None, target_key: str, workload_key: str) -> html.Div:
         table(["stored (UTC)", "run", "task", "seeded from", "evaluations", "its config now (estimate)",
                "in-run best (what the run saw)"], runs, id="en-runs",
               numeric=(4, 5, 6)) if runs else html.P("no stored run tuned this entry", className="note", id="en-runs"),
-        dcc.Graph(id="g-entry", figure=page.get("figure") or figures.to_plotly_dict(curve), config=GRAPH_CONFIG)
+        dcc.Graph(id="g-entry", figure=page.get("figure") or plain_figure(figures.to_plotly_dict(curve)),
+                  config=GRAPH_CONFIG)
         if curve.drawn else
         html.P(f"Nothing to draw: {curve.empty}.", className="note"),
     ], id="view-entry")

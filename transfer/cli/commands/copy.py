@@ -65,8 +65,8 @@ def run_copy(args) -> int:
     rows = [[t["target_name"], t["target_key"][:12], t["records"], t["copied"], t["skipped"],
              "yes" if t["invalidated"] else "", t["verdicts"]] for t in res["targets"]]
     human = (table_text(["target", "key", "records", "copied", "skipped", "invalidated", "verdicts"], rows)
-             + f"\ncopied {res['copied']}, skipped {res['skipped']} (already in {args.dst}) "
+             + f"\ncopied {res['copied']}, skipped {res['skipped']} (already in {dst.location}) "
              f"of {res['records']} records in {len(res['targets'])} target(s)") if rows else \
-        f"nothing to copy: {args.src} holds no records"
+        f"nothing to copy: {src.location} holds no records"
     emit(args, res, human)
     return 0

@@ -1,7 +1,11 @@
 """``tunedb dashboard``: a live, read-only web page of a DB (see transfer/apps/dashboard/).
 
 Binds 127.0.0.1 by default; another address needs ``--allow-remote`` (and prints a warning:
-configs and timings may be confidential).  Prints the URL on stdout when it is ready (one JSON
+configs and timings may be confidential).  Requests are served only under ``localhost``, an IP
+address or the bound host as ``Host`` (DNS rebinding, see ``transfer/apps/dashboard/server.py``);
+``--allow-host NAME`` (repeatable) adds a name, e.g. the one a reverse proxy serves it as; with
+``--allow-remote`` this machine's own names (``socket.gethostname()``, ``getfqdn()``) are added
+too (they are this site's DNS, not an attacker's).  Prints the URL on stdout when it is ready (one JSON
 object ``{"url", "db"}`` with ``--json``) and serves until interrupted.  Needs the
 ``dashboard`` extra (dash, plotly).
 """
@@ -25,6 +29,9 @@ def register(sub, common) -> None:
                    help="address to bind (default 127.0.0.1; any other needs --allow-remote)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a --host other than loopback (anyone who reaches it sees the DB's configs and timings)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also serve requests whose Host is NAME (or NAME:PORT), e.g. behind a reverse proxy "
+                        "(repeatable; localhost, IP addresses and --host are always served)")
     p.add_argument("--refresh-s", type=float, default=0.5, metavar="SECONDS",
                    help="how often the page checks for changes (default 0.5)")
     p.set_defaults(func=run_dashboard)
@@ -56,6 +63,14 @@ def _open_one_read_only(loc: str):
     return open_location(loc, create=False, read_only=True)
 
 
+def own_names() -> list[str]:
+    """This machine's host names (``socket.gethostname()`` and ``socket.getfqdn()``), served
+    as ``Host`` when the dashboard binds a non-loopback address."""
+    import socket
+
+    return sorted({n for n in (socket.gethostname(), socket.getfqdn()) if n})
+
+
 def run_dashboard(args) -> int:
     from tunedb.transfer.apps.dashboard.server import is_local
 
@@ -68,6 +83,9 @@ def run_dashboard(args) -> int:
         raise UserError(f"--port {args.port} is not a TCP port (0-65535)")
     if args.refresh_s <= 0:
         raise UserError("--refresh-s must be > 0")
+    for name in args.allow_host:
+        if not name or any(c.isspace() or c in "/@,*" for c in name):
+            raise UserError(f"--allow-host {name!r} is not a host name (NAME or NAME:PORT)")
     if not is_local(args.host):
         if not args.allow_remote:
             raise UserError(f"--host {args.host} would serve the DB beyond this machine; add --allow-remote "
@@ -79,7 +97,8 @@ def run_dashboard(args) -> int:
     from tunedb.transfer.apps.dashboard.server import make_server
 
     try:
-        dash_server = make_server(db, host=args.host, port=args.port, refresh_s=args.refresh_s)
+        dash_server = make_server(db, host=args.host, port=args.port, refresh_s=args.refresh_s,
+                                  allow_hosts=[*args.allow_host, *([] if is_local(args.host) else own_names())])
     except OSError as e:
         raise UserError(f"cannot serve on {args.host}:{args.port}: {e.strerror or e}") from None
     emit(args, {"url": dash_server.url, "db": db.location},

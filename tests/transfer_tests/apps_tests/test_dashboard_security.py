@@ -1,0 +1,216 @@
+"""The dashboard against a hostile web page and hostile record text, with the real parts: a real
+``tunedb dashboard`` process answering real HTTP requests (a forged ``Host`` header, as a DNS
+rebinding attack sends it, is refused), and a real headless chromium (Selenium) showing a DB whose
+target, workload and run names hold HTML: on every page they are text, never a link."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+pytest.importorskip("dash")
+
+import tunedb  # noqa: E402
+from tunedb.index import Record  # noqa: E402
+from tunedb.transfer.apps.dashboard.server import HostCheck, host_name  # noqa: E402
+
+from helpers import ROOT  # noqa: E402
+
+EVIL_HREF = "http://evil/"
+EVIL = f'<a href="{EVIL_HREF}">x</a>'
+EVIL_W = f'<a href="{EVIL_HREF}">w</a>'
+#: every <a> of the page, HTML or SVG, whose href or xlink:href names the evil site (their markup)
+EVIL_LINKS = """return [...document.getElementsByTagNameNS('*', 'a')].filter(a =>
+    ((a.getAttribute('href') || '') + (a.getAttributeNS('http://www.w3.org/1999/xlink', 'href') || '')
+     + (a.getAttribute('xlink:href') || '')).includes('evil')).map(a => a.outerHTML);"""
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def start(db: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """``tunedb dashboard --db DB --port 0 EXTRA`` in a real subprocess; (process, URL)."""
+    proc = subprocess.Popen([sys.executable, "-m", "tunedb", "dashboard", "--db", str(db), "--port", "0", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    line = proc.stdout.readline()
+    m = re.search(r"http://\S+", line)
+    if m is None:
+        proc.kill()
+        raise AssertionError(f"no URL: {line!r} {proc.stderr.read()[:500]}")
+    return proc, m.group(0)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def request(url: str, host: str | None, path: str = "/", body: dict | None = None) -> tuple[int, dict, str]:
+    """One real HTTP request to the server of ``url`` with ``host`` as its ``Host`` header (None:
+    no Host header at all); (status, headers lower-cased, body text)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.putrequest("POST" if body is not None else "GET", path, skip_host=True, skip_accept_encoding=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        data = json.dumps(body).encode() if body is not None else b""
+        if body is not None:
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(len(data)))
+        conn.endheaders(data or None)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def evil_db(path: Path) -> Path:
+    """A Parquet DB whose target, workload and run names are HTML links: a normal entry plus the
+    hostile one, each with enough records for a curve on /trend and its entry page."""
+    db = tunedb.open(path)
+    good = {"kind": "gpu", "name": "plain-gpu"}
+    w = {"family": "matmul", "m": 64}
+    w_evil = {"family": "matmul", "m": 64, "note": EVIL_W}
+    db.commit([Record({"kind": "gpu", "name": EVIL}, w_evil, {"tile": i}, [1e-3 / (i + 1)] * 3) for i in range(6)]
+              + [Record(good, w, {"tile": i}, [2e-3 / (i + 1)] * 3) for i in range(6)])
+    db.add_run({"kind": "tune", "label": EVIL, "target": EVIL, "evaluations": 6, "cache_hits": 2, "measurements": 4,
+                "tasks": [], "measure_s": 1.0, "query_s": 0.1, "wall_s": 1.2})
+    db.close()
+    return path
+
+
+# ------------------------------------------------------------------------------ the Host check
+def test_host_names_and_the_check_itself():
+    assert host_name("[::1]:8050") == ("::1", "8050")
+    assert host_name("Example.COM.:80") == ("example.com", "80")
+    assert host_name("localhost") == ("localhost", None)
+    check = HostCheck(lambda e, s: [b""], "127.0.0.1", ["dash.example.org", "proxy.example.org:8443"])
+    for ok in ("127.0.0.1:8050", "localhost:8050", "LOCALHOST", "[::1]:8050", "localhost:9999", "10.1.2.3:8050",
+               "dash.example.org", "dash.example.org:443", "proxy.example.org:8443"):
+        assert check.allowed(ok), ok
+    for bad in ("evil.example:8050", "evil.example", "127.0.0.1.evil.example:8050", "localhost.evil.example",
+                "proxy.example.org:80", "proxy.example.org", "", None, "sub.localhost:8050"):
+        assert not check.allowed(bad), bad
+
+
+def test_a_forged_host_header_is_refused_by_the_real_server(tmp_path):
+    db = evil_db(tmp_path / "db")
+    proc, url = start(db)
+    try:
+        port = urlsplit(url).port
+        for ok in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            status, headers, body = request(url, ok)
+            assert status == 200 and "tunedb dashboard" in body, (ok, status, body[:200])
+            assert headers.get("x-frame-options") == "DENY" and headers.get("x-content-type-options") == "nosniff"
+        # what a DNS rebinding page sends: its own name, resolved to 127.0.0.1
+        for forged in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", None):
+            status, headers, body = request(url, forged)
+            assert status == 403, (forged, status, body[:200])
+            assert "DNS rebinding" in body and len(body.splitlines()) == 1 and "tunedb dashboard" in body
+            assert headers["content-type"].startswith("text/plain") and "plain-gpu" not in body
+        # the data endpoint too: the page callback never runs for a forged Host
+        callback = {"output": "page.children", "outputs": {"id": "page", "property": "children"},
+                    "inputs": [{"id": "url", "property": "pathname", "value": "/"},
+                               {"id": "url", "property": "search", "value": ""},
+                               {"id": "version", "property": "data", "value": 1}],
+                    "changedPropIds": ["url.pathname"], "state": []}
+        status, _, body = request(url, f"evil.example:{port}", "/_dash-update-component", callback)
+        assert status == 403 and "plain-gpu" not in body
+        status, _, body = request(url, f"127.0.0.1:{port}", "/_dash-update-component", callback)
+        assert status == 200 and "plain-gpu" in body
+    finally:
+        stop(proc)
+    # --allow-host NAME serves that name (a reverse proxy's), and only that one
+    proc, url = start(db, "--allow-host", "dash.example.org")
+    try:
+        assert request(url, "dash.example.org")[0] == 200
+        assert request(url, "dash.example.org:8443")[0] == 200
+        assert request(url, "evil.example")[0] == 403
+    finally:
+        stop(proc)
+
+
+def test_a_bad_allow_host_is_one_line_exit_2(tmp_path):
+    db = evil_db(tmp_path / "db")
+    p = subprocess.run([sys.executable, "-m", "tunedb", "dashboard", "--db", str(db), "--port", "0",
+                        "--allow-host", "a b/c"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
+    assert "--allow-host" in p.stderr
+
+
+# ------------------------------------------------------------------ HTML in names, in a browser
+def browser(tmp_path: Path):
+    """A headless chromium (a fresh profile); skips (fails under CI) when chromium,
+    chromium-driver or selenium is missing."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium")
+    if missing:
+        why = f"the browser test needs {', '.join(missing)} (Debian: apt-get install chromium chromium-driver)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", "--window-size=1400,1700", f"--user-data-dir={tmp_path / 'chrome-profile'}"):
+        opts.add_argument(flag)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def test_html_in_names_is_text_on_every_page(tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tunedb.index.keys import key_of
+
+    db = evil_db(tmp_path / "db")
+    tk = key_of({"kind": "gpu", "name": EVIL})
+    wk = key_of({"family": "matmul", "m": 64, "note": EVIL_W})
+    proc, url = start(db)
+    driver = browser(tmp_path)
+    try:
+        wait = WebDriverWait(driver, 30)
+        # path -> (the view's id, a graph on it, whether that graph names the hostile entry or run)
+        pages = {"/": ("view-overview", None, False), "/pipeline": ("view-pipeline", "g-time-split", True),
+                 "/comparison": ("view-comparison", None, False), "/trend": ("view-trend", "g-best-time", True),
+                 f"/entry?t={tk}&w={wk}": ("view-entry", "g-entry", False)}
+        for path, (view, graph, named) in pages.items():
+            driver.get(url.rstrip("/") + path)
+            wait.until(lambda d, v=view: d.find_elements(By.ID, v))
+            if graph:  # the plotly figure is drawn (its legend, titles and ticks are SVG text)
+                wait.until(lambda d, g=graph: d.find_elements(By.CSS_SELECTOR, f"#{g} .main-svg"))
+                time.sleep(0.3)
+            links = driver.find_elements(By.CSS_SELECTOR, f'a[href="{EVIL_HREF}"]')
+            assert links == [], (path, [a.get_attribute("outerHTML") for a in links])
+            # plotly draws its links as SVG <a xlink:href>, which that selector does not see
+            assert driver.execute_script(EVIL_LINKS) == [], path
+            shown = driver.execute_script(f"return document.getElementById('{view}').textContent")
+            if path != "/comparison":  # (no warm and cold run: the comparison has nothing to name)
+                assert EVIL in shown or EVIL_W in shown, (path, shown[:500])
+            if named:
+                drawn = driver.execute_script(f"return document.getElementById('{graph}').textContent")
+                assert EVIL in drawn or EVIL_W in drawn, (path, drawn[:500])
+        # on /trend the hostile target's curve is in the legend as its literal name
+        driver.get(url.rstrip("/") + "/trend")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#g-best-time .legendtext"))
+        legend = [e.get_attribute("textContent") for e in driver.find_elements(By.CSS_SELECTOR,
+                                                                               "#g-best-time .legendtext")]
+        assert any(t.startswith(EVIL) for t in legend), legend
+        assert driver.find_elements(By.CSS_SELECTOR, f'a[href="{EVIL_HREF}"]') == [] and driver.execute_script(EVIL_LINKS) == []
+    finally:
+        driver.quit()
+        stop(proc)
