@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tunedb.index.redact import mask_url
 from tunedb.index.snapshot.format import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -159,8 +160,8 @@ class Remote:
         parts = urlsplit(self.base)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
                 or "@" in parts.netloc or any(c in self.base for c in "\x00\\\r\n\t "):
-            raise SnapshotError(f"{self.base[:200]!r} is not a snapshot URL (http(s)://host/path/, no query, "
-                                f"fragment or credentials)")
+            raise SnapshotError(f"{mask_url(self.base[:200])!r} is not a snapshot URL (http(s)://host/path/, no "
+                                f"query, fragment or credentials)")
         self.cache = Path(cache)
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
             timeout = (float(timeout), float(timeout))

@@ -66,8 +66,8 @@ def accept_version(state_file: Path, key_id: str, url: str, version: int, pin_ve
             if version == pin_version:
                 return
             raise SnapshotError(f"{url}{MANIFEST}: snapshot version {version} is older than version {seen} already "
-                                f"read from {url}: refused (a rollback); open it with pin_version={version} to read "
-                                f"it on purpose")
+                                f"read from {url}: refused (a rollback); open it with pin_version={version} "
+                                f"(CLI: --pin-version {version}) to read it on purpose")
         if seen is None or version > seen:
             state[key] = version
             atomic_write_bytes(path, json.dumps(state, sort_keys=True, indent=1).encode())

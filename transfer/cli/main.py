@@ -85,6 +85,9 @@ def _add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
     p.add_argument("--json", action="store_true", default=dflt(False), help=JSON_HELP)
     p.add_argument("--publisher-key", default=dflt(None), metavar="KEYFILE",
                    help="refuse http(s):// snapshots not signed with this ed25519 public key (tunedb keygen)")
+    p.add_argument("--pin-version", type=int, default=dflt(None), metavar="N",
+                   help="read version N of an http(s):// snapshot even when a newer one was read before "
+                        "(without it, an older version than one already read is refused as a rollback)")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -174,11 +174,20 @@ def open_db(args, *, must_exist: bool = False):
 
 
 def snapshot_options(args, location: str) -> dict:
-    """The opener's options for a published snapshot (``http(s)://``): ``--publisher-key``."""
+    """The opener's options for a published snapshot (``http(s)://``): ``--publisher-key``,
+    ``--pin-version``."""
     from tunedb.index.stores import SNAPSHOT, parse_location
 
+    if parse_location(location).kind != SNAPSHOT:
+        return {}
+    out: dict = {}
     key = getattr(args, "publisher_key", None)
-    return {"publisher_key": key} if key and parse_location(location).kind == SNAPSHOT else {}
+    if key:
+        out["publisher_key"] = key
+    pin = getattr(args, "pin_version", None)
+    if pin is not None:
+        out["pin_version"] = pin
+    return out
 
 
 def resolve_target(spec: str, db=None) -> dict:

@@ -535,7 +535,9 @@ def test_an_older_signed_snapshot_is_refused_as_a_rollback(tmp_path, capsys):
             s.refresh()
         assert s.version == 2  # (the handle keeps what it had)
         line = _cli_fails_in_one_line(capsys, "stats", "--db", url, "--publisher-key", pub)
-        assert "rollback" in line
+        assert "rollback" in line and "--pin-version 1" in line
+        rc, out, err = _cli(capsys, "--json", "stats", "--db", url, "--publisher-key", pub, "--pin-version", "1")
+        assert rc == 0 and json.loads(out)["records"] == len(src) - 1, (rc, out, err)
         old = SnapshotStore(url, cache_dir=tmp_path / "c3", publisher_key=pub, pin_version=1)  # on purpose
         assert old.version == 1 and len(old) == len(src) - 1
         with pytest.raises(SnapshotError, match="rollback"):  # pinning once does not lower the state
@@ -690,3 +692,14 @@ def test_the_publishers_faiss_file_is_never_fetched_nor_parsed(site):
     want = [(n.target_name, n.workload_key) for n in src.nearest(target, wl, k=5)]
     assert got == want and got
     assert not [p for p in site.requests() if p.endswith(".faiss")], site.requests()
+
+
+def test_credentials_in_a_snapshot_url_are_refused_and_never_shown(capsys):
+    """A snapshot URL with a user and password is refused (a snapshot is public), and neither the
+    API's error nor the CLI's line shows the password."""
+    url = "http://reader:S3cretPW@127.0.0.1:1/snap/"
+    with pytest.raises(SnapshotError) as e:
+        SnapshotStore(url)
+    assert "S3cretPW" not in str(e.value) and "credentials" in _one_line(e.value)
+    line = _cli_fails_in_one_line(capsys, "best", "--db", url, "--target", TARGET, "--workload", WORKLOAD)
+    assert "S3cretPW" not in line
