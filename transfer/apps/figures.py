@@ -513,7 +513,8 @@ def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
     legend (``spec.shared_legend``) lists a name once and toggles its lines in every panel.  A
     spec with nothing to draw gives an empty figure whose title says why.  Built directly (no
     ``graph_objects`` validation: this runs on every change of the DB).  Text from records is
-    passed as data (plotly.js escapes it)."""
+    passed as data; plotly.js reads some strings (names, titles, tick labels) as HTML, so what
+    a page shows goes through ``apps.dashboard.data.plain_figure``, which escapes them."""
     layout: dict[str, Any] = {"paper_bgcolor": "white", "plot_bgcolor": "white", "font": {"size": 11},
                               "hovermode": "closest", "uirevision": spec.key, "legend": {"font": {"size": 10}}}
     if not spec.panels:
