@@ -8,7 +8,7 @@ file keeps its ``target_slug`` column and lives in its target's directory).  Its
 one log version, so it never sees a commit's temp files, a rewrite's output beside its inputs,
 or rows a ``forget`` removed.
 
-Rules every writer follows (the log is written only through ``commit`` and ``reconcile``):
+Rules every tunedb writer follows (the log is written only through ``commit`` and ``reconcile``):
 
 1. A data file is added to the log after it is published (renamed into place, fsync'ed).
 2. A rewrite (compact, dedup, forget, upgrade) adds its output and removes its inputs in ONE
@@ -20,11 +20,46 @@ Rules every writer follows (the log is written only through ``commit`` and ``rec
    re-applies rules 1-3 against what it finds and tries N+1.  No lock is taken.
 
 tunedb's own reads do not use the log: they scan the directory (journals included) and ignore
-superseded files (``tunedb.index.parquet.parts``).  The two views hold the same rows; the log lags
-only for a writer killed between publishing a file and logging it (its commit never returned),
-and ``reconcile`` (every writable open and refresh) catches it up: it adds live files the log
-lacks and removes files that are superseded or gone.  The log is derived from the files and can
-be rebuilt: delete ``_delta_log`` and open the DB writable.
+superseded files (``tunedb.index.parquet.parts``).  The log lags only for a writer killed between
+publishing a file and logging it (its commit never returned), and ``reconcile`` (every writable
+open and refresh) catches it up: it adds live files the log lacks and removes files that are
+superseded or gone.
+
+Outside writers (the contract).  Anyone who can write the folder may change the table with a
+Delta tool -- ``optimize.compact``, ``delete``, an append, ``restore``, ``vacuum`` -- or by hand.
+tunedb follows the log's latest version as the table's truth about WHICH rows are live, and
+treats its own files as the truth about WHAT it wrote; it never lets a log version it did not
+write destroy data:
+
+* Every version tunedb writes says so (``commitInfo.clientVersion`` ``tunedb-<version>``,
+  ``is_own``).  ``LogState.own_removed`` holds the paths whose latest removal was tunedb's;
+  any other removal (an outside writer's, a hand-written version's, or one known only from a
+  checkpoint) is ``foreign_removed``.
+* tunedb deletes a data file only when no version it did not write removed it: a tunedb version
+  removed it (or the log never listed it: a killed writer's) and a compacted file of tunedb's
+  supersedes it (the rewrite holds its rows), or a tunedb ``forget``/``dedup`` dropped its rows.  A file an outside version removed is never deleted by tunedb:
+  it stays on disk until the outside writer's ``vacuum`` (or comes back with ``restore``).
+* Outside changes are adopted (``tunedb.index.parquet.outside``), by every writable open and
+  refresh and before every rewrite, under the DB lock: rows of files the log lists and tunedb
+  does not (an append, a compaction's or a delete's output, a restored file) are copied into
+  compacted files of tunedb's that also supersede the files the outside writer removed; one
+  ``ADOPT`` version swaps the outside files for them.  tunedb's record count then equals what
+  Delta readers read after every outside change (distinct record ids).  A version that removes
+  every file is followed the same way (tunedb then holds no records; no file is deleted, and
+  ``DeltaTable.restore`` brings them back for both).
+* A rewrite whose inputs an outside writer removed meanwhile logs nothing and is undone
+  (``LogConflictError``); it is run again after adopting.
+* A read-only handle changes nothing: it reads tunedb's files and warns once, in one line, when
+  the log holds changes it has not adopted.
+
+Self-repair.  A version that cannot be read (truncated, not JSON) raises ``CorruptLogError``,
+one line naming the file and what is wrong.  A writable open moves it aside (``repair``): the
+newest version is renamed ``<version>.json.corrupt-<ns>`` inside ``_delta_log`` (Delta readers
+ignore that name), a damaged older one takes the whole log to ``records/_delta_log.corrupt-<ns>``;
+then ``reconcile`` rebuilds the log from tunedb's files.  Nothing is deleted and no committed
+record is lost (each is in a tunedb file); an outside change recorded only in the damaged part is
+dropped from both views (its files stay on disk).  The log can also be rebuilt by hand: delete
+``_delta_log`` and open the DB writable.
 
 Units: sizes in bytes; Delta's times in integer milliseconds since the epoch.
 """
@@ -34,6 +69,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -64,15 +100,43 @@ def _version_name(v: int) -> str:
 @dataclass
 class LogState:
     """A replay of the log up to ``version`` (-1: no log yet): live files (relative path ->
-    size) and every path ever removed."""
+    size), every path ever removed, and of those the ones whose latest removal a tunedb
+    version wrote (``own_removed``; a removal read from a checkpoint is not known to be
+    tunedb's and is not in it)."""
 
     version: int = -1
     live: dict[str, int] = field(default_factory=dict)
     removed: set[str] = field(default_factory=set)
     meta: dict = field(default_factory=dict)  # the latest metaData action
+    own_removed: set[str] = field(default_factory=set)
+
+    def copy(self) -> "LogState":
+        return LogState(self.version, dict(self.live), set(self.removed), dict(self.meta), set(self.own_removed))
+
+    def foreign_removed(self, path: str) -> bool:
+        """Whether the log removed ``path`` (and lists it no more) in a version tunedb did not
+        write: an outside Delta writer's, a hand-written one, or one known only from a checkpoint."""
+        return path in self.removed and path not in self.live and path not in self.own_removed
+
+
+class CorruptLogError(OSError):
+    """A version of the Delta log cannot be read (truncated or not JSON): an I/O error of the
+    log (``errno.EIO``; every "OSError when it cannot write" path treats it so: nothing is
+    published).  ``path``: that file.  ``str()`` is one line naming it and how to repair (a
+    writable open does it: ``repair``)."""
+
+    def __init__(self, path: Path, what: str):
+        self.path = path
+        self.message = (f"{path}: corrupt Delta log version ({what}); open the DB writable (e.g. `tunedb stats "
+                        f"--db DB`) to move it aside and rebuild the log from the data files")
+        super().__init__(errno.EIO, self.message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 _STATES: dict[str, LogState] = {}
+_SIGS: dict[str, tuple | None] = {}  # (inode, size, mtime) of the last version each cached state read
 _LOCK = threading.Lock()
 
 
@@ -112,40 +176,97 @@ def relative(records_dir: Path, path: Path | str) -> str:
     return Path(os.path.relpath(path, records_dir)).as_posix()
 
 
-def _apply(st: LogState, text: str) -> None:
-    for line in text.splitlines():
+def is_own(actions: list[dict]) -> bool:
+    """Whether a log version's ``actions`` were written by tunedb (its ``commitInfo`` names a
+    ``tunedb-`` client)."""
+    for a in actions:
+        info = a.get("commitInfo")
+        if isinstance(info, dict) and str(info.get("clientVersion", "")).startswith("tunedb-"):
+            return True
+    return False
+
+
+def parse_version(path: Path, text: str) -> list[dict]:
+    """The actions of log version file ``path`` (its ``text``); CorruptLogError (one line naming
+    the file and what is wrong) when a line is not a JSON action or an add/remove has no path."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        a = json.loads(line)
+        try:
+            a = json.loads(line)
+        except ValueError as e:
+            raise CorruptLogError(path, f"line {n}: {e}") from None
+        if not isinstance(a, dict):
+            raise CorruptLogError(path, f"line {n} is not a JSON object")
+        for kind in ("add", "remove"):
+            if kind in a and not (isinstance(a[kind], dict) and isinstance(a[kind].get("path"), str)):
+                raise CorruptLogError(path, f"line {n}: {kind} action without a path")
+        out.append(a)
+    if not out:
+        raise CorruptLogError(path, "empty file")
+    return out
+
+
+def _apply(st: LogState, actions: list[dict]) -> None:
+    own = is_own(actions)
+    for a in actions:
         if "metaData" in a:
             st.meta = a["metaData"]
         elif "add" in a:
             p = a["add"]["path"]
-            st.live[p] = int(a["add"].get("size", 0))
+            st.live[p] = int(a["add"].get("size", 0) or 0)
         elif "remove" in a:
             p = a["remove"]["path"]
             st.live.pop(p, None)
             st.removed.add(p)
+            if own:
+                st.own_removed.add(p)
+            else:
+                st.own_removed.discard(p)
 
 
 def read_state(records_dir: Path) -> LogState:
     """The log replayed to its latest version (incrementally: this process remembers where it
-    stopped; a new process starts at the last checkpoint).  A copy: callers may keep it."""
+    stopped, and starts again from the last checkpoint when the last version it read has been
+    changed since; a new process starts at the last checkpoint).  A copy: callers may keep it.
+    CorruptLogError when a version cannot be read."""
     key = str(records_dir.resolve())
     ld = log_dir(records_dir)
     with _LOCK:
         st = _STATES.get(key)
-        if st is None or not (ld / _version_name(max(st.version, 0))).exists():
-            st = _from_checkpoint(ld)  # new, or the log was deleted and rebuilt meanwhile
+        if st is not None and st.version >= 0 and _SIGS.get(key) != _signature(ld / _version_name(st.version)):
+            st = None  # the last version read was replaced, rewritten or moved aside (or the log rebuilt)
+        if st is None:
+            st = _from_checkpoint(ld)
+            sig = _signature(ld / _version_name(st.version)) if st.version >= 0 else None
+        else:
+            sig = _SIGS.get(key)
         while True:
+            path = ld / _version_name(st.version + 1)
             try:
-                text = (ld / _version_name(st.version + 1)).read_text()
+                with open(path, "rb") as f:
+                    sig_now = _signature(path, os.fstat(f.fileno()))
+                    text = f.read().decode()
             except FileNotFoundError:
                 break
-            _apply(st, text)
+            except UnicodeDecodeError as e:
+                raise CorruptLogError(path, f"not UTF-8 text: {e.reason} at byte {e.start}") from None
+            _apply(st, parse_version(path, text))  # (whole or not at all: a corrupt version changes nothing)
             st.version += 1
+            sig = sig_now
         _STATES[key] = st
-        return LogState(st.version, dict(st.live), set(st.removed), dict(st.meta))
+        _SIGS[key] = sig
+        return st.copy()
+
+
+def _signature(path: Path, stat: os.stat_result | None = None) -> tuple | None:
+    """(inode, size, mtime) of a log version file, None when it is gone."""
+    try:
+        s = stat or os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (s.st_ino, s.st_size, s.st_mtime_ns)
 
 
 _MAP = pa.map_(pa.string(), pa.string())
@@ -222,12 +343,13 @@ def _actions(records_dir: Path, st: LogState, adds: list[tuple[str, int]], remov
         out.append({"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
                                  "schemaString": schema_string(), "partitionColumns": [], "configuration": {},
                                  "createdTime": now_ms}})
+    change = operation != "ADOPT"  # (an adoption moves rows into tunedb's files: no data change)
     for p in removes:
-        out.append({"remove": {"path": p, "deletionTimestamp": now_ms, "dataChange": True,
+        out.append({"remove": {"path": p, "deletionTimestamp": now_ms, "dataChange": change,
                                "extendedFileMetadata": True, "partitionValues": {}, "size": st.live.get(p, 0)}})
     for p, size in adds:
         out.append({"add": {"path": p, "partitionValues": {}, "size": size, "modificationTime": now_ms,
-                            "dataChange": True}})
+                            "dataChange": change}})
     out.append({"commitInfo": {"timestamp": now_ms, "operation": operation,
                                "clientVersion": f"tunedb-{TUNEDB_VERSION}"}})
     return out
@@ -272,18 +394,31 @@ def _create_version(ld: Path, version: int, data: bytes) -> bool:
     return True
 
 
+class LogConflictError(OSError):
+    """A rewrite's inputs were removed from the log by an outside writer while it ran: nothing
+    was logged (the rewrite is undone by its caller)."""
+
+
 def commit(records_dir: Path, adds: Iterable[Path | str] = (), removes: Iterable[Path | str] = (), *,
-           operation: str = "WRITE") -> int | None:
+           operation: str = "WRITE", inputs_must_be_ours: bool = False) -> int | None:
     """Log ``adds`` (published data files) and ``removes`` (files to drop) as one new version,
     following the module's rules: an add of a path the log removed before, or of a file gone
     from disk, and a remove of a path the log does not list, are left out.  Returns the new
     version, or None when nothing was left to log.  OSError when the log cannot be written
-    (then nothing was logged)."""
+    (then nothing was logged); CorruptLogError when the log cannot be read.
+    ``inputs_must_be_ours`` (a rewrite): LogConflictError, nothing logged, when an outside
+    writer removed one of ``removes`` from the log (its rows may live on elsewhere: the
+    rewrite's output would bring them back beside them)."""
     ld = log_dir(records_dir)
     add_paths = [(relative(records_dir, p), str(p)) for p in adds]
     rm_paths = [r if isinstance(r, str) and not os.path.isabs(r) else relative(records_dir, r) for r in removes]
     for _ in range(MAX_ATTEMPTS):
         st = read_state(records_dir)
+        if inputs_must_be_ours:
+            lost = [p for p in rm_paths if st.foreign_removed(p)]
+            if lost:
+                raise LogConflictError(errno.EAGAIN, f"an outside Delta writer removed {records_dir / lost[0]} from "
+                                                     f"the log while tunedb rewrote it; nothing changed, run it again")
         rm = [p for p in dict.fromkeys(rm_paths) if p in st.live]
         add: list[tuple[str, int]] = []
         rm_set = set(rm)
@@ -329,10 +464,71 @@ def reconcile(records_dir: Path, live: Iterable[Path | str], superseded: Iterabl
     return commit(records_dir, live, [*superseded, *gone], operation="RECONCILE")
 
 
+#: a data file path tunedb writes (relative to ``records/``): ``target_slug=<slug>/[c]part-<ns>-<hex>.parquet``
+OWN_PATH_RE = re.compile(r"^target_slug=[^/]+/c?part-\d+-[0-9a-f]+\.parquet$")
+CORRUPT_SUFFIX = ".corrupt-"
+
+
+def is_own_path(rel: str) -> bool:
+    """Whether log path ``rel`` is laid out as tunedb lays out its files (tunedb lists these
+    itself; any other path in the log was added by an outside writer)."""
+    return OWN_PATH_RE.match(rel) is not None
+
+
+def repair(records_dir: Path, settle_s: float = 1.0) -> list[Path]:
+    """Move every unreadable version out of the log's way and return where each went (empty
+    when the log reads).  The newest version, when it is the bad one, is renamed
+    ``<name>.corrupt-<ns>`` inside ``_delta_log`` (Delta readers ignore the name and read the
+    version before it); a bad version with readable ones after it would leave a gap, so the
+    whole log is renamed ``records/_delta_log.corrupt-<ns>`` instead.  Either way nothing is
+    deleted and the caller then rebuilds the log from the files (``reconcile``): tunedb's
+    files are the truth, and a committed record is in one of them.  A file modified less than
+    ``settle_s`` ago is read again first (a writer without hard links may be writing it).
+    The caller holds the DB lock exclusively (two repairers never move a version a writer has
+    just recreated)."""
+    ld = log_dir(records_dir)
+    moved: list[Path] = []
+    for _ in range(1000):
+        try:
+            read_state(records_dir)
+            return moved
+        except CorruptLogError as e:
+            bad = e.path
+        try:
+            age = time.time() - bad.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if age < settle_s:
+            time.sleep(settle_s - age)
+            try:
+                read_state(records_dir)
+                return moved
+            except CorruptLogError as e:
+                if e.path != bad:
+                    continue
+        versions = sorted(int(n[:20]) for n in os.listdir(ld) if len(n) == 25 and n.endswith(".json")
+                          and n[:20].isdigit())
+        stamp = time.time_ns()
+        if versions and int(bad.name[:20]) == versions[-1]:
+            to = bad.with_name(f"{bad.name}{CORRUPT_SUFFIX}{stamp}")
+            os.rename(bad, to)
+            fsync_dir(ld)
+        else:
+            to = records_dir / f"{LOG_DIR}{CORRUPT_SUFFIX}{stamp}"
+            os.rename(ld, to)
+            fsync_dir(records_dir)
+        with _LOCK:
+            _STATES.pop(str(records_dir.resolve()), None)
+            _SIGS.pop(str(records_dir.resolve()), None)
+        moved.append(to)
+    return moved
+
+
 def live_files(records_dir: Path) -> list[Path]:
     """The data files the log's latest version lists (absolute paths, sorted)."""
     return sorted(records_dir / p for p in read_state(records_dir).live)
 
 
-__all__ = ["LOG_DIR", "LogState", "commit", "live_files", "log_dir", "read_state", "reconcile", "relative",
+__all__ = ["LOG_DIR", "CorruptLogError", "LogConflictError", "LogState", "commit", "is_own", "is_own_path",
+           "live_files", "log_dir", "parse_version", "read_state", "reconcile", "relative", "repair",
            "schema_string"]

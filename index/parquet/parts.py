@@ -327,12 +327,14 @@ class Rewrite(NamedTuple):
 def finish_rewrites(records_dir: Path, rewrites: list[Rewrite], operation: str) -> None:
     """Finish ``rewrites``: ONE Delta log version adds every output and removes every input,
     then the inputs are deleted (and emptied partition directories).  When logging fails the
-    outputs are deleted (tunedb's view goes back to the inputs too) and the error raised."""
+    outputs are deleted (tunedb's view goes back to the inputs too) and the error raised --
+    also ``deltalog.LogConflictError`` when an outside Delta writer removed an input from the
+    log meanwhile (its rows may be elsewhere now: the rewrite is undone, nothing deleted)."""
     if not rewrites:
         return
     try:
         deltalog.commit(records_dir, [r.output for r in rewrites if r.output is not None],
-                        [f for r in rewrites for f in r.inputs], operation=operation)
+                        [f for r in rewrites for f in r.inputs], operation=operation, inputs_must_be_ours=True)
     except BaseException:
         abandon_rewrites(rewrites)
         raise
@@ -394,11 +396,18 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
         return None
     # drop files already superseded by a compacted file (crash leftovers): out of the Delta log
     # first (with the compacted file that supersedes them, should the log lack it), then from disk
+    # -- except files an outside Delta writer removed from the log: those stay on disk (theirs to
+    # restore or vacuum), and the output names them as superseded too, so they never come back
     sup = superseded_by(d, names)
+    kept: list[str] = []
     if sup & set(names):
         deltalog.commit(records_dir, [d / n for n in names if n not in sup], [d / n for n in sup & set(names)],
                         operation="RECONCILE")
+        st = deltalog.read_state(records_dir)
+        kept = sorted(n for n in sup & set(names) if st.foreign_removed(deltalog.relative(records_dir, d / n)))
     for n in sup & set(names):
+        if n in kept:
+            continue
         try:
             os.unlink(d / n)
         except FileNotFoundError:
@@ -423,12 +432,12 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
         table = table.filter(pa.array(mask))
     stats = {"partitions": 1, "files_before": len(names), "files_after": 0, "rows_before": rows_before,
              "rows_after": table.num_rows}
-    if table.num_rows:
+    if table.num_rows or kept:  # (no rows: a file of none still has to supersede the kept files)
         order = np.lexsort((table.column("cost").to_numpy(zero_copy_only=False),
                             table.column("entry_key").to_numpy()))
         table = table.take(pa.array(order))
         meta = {k: v for k, v in md.items() if k in (META_TARGET_KEY, META_TARGET, META_TARGET_NAME)}
-        meta[META_SUPERSEDES] = json.dumps(names).encode()
+        meta[META_SUPERSEDES] = json.dumps(sorted({*names, *kept})).encode()
         path = write_part(records_dir, d.name.split("=", 1)[1], table, meta, "cpart", log=False)
         stats["files_after"] = 1
     else:

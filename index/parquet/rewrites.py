@@ -12,7 +12,9 @@ plain functions over explicit state:
 * ``forget_keep`` is the row filter of ``forget`` (``tunedb.index.retention``);
 * ``reconcile_log`` brings the Delta log in line with the files an opener found (a writer or
   a rewrite killed half-way), and ``remove_superseded`` deletes the inputs a killed rewrite
-  left behind.
+  left behind -- never a file an outside Delta writer removed from the log;
+* ``sync_outside`` repairs an unreadable log and adopts outside Delta writers' changes
+  (``tunedb.index.parquet.outside``); every rewrite does it first, under its lock.
 
 Durability: every output is durable (fsync'ed, renamed, directory fsync'ed) before its inputs
 are removed from the log, and they are removed from the log before they are deleted, so a
@@ -28,11 +30,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from tunedb.index.parquet import deltalog, parts
+from tunedb.index.parquet import deltalog, outside, parts
 from tunedb.index.parquet.fsutil import file_lock, fsync_dir
 from tunedb.index.retention import retention_mask
 
@@ -83,6 +86,7 @@ def rewrite_partitions(records_dir: Path, db_lock: Path, dirs: Iterable[Path], k
     with file_lock(db_lock, blocking=blocking) as held:
         if not held:
             return stats
+        _sync_held(records_dir)  # (an outside writer's changes first: its removed files are not merged back)
         deferred: list[parts.Rewrite] | None = [] if atomic else None
         try:
             for d in dirs:
@@ -114,23 +118,61 @@ def forget_keep(keep_top: int | None, older_than_days: float | None, drop_all: b
     return keep
 
 
-def reconcile_log(records_dir: Path, live: list[str], superseded: list[str], *,
-                  clean_temps: bool) -> tuple[bool, list[str]]:
+class Reconciled(NamedTuple):
+    """What ``reconcile_log`` did: ``ok`` -- superseded files may be deleted (the log no longer
+    lists them); ``removed`` -- live files a tunedb version removed from the log (superseded from
+    now on); ``keep`` -- superseded files an outside writer removed from the log (never deleted
+    by tunedb); ``outside`` -- the log holds outside changes to adopt first (``sync_outside``:
+    nothing was logged or may be deleted); ``corrupt`` -- the log cannot be read (the same)."""
+
+    ok: bool
+    removed: list[str]
+    keep: frozenset[str] = frozenset()
+    outside: bool = False
+    corrupt: deltalog.CorruptLogError | None = None
+
+
+def reconcile_log(records_dir: Path, live: list[str], superseded: list[str], *, clean_temps: bool) -> Reconciled:
     """Bring the Delta log in line with the files (``deltalog.reconcile``): ``live`` files it
-    lacks are added, ``superseded`` ones removed.  A live file the log has removed already (a
-    rewrite killed after logging, before deleting its inputs) counts as superseded from now on:
-    those are returned.  Returns (whether superseded files may be deleted -- the log no longer
-    lists them --, the live files found superseded).  A log that cannot be written (a full
-    disk, a read-only medium) is left for a later refresh, and so are the files: (False, [])."""
+    lacks are added, ``superseded`` ones removed.  A live file a tunedb version has removed
+    already (a rewrite killed after logging, before deleting its inputs) counts as superseded
+    from now on.  When the log holds an outside writer's changes (``outside.pending``) or cannot
+    be read, nothing is done and the result says so: the caller adopts or repairs under the DB
+    lock, exclusive (``sync_outside``), and reconciles again.  A log that cannot be written (a
+    full disk, a read-only medium) is left for a later refresh, and so are the files."""
     try:
         st = deltalog.read_state(records_dir)
-        removed = [f for f in live if deltalog.relative(records_dir, f) in st.removed]
+        if outside.pending(records_dir, st, live, superseded):
+            return Reconciled(False, [], outside=True)
+        rel = {f: deltalog.relative(records_dir, f) for f in (*live, *superseded)}
+        removed = [f for f in live if rel[f] in st.own_removed and rel[f] not in st.live]
+        keep = frozenset(f for f in superseded if st.foreign_removed(rel[f]))
         gone = set(removed)
         deltalog.reconcile(records_dir, [f for f in live if f not in gone], [*superseded, *removed],
                            clean_temps=clean_temps)
+    except deltalog.CorruptLogError as e:
+        return Reconciled(False, [], corrupt=e)
     except OSError:
-        return False, []
-    return True, removed
+        return Reconciled(False, [])
+    return Reconciled(True, removed, keep)
+
+
+def sync_outside(records_dir: Path, db_lock: Path, *, blocking: bool = True) -> list[Path] | None:
+    """Under the DB lock (exclusive; taken here): move unreadable log versions aside
+    (``deltalog.repair``) and adopt outside writers' changes (``outside.adopt``), so that the
+    next ``reconcile_log`` finds a log it can follow.  Returns where repaired versions went, or
+    None when not ``blocking`` and another holder has the lock (nothing done).  ValueError (one
+    line) for an outside file tunedb cannot adopt; OSError when it cannot write."""
+    with file_lock(db_lock, blocking=blocking) as held:
+        if not held:
+            return None
+        return _sync_held(records_dir)
+
+
+def _sync_held(records_dir: Path) -> list[Path]:
+    moved = deltalog.repair(records_dir) if deltalog.log_dir(records_dir).is_dir() else []
+    outside.adopt(records_dir)
+    return moved
 
 
 def remove_superseded(superseded: list[str], removed: Callable[[str], None]) -> list[str]:

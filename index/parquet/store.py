@@ -43,6 +43,11 @@ Contract
   directory is writable) logs what a killed writer published but did not log, deletes the
   superseded files a killed rewrite left (once the log no longer lists them) and folds journals
   whose writer is gone; folding is idempotent (``tunedb.index.parquet.journal_fold``).
+* Outside Delta writers (``tunedb.index.parquet.deltalog``, ``tunedb.index.parquet.outside``):
+  a writable open adopts what they changed in the log (compact, delete, append, restore,
+  vacuum, hand-written versions), so that ``len(db)`` equals what Delta readers read, and
+  never deletes a file an outside version removed; a corrupt log version is moved aside and
+  the log rebuilt from the files.  A read-only handle warns (``DeltaLogWarning``) instead.
 * A handle sees its own commits at once and other processes' commits after ``refresh()``
   (or a new ``open``).  Returned Records are immutable; returned tables are fresh copies.
 * Thread safety: one handle may be shared by threads (an internal lock guards its state).
@@ -108,7 +113,7 @@ from tunedb.index.batch import RecordBatch
 from tunedb.index.checks import check_columns, check_forget_options, check_runs_query
 from tunedb.index.keys import rid_hash
 from tunedb.index.lookups import Lookups
-from tunedb.index.parquet import commits, layout, parts, queries, rewrites, verdicts
+from tunedb.index.parquet import commits, deltalog, layout, outside, parts, queries, rewrites, verdicts
 from tunedb.index.parquet import runs as runfiles
 from tunedb.index.parquet.fsutil import file_lock, remove_dead_temp, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
@@ -127,6 +132,11 @@ from tunedb.index.runs_codec import prepare_run, select_runs
 from tunedb.index.version import SCHEMA_VERSION
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
+
+
+class DeltaLogWarning(UserWarning):
+    """A read-only handle found outside changes (or an unreadable version) in the Delta log that
+    it cannot adopt or repair: it reads tunedb's files as they are."""
 
 
 @atexit.register
@@ -175,6 +185,7 @@ class ParquetStore(RecordStore):
         self._entries_memo: tuple | None = None  # (change_token, entries table)
         self._refreshes = 0
         self._relist = False
+        self._noted = False  # a read-only handle said once that the log holds outside changes
         self.read_only = False
 
     @classmethod
@@ -254,26 +265,74 @@ class ParquetStore(RecordStore):
     def refresh(self) -> None:
         """Re-scan the directory: pick up other processes' commits and compactions, fold the
         journals of writers that are gone and delete the files a killed compaction left
-        superseded (where the directory is writable).  Lists files only: the partitions this
-        handle has loaded are re-indexed where they changed, the others when first queried."""
+        superseded (where the directory is writable).  A writable handle also repairs an
+        unreadable Delta log and adopts outside Delta writers' changes first (under the DB
+        lock, exclusive: ``rewrites.sync_outside``; ValueError, one line, for an outside file it
+        cannot read as records).  Lists files only: the partitions this handle has loaded are
+        re-indexed where they changed, the others when first queried."""
+        self._refresh(can_wait=True)
+
+    def _refresh(self, can_wait: bool) -> None:
+        """``refresh``; ``can_wait`` False: the caller may hold the DB lock shared (a read that
+        refreshes mid-way), so the DB lock is not waited for exclusively: outside changes are
+        then adopted by a later refresh, and until then nothing is logged or deleted."""
         with self._lock:
+            writer = not self.read_only and self.writable_schema
+            if writer:
+                try:
+                    deltalog.read_state(self.records_dir)
+                except deltalog.CorruptLogError:  # (before folds: they log their files)
+                    self._sync_outside(can_wait)
             self._fold_abandoned_journals()
-            # a shared lock keeps compactions (exclusive) from deleting files while we list and
-            # read them; appends take no lock, so they never wait for readers
-            with file_lock(self.path / "_lock", shared=True):
-                for attempt in range(20):
-                    try:
-                        self._refresh_once()
-                        break
-                    except FileNotFoundError:
-                        time.sleep(0.005 * (attempt + 1))
-                else:
+            for _ in range(3):
+                if not self._refresh_shared() or not self._sync_outside(can_wait):
+                    break
+
+    def _sync_outside(self, can_wait: bool) -> bool:
+        """``rewrites.sync_outside`` (the log holds an outside Delta writer's changes, or cannot be
+        read: adopt or repair under the DB lock, exclusive; never while holding it shared).
+        Returns whether it ran (not when ``can_wait`` is False and the lock is held elsewhere)."""
+        return rewrites.sync_outside(self.records_dir, self.path / "_lock", blocking=can_wait) is not None
+
+    def _refresh_shared(self) -> bool:
+        """One refresh pass under the DB lock, shared (handle lock held): list, reconcile the
+        log, delete superseded files.  Returns whether the log first needs ``sync_outside``."""
+        # a shared lock keeps compactions (exclusive) from deleting files while we list and
+        # read them; appends take no lock, so they never wait for readers
+        with file_lock(self.path / "_lock", shared=True):
+            for attempt in range(20):
+                try:
                     self._refresh_once()
-                if not self.read_only and self._reconcile_log() and self._view.superseded:
-                    self._view.superseded = rewrites.remove_superseded(self._view.superseded, self._view.drop_file)
-                if self._relist:  # files the index held were deleted: list and index again
-                    self._relist = False
-                    self._refresh_once()
+                    break
+                except FileNotFoundError:
+                    time.sleep(0.005 * (attempt + 1))
+            else:
+                self._refresh_once()
+            if self.read_only:
+                self._note_outside_changes()
+                return False
+            rec = self._reconcile_log()
+            if rec.outside or rec.corrupt is not None:
+                return True
+            if rec.ok and self._view.superseded:
+                deletable = [f for f in self._view.superseded if f not in rec.keep]
+                left = rewrites.remove_superseded(deletable, self._view.drop_file) if deletable else []
+                self._view.superseded = [*left, *(f for f in self._view.superseded if f in rec.keep)]
+            if self._relist:  # files the index held were deleted: list and index again
+                self._relist = False
+                self._refresh_once()
+        return False
+
+    def _note_outside_changes(self) -> None:
+        """A read-only handle changes nothing: when the log holds outside changes (or cannot be
+        read) it says so once, in one line (``DeltaLogWarning``), and reads tunedb's files."""
+        if self._noted or not self.writable_schema:
+            return
+        note = outside.read_only_note(self.records_dir, self._view.live_parquet(self.records_dir),
+                                      self._view.superseded)
+        if note is not None:
+            self._noted = True
+            warnings.warn(note, DeltaLogWarning, stacklevel=4)
 
     def _refresh_once(self) -> None:
         """One listing of the directory into the view (handle lock and DB lock, shared, held).
@@ -286,18 +345,18 @@ class ParquetStore(RecordStore):
         self._view.load_marks(self.inval_dir, self.verdict_dir)
         self._view.apply_listing(files_by_dir, journal_keys, rewritten)
 
-    def _reconcile_log(self) -> bool:
+    def _reconcile_log(self) -> rewrites.Reconciled:
         """Bring the Delta log in line with the files (``rewrites.reconcile_log``; handle lock and
-        DB lock, shared, held).  Returns whether superseded files may be deleted (also when the
-        DB keeps no log: an older schema)."""
+        DB lock, shared, held).  Its ``ok``: whether superseded files may be deleted (also when
+        the DB keeps no log: an older schema)."""
         if not self.writable_schema:
-            return True
-        ok, removed = rewrites.reconcile_log(self.records_dir, self._view.live_parquet(self.records_dir),
-                                             self._view.superseded, clean_temps=self._refreshes <= 1)
-        if removed:
-            self._view.superseded = [*self._view.superseded, *removed]
+            return rewrites.Reconciled(True, [])
+        rec = rewrites.reconcile_log(self.records_dir, self._view.live_parquet(self.records_dir),
+                                     self._view.superseded, clean_temps=self._refreshes <= 1)
+        if rec.removed:
+            self._view.superseded = [*self._view.superseded, *rec.removed]
             self._relist = True
-        return ok
+        return rec
 
     # ------------------------------------------------------------- journals
     def _fold_abandoned_journals(self, strict: bool = False) -> None:
@@ -338,10 +397,10 @@ class ParquetStore(RecordStore):
                 return 0
             committed = parts.now_us()
             if n_new > self.SMALL_COMMIT or c.foreign():
-                self._after_commit(self._commit_large(*c.kept_table(keep, n_new), committed))
+                self._after_commit(self._repairing(self._commit_large, *c.kept_table(keep, n_new), committed))
                 return n_new
             recs = c.kept_records(keep, n_new)
-            pending = self._commit_small(recs, committed)
+            pending = self._repairing(self._commit_small, recs, committed)
             refreshes = self._refreshes
             if pending is None:
                 self._after_commit(c.tkeys)
@@ -355,6 +414,15 @@ class ParquetStore(RecordStore):
             self._view.overlay_add(recs, recheck=refreshes != self._refreshes)
             self._after_commit(c.tkeys)
         return n_new
+
+    def _repairing(self, write, *args: Any) -> Any:
+        """``write(*args)`` (a commit that logs its files: all-or-nothing), once more after
+        repairing the Delta log when it met an unreadable version (``rewrites.sync_outside``)."""
+        try:
+            return write(*args)
+        except deltalog.CorruptLogError:
+            self._sync_outside(can_wait=True)
+            return write(*args)
 
     def _commit_one(self, r: Record) -> int:
         """``commit`` of one Record while this handle's journal is open (see ``commit``)."""
@@ -406,8 +474,8 @@ class ParquetStore(RecordStore):
                 n = parts.count_parts(d)
                 if n is not None and n > self.AUTO_COMPACT_FILES:
                     self._rewrite_partitions([d], keep=None, blocking=False, small_only=True, refresh=False)
-            except OSError:
-                pass  # (a full disk: tried again after later commits, or by compact())
+            except (OSError, ValueError):
+                pass  # (a full disk, an outside change to adopt: tried again later, or by compact())
         if any(len(self._view.part(tk).overlay_rids) > self.OVERLAY_LIMIT for tk in tkeys):
             self.refresh()
 
@@ -592,7 +660,8 @@ class ParquetStore(RecordStore):
     def _read_live(self, prefix: str | None, columns: list[str] | None = None) -> pa.Table:
         """``queries.read_live``: the rows of every live file and journal (or of one target-key
         prefix's), under the DB lock, shared; this handle's pending commits refreshed in first."""
-        return queries.read_live(self._view, self._lock, self.path / "_lock", prefix, columns, self.refresh)
+        return queries.read_live(self._view, self._lock, self.path / "_lock", prefix, columns,
+                                 lambda: self._refresh(can_wait=False))
 
     def entries(self) -> pa.Table:
         """One row per (target_key, workload_key): target_key, target_name, target, workload_key,
