@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.keys import canonical_json, canonical_json_normalised, key_of_text, rid_hashes
+from tunedb.index.keys import MAX_JSON_DEPTH, canonical_json, canonical_json_normalised, key_of_text, rid_hashes
 from tunedb.index.record import (
     MAX_RECORD_BYTES,
     SIZED_COLUMNS,
@@ -34,8 +34,13 @@ from tunedb.index.record import (
     TEXT_FIELDS,
     Record,
     as_json_object,
+    checked_json,
+    cost_tuple,
+    mean_cost,
+    number_problem,
     record_too_big,
     target_display_name,
+    text_problem,
     this_host,
 )
 from tunedb.index.schema import RECORD_SCHEMA
@@ -81,10 +86,50 @@ class RecordBatch:
         return self._target_codes
 
     def check(self) -> None:
-        """``validate`` unless this batch was built (and so validated) by a constructor."""
+        """``validate`` unless this batch was built (and so validated) by a constructor; a batch
+        made from a table (``from_table``, the constructor) is also checked for what only text
+        from outside this process can hold: bytes that are not UTF-8, JSON text that escapes a
+        lone surrogate (``\\udcff``) or nests deeper than ``MAX_JSON_DEPTH``, or is not a JSON
+        object -- each would make every later read of the store fail."""
         if not self._checked:
+            self._check_foreign_text()
             self.validate()
             self._checked = True
+
+    def _check_foreign_text(self) -> None:
+        """The text checks of :meth:`check` (one-line ValueError naming the field, record, row)."""
+        t = self.table
+        try:
+            t.validate(full=True)
+        except pa.ArrowInvalid as e:
+            raise ValueError(f"batch table is malformed: {str(e).splitlines()[0] if str(e) else 'invalid'}") from None
+        ids = t.column("record_id")
+        for name in ("target", "workload", "config", "meta"):
+            if name not in t.column_names:
+                continue
+            col = t.column(name)
+            # only rows that could break a reader are parsed: an escaped surrogate, or enough
+            # brackets to nest too deep
+            rx = pc.fill_null(pc.match_substring_regex(col, r"\\u[dD][89a-fA-F]"), False)
+            deep = pc.greater(pc.fill_null(pc.add(pc.count_substring(col, "["), pc.count_substring(col, "{")), 0),
+                              MAX_JSON_DEPTH)
+            rows = np.flatnonzero(pc.or_(rx, deep).to_numpy(zero_copy_only=False))
+            for i in rows.tolist():
+                rid = ids[i].as_py()
+                text = col[i].as_py()
+                try:
+                    value = json.loads(text)
+                except (ValueError, RecursionError):
+                    raise ValueError(f"record {rid} (row {i}): field '{name}' is not JSON text") from None
+                if not isinstance(value, dict):
+                    raise ValueError(f"record {rid} (row {i}): field '{name}' is not a JSON object")
+                try:
+                    text_of_value = canonical_json(value)
+                except ValueError as e:  # nested too deeply
+                    raise ValueError(f"record {rid} (row {i}): field '{name}' is not plain JSON data: {e}") from None
+                why = text_problem(text_of_value)
+                if why is not None:
+                    raise ValueError(f"record {rid} (row {i}): field '{name}' {why}")
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -142,8 +187,10 @@ class RecordBatch:
             if type(c) is not dict:
                 c = as_json_object(c, "config", ids[i])
             try:
-                cj.append(canonical_json(c))
+                cj.append(checked_json(canonical_json(c), "config", ids[i]))
             except ValueError as e:
+                if str(e).startswith(f"record {ids[i]}: "):
+                    raise ValueError(f"record {ids[i]} (row {i}): {str(e)[len(ids[i]) + 9:]}") from None
                 raise ValueError(f"record {ids[i]} (row {i}): field 'config' is not plain JSON data: {e}") from None
         ck = [key_of_text(x) for x in cj]
         pairs: dict[tuple[str, str], Any] = {}
@@ -160,21 +207,31 @@ class RecordBatch:
             h.update(c.encode())
             lk[i] = int.from_bytes(h.digest(), "little", signed=True)
             ek[i] = p[1]
+        costs_py: list = []
+        for i, c in enumerate(costs):
+            if type(c) is list and set(map(type, c)) <= _FLOATS:
+                costs_py.append(c)
+                continue
+            try:
+                costs_py.append(list(cost_tuple(c, ids[i])))
+            except ValueError as e:
+                raise ValueError(f"record {ids[i]} (row {i}): {str(e)[len(ids[i]) + 9:]}") from None
         try:
-            costs_py = [c if type(c) is list else [float(x) for x in c] for c in costs]
             costs_arr = pa.array(costs_py, pa.list_(pa.float64()))
         except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
             raise ValueError("field 'costs' must be a list of lists of numbers") from None
-        mean = pa.array([sum(c) / len(c) if c else None for c in costs_py], pa.float64())
+        mean = pa.array([mean_cost(c) for c in costs_py], pa.float64())
 
         def col(value, typ, name):
             if value is None or isinstance(value, (str, _dt.datetime)):
+                _check_items(name, [value] * (n > 0), ids)
                 return pa.repeat(pa.scalar(value, typ), n) if value is not None else pa.nulls(n, typ)
             if len(value) != n:
                 raise ValueError(f"field '{name}' has {len(value)} items, config has {n}")
+            _check_items(name, value, ids)
             try:
                 return pa.array(value, typ)
-            except (TypeError, pa.ArrowInvalid, pa.ArrowTypeError):
+            except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
                 raise ValueError(f"field '{name}' has a value of the wrong type") from None
 
         now = _dt.datetime.now(_dt.timezone.utc)
@@ -223,6 +280,11 @@ class RecordBatch:
         """``from_records`` without the fallback; ``validate=False`` when every record's own
         ``validate()`` already passed."""
         n = len(records)
+        if validate:  # what Arrow would convert silently (True -> 1.0): the record's own message
+            for r in records:
+                if not (_FLOATS.issuperset(map(type, r.costs)) and type(r.compile_s) in _PLAIN_NUMBERS
+                        and type(r.wall_s) in _PLAIN_NUMBERS):
+                    r.validate()
         get = attrgetter("record_id", "target_key", "target_name", "target_json", "workload_key", "workload_json",
                          "config_key", "config_json", "costs", "status", "error", "compile_s", "wall_s",
                          "timestamp", "source", "session", "meta_json", "lookup_key", "entry_key", "host", "origin")
@@ -233,7 +295,7 @@ class RecordBatch:
                 tmeta[r.target_key] = (r.target_name, r.target_json)
         fams = [r.workload["family"] for r in records]
         costs = pa.array(cols[8], pa.list_(pa.float64()))
-        mean = pa.array([sum(c) / len(c) if c else None for c in cols[8]], pa.float64())
+        mean = pa.array([mean_cost(c) for c in cols[8]], pa.float64())
         table = pa.Table.from_arrays([
             pa.array(cols[0], pa.string()), pa.array(cols[1], pa.string()), pa.array(cols[2], pa.string()),
             pa.array(cols[3], pa.string()), pa.array(cols[4], pa.string()), pa.array(fams, pa.string()),
@@ -336,6 +398,31 @@ class RecordBatch:
         return out
 
 
+_FLOATS = frozenset((float,))
+_PLAIN_NUMBERS = frozenset((float, int, type(None)))
+_NUMERIC_COLUMNS = ("compile_s", "wall_s")
+
+
+def _check_items(name: str, values: Sequence[Any], ids: list[str]) -> None:
+    """ValueError (one line, naming the record and row) for the first value of column ``name``
+    that a backend could not store as it is: a string UTF-8 cannot encode, or for
+    ``compile_s``/``wall_s`` a value that ``Record.validate`` refuses (bool, str, an int past
+    2**53; ``None`` is no value).  Arrow would otherwise raise its own error, or convert a bool
+    to 1.0."""
+    if name in _NUMERIC_COLUMNS:
+        for i, v in enumerate(values):
+            if v is not None and type(v) is not float:
+                why = number_problem(v)
+                if why is not None:
+                    raise ValueError(f"record {ids[i]} (row {i}): field '{name}' must be a finite number >= 0: it {why}")
+        return
+    for i, v in enumerate(values):
+        if type(v) is str and not v.isascii():
+            why = text_problem(v)
+            if why is not None:
+                raise ValueError(f"record {ids[i]} (row {i}): field '{name}' {why}")
+
+
 def _small_codes(codes: np.ndarray) -> np.ndarray:
     """Codes in the smallest signed dtype that holds them (int16 sorts by radix)."""
     return codes.astype(np.int16 if len(codes) == 0 or codes.max() < 32767 else np.int32)
@@ -359,6 +446,9 @@ def _canon_column(values: Sequence[Any], what: str, ids: list[str]) -> tuple[lis
         if hit is None:
             d = as_json_object(v, what, ids[i])  # normalised by tunedb.index.keys.normalise, as Record does
             text = canonical_json_normalised(d)
+            why = text_problem(text)
+            if why is not None:
+                raise ValueError(f"record {ids[i]} (row {i}): field '{what}' {why}")
             hit = memo[id(v)] = (d, text, key_of_text(text))
             keep.append(v)
         dicts.append(hit[0])

@@ -69,7 +69,10 @@ def check_columns(columns: Any) -> list[str] | None:
 def validated_commit(records: Any) -> RecordBatch | list[Record]:
     """What :meth:`RecordStore.commit` was given, checked before anything is stored: a
     RecordBatch (``check()``-ed) as it is, else a list of Records, each validated.  ``ValueError``
-    (one line) for the first invalid record or anything that is not a Record."""
+    (one line) for the first invalid record or anything that is not a Record.  These are the
+    checks every backend shares (``Record.validate``/``RecordBatch.validate``: lone surrogates,
+    NUL, size, numbers, timestamps; see the ``tunedb.index.record`` docstring), so no backend
+    stores what another would refuse or could not read back."""
     from tunedb.index.batch import RecordBatch
     from tunedb.index.record import Record
 

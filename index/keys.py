@@ -20,6 +20,13 @@ import numpy as np
 KEY_HEX_CHARS = 32
 #: integral floats below this magnitude are written as ints (exactly representable)
 _INT_FLOAT_LIMIT = 2**53
+#: the deepest nesting of objects and lists a JSON value may have (the value itself is level 1):
+#: ``normalise`` refuses deeper data with one ValueError, never a RecursionError, so no record,
+#: query or imported line can hold a value that a reader's recursive JSON parser cannot read back.
+#: (Real targets, workloads and configs nest under 10 levels; a MetaSchedule trace about 8.)
+MAX_JSON_DEPTH = 64
+#: the longest JSON path an error message names (a deeper one is cut with "...")
+_MAX_PATH_CHARS = 160
 
 
 #: exact types that are their own normal form (subclasses take the general path)
@@ -50,7 +57,10 @@ def normalise(value: Any, path: str = "$") -> Any:
     Integral floats with ``|x| < 2**53`` become ints (``8.0`` -> ``8``, ``-0.0`` -> ``0``);
     other floats, and all ints (however large), stay as they are; ``True`` stays a bool.
     Raises ValueError naming the JSON path of anything else (objects, bytes, sets, NaN,
-    infinities, non-string keys), e.g. ``$.a[2]: non-finite number nan is not JSON data``.
+    infinities, non-string keys), e.g. ``$.a[2]: non-finite number nan is not JSON data``, and
+    of objects/lists nested deeper than :data:`MAX_JSON_DEPTH` levels (one line, the path cut
+    short; never a RecursionError).  Strings are not checked here: a lone surrogate is refused
+    where a record's text is validated (``tunedb.index.record.text_problem``).
 
     This is the one normaliser of the project: ``Record``, ``RecordBatch``, the store's query
     keys and the importers all call it (tests/index_tests/test_keys_property.py checks they agree).
@@ -58,11 +68,15 @@ def normalise(value: Any, path: str = "$") -> Any:
     try:
         return _norm(value)
     except _NotJSON as e:
-        raise ValueError(f"{path}{''.join(reversed(e.where))}: {e.message}") from None
+        where = f"{path}{''.join(reversed(e.where))}"
+        if len(where) > _MAX_PATH_CHARS:
+            where = where[:_MAX_PATH_CHARS] + "..."
+        raise ValueError(f"{where}: {e.message}") from None
 
 
-def _norm(value: Any) -> Any:
-    """``normalise`` without path bookkeeping on success (the path is added while unwinding)."""
+def _norm(value: Any, depth: int = 1) -> Any:
+    """``normalise`` without path bookkeeping on success (the path is added while unwinding);
+    ``depth`` is the nesting level of ``value`` (1 for the value given to ``normalise``)."""
     t = type(value)
     if t in _SELF_NORMAL:
         return value
@@ -72,6 +86,8 @@ def _norm(value: Any) -> Any:
         if not math.isfinite(value):
             raise _NotJSON(f"non-finite number {value!r} is not JSON data")
         return value
+    if (t is dict or t is list or t is tuple) and depth > MAX_JSON_DEPTH:
+        raise _NotJSON(f"nested deeper than {MAX_JSON_DEPTH} levels of objects and lists")
     if t is dict:
         if _flat_normal(value):
             return dict(value)
@@ -83,7 +99,7 @@ def _norm(value: Any) -> Any:
                 out[k] = v
                 continue
             try:
-                out[k] = _norm(v)
+                out[k] = _norm(v, depth + 1)
             except _NotJSON as e:
                 e.where.append(f".{k}")
                 raise
@@ -97,15 +113,15 @@ def _norm(value: Any) -> Any:
                 out_list.append(v)
                 continue
             try:
-                out_list.append(_norm(v))
+                out_list.append(_norm(v, depth + 1))
             except _NotJSON as e:
                 e.where.append(f"[{i}]")
                 raise
         return out_list
-    return _norm_other(value)
+    return _norm_other(value, depth)
 
 
-def _norm_other(value: Any) -> Any:
+def _norm_other(value: Any, depth: int) -> Any:
     """``_norm`` of subclasses and numpy scalars (the rules by ``isinstance``), or ``_NotJSON``."""
     if isinstance(value, (bool, str)):
         return value
@@ -116,9 +132,9 @@ def _norm_other(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return _norm(float(value))
+        return _norm(float(value), depth)
     if isinstance(value, (dict, list, tuple)):
-        return _norm(dict(value) if isinstance(value, dict) else list(value))
+        return _norm(dict(value) if isinstance(value, dict) else list(value), depth)
     raise _NotJSON(f"{type(value).__name__} is not plain JSON data")
 
 

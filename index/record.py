@@ -11,6 +11,24 @@ unknown and stays ``""``; ``origin`` is where the record came from beyond a meas
 imported file's name, the store it was copied from), ``""`` for a local measurement.  Data
 that lacks them (``from_row``/``from_dict`` of schema-1 rows or exports) gets ``host=""`` and
 ``origin=""``, never this machine's name.
+
+What every backend stores (checked by ``Record.validate`` and ``RecordBatch.validate``, which
+every backend's ``commit`` calls, so each refuses the same input with the same one-line
+``ValueError`` and stores nothing of that commit):
+
+* text -- every text column and every string of a JSON column (object keys too) is Unicode that
+  UTF-8 can encode: a lone surrogate (what Python makes of an undecodable file name) is refused,
+  naming the field and the code point;
+* NUL -- refused in the plain text columns (:data:`TEXT_FIELDS`; PostgreSQL text cannot hold
+  one); in the JSON columns it is written escaped (``\u0000``) and round-trips;
+* size -- at most :data:`MAX_RECORD_BYTES` a record (all its text and JSON columns together);
+* nesting -- JSON columns nest at most ``tunedb.index.keys.MAX_JSON_DEPTH`` levels (refused when
+  the Record is built);
+* numbers -- costs are ``int``/``float`` (numpy numbers too), never ``bool`` or ``str``, finite and
+  >= 0 (stored as floats); ``compile_s``/``wall_s`` likewise, an ``int`` among them at most
+  :data:`MAX_EXACT_INT` (2**53: what a float64 column holds exactly on every backend).  The JSON
+  columns are text on every backend, so an integer inside a config round-trips whatever its size;
+* timestamp -- a ``datetime`` (naive means UTC); text is refused (``from_dict`` parses ISO 8601).
 """
 
 from __future__ import annotations
@@ -18,12 +36,15 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import numbers
 import re
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from tunedb.index.keys import canonical_json, hash64, key_of_text, normalise
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
@@ -42,6 +63,92 @@ TEXT_FIELDS = ("target_name", "family", "error", "host", "origin", "session", "s
 MAX_RECORD_BYTES = 4 << 20
 #: the columns whose size counts towards ``MAX_RECORD_BYTES`` (as ``RECORD_SCHEMA`` names them)
 SIZED_COLUMNS = ("target", "workload", "config", "meta", "error", "session", "source", "host", "origin")
+
+
+#: the largest magnitude of an ``int`` in a numeric column (``compile_s``, ``wall_s``, a cost):
+#: these columns are float64 on every backend, and Arrow (the bulk path of every backend)
+#: converts an int only when the double holds it exactly, so every backend takes the same
+#: ints: |value| <= 2**53 (a larger int is refused, never rounded on one backend only)
+MAX_EXACT_INT = 2**53
+
+
+def text_problem(text: str) -> str | None:
+    """Why UTF-8 cannot encode ``text`` (its first lone surrogate, e.g. ``holds a lone surrogate
+    (U+DCFF) that UTF-8 cannot encode``), or None when it can.  O(1) for ASCII text."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds a lone surrogate (U+{ord(text[e.start]):04X}) that UTF-8 cannot encode"
+    return None
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a huge int is named by its size instead: its
+    decimal text may be megabytes, or past ``sys.get_int_max_str_digits``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 128:
+        return f"an integer of {abs(value).bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def number_problem(value: Any) -> str | None:
+    """Why ``value`` is not a number a numeric record column holds (``compile_s``, ``wall_s``, a
+    cost), or None: an ``int``/``float``/numpy number, not ``bool``, finite, >= 0, an ``int``
+    within +-:data:`MAX_EXACT_INT`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return f"is {short_repr(value)} ({type(value).__name__}), not a number"
+    if isinstance(value, numbers.Integral) and abs(int(value)) > MAX_EXACT_INT:
+        return (f"is {short_repr(int(value))}, an integer beyond 2**53 that a float64 column cannot hold exactly "
+                "(give a float)")
+    try:
+        f = float(value)
+    except (OverflowError, ValueError, TypeError):
+        return f"is {short_repr(value)}, not a finite number"
+    if not math.isfinite(f):
+        return f"is {f}, not a finite number"
+    if f < 0:
+        return f"is negative ({f})"
+    return None
+
+
+def cost_tuple(costs: Any, rid: str) -> tuple[float, ...]:
+    """``costs`` as a tuple of floats; ValueError (one line, naming the record) unless it is an
+    iterable of ``int``/``float``/numpy numbers (``bool`` and ``str`` are not numbers).  Finite
+    and >= 0 is ``validate``'s check."""
+    if costs is None:
+        return ()
+    if isinstance(costs, (str, bytes, Mapping)):
+        raise ValueError(f"record {rid}: field 'costs' must be a list of numbers, got {type(costs).__name__}")
+    try:
+        items = tuple(costs)
+    except TypeError:
+        raise ValueError(f"record {rid}: field 'costs' must be a list of numbers") from None
+    if set(map(type, items)) <= _FLOAT_SET:
+        return items
+    out = []
+    for i, x in enumerate(items):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+            raise ValueError(f"record {rid}: field 'costs'[{i}] is {short_repr(x)} ({type(x).__name__}), not a number")
+        try:
+            out.append(float(x))
+        except (OverflowError, ValueError, TypeError):
+            raise ValueError(f"record {rid}: field 'costs'[{i}] is {short_repr(x)}, not a finite number") from None
+    return tuple(out)
+
+
+_FLOAT_SET = frozenset((float,))
+
+
+def mean_cost(costs: Sequence[float]) -> float | None:
+    """Mean of ``costs`` (finite floats), None when empty; finite even where their sum is not."""
+    if not costs:
+        return None
+    s = sum(costs)
+    if math.isinf(s):
+        return sum(c / len(costs) for c in costs)
+    return s / len(costs)
 
 
 def record_too_big(n_bytes: int) -> str:
@@ -95,6 +202,15 @@ def as_json_object(value: Any, what: str, rid: str) -> dict:
         raise ValueError(f"record {rid}: field '{what}' is not plain JSON data: {e}") from None
 
 
+def checked_json(text: str, what: str, rid: str) -> str:
+    """``text`` (a JSON column's canonical text) when UTF-8 can encode it, else ValueError naming
+    the record, the field and the first lone surrogate (a string or an object key of it)."""
+    why = text_problem(text)
+    if why is not None:
+        raise ValueError(f"record {rid}: field '{what}' {why}")
+    return text
+
+
 @dataclass(frozen=True)
 class Record:
     """A tuning measurement.  See module docstring for the contract."""
@@ -139,7 +255,8 @@ class Record:
         s(self, "target", t)
         s(self, "workload", w)
         s(self, "config", c)
-        tj, wj, cj = canonical_json(t), canonical_json(w), canonical_json(c)
+        tj, wj, cj = (checked_json(canonical_json(t), "target", rid), checked_json(canonical_json(w), "workload", rid),
+                      checked_json(canonical_json(c), "config", rid))
         s(self, "target_json", tj)
         s(self, "workload_json", wj)
         s(self, "config_json", cj)
@@ -151,19 +268,20 @@ class Record:
         s(self, "lookup_key", hash64(self.target_key, self.workload_key, self.config_key))
         if not self.target_name:
             s(self, "target_name", target_display_name(t))
-        try:
-            costs = tuple(float(x) for x in (self.costs or ()))
-        except (TypeError, ValueError):
-            raise ValueError(f"record {rid}: field 'costs' must be a list of numbers") from None
-        s(self, "costs", costs)
+        s(self, "costs", cost_tuple(self.costs, rid))
         if self.timestamp is None:
             s(self, "timestamp", utcnow())
+        elif not isinstance(self.timestamp, _dt.datetime):
+            raise ValueError(f"record {rid}: field 'timestamp' must be a datetime, got "
+                             f"{type(self.timestamp).__name__} {short_repr(self.timestamp)} (Record.from_dict parses "
+                             "ISO 8601 text)")
         elif self.timestamp.tzinfo is None:
             s(self, "timestamp", self.timestamp.replace(tzinfo=_dt.timezone.utc))
         if not isinstance(self.meta, Mapping):
             raise ValueError(f"record {rid}: field 'meta' must be a JSON object")
-        s(self, "meta", normalise(dict(self.meta), "meta"))
-        s(self, "meta_json", canonical_json(self.meta) if self.meta else "{}")
+        m = as_json_object(self.meta, "meta", rid)
+        s(self, "meta", m)
+        s(self, "meta_json", checked_json(canonical_json(m), "meta", rid) if m else "{}")
         if self.host is None:
             s(self, "host", this_host())
 
@@ -175,7 +293,7 @@ class Record:
     @property
     def cost(self) -> float | None:
         """Mean of ``costs`` in seconds, or None when there are none."""
-        return sum(self.costs) / len(self.costs) if self.costs else None
+        return mean_cost(self.costs)
 
     @property
     def ok(self) -> bool:
@@ -188,7 +306,11 @@ class Record:
             raise ValueError(f"record {rid}: field 'record_id' must be 32 lowercase hex characters")
         if self.status not in STATUSES:
             raise ValueError(f"record {rid}: field 'status' is {self.status!r}, not one of {', '.join(STATUSES)}")
+        if not isinstance(self.costs, tuple):
+            raise ValueError(f"record {rid}: field 'costs' must be a list of numbers")
         for i, c in enumerate(self.costs):
+            if type(c) is not float:
+                raise ValueError(f"record {rid}: field 'costs'[{i}] is {short_repr(c)} ({type(c).__name__}), not a number")
             if math.isnan(c) or math.isinf(c):
                 raise ValueError(f"record {rid}: field 'costs'[{i}] is {c}, not a finite number")
             if c < 0:
@@ -197,19 +319,34 @@ class Record:
             raise ValueError(f"record {rid}: field 'costs' is empty but status is 'ok'")
         for name in ("compile_s", "wall_s"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
-                raise ValueError(f"record {rid}: field '{name}' must be a finite number >= 0, got {v!r}")
-        if not isinstance(self.source, str) or not SOURCE_RE.match(self.source):
+            if v is not None:
+                why = number_problem(v)
+                if why is not None:
+                    raise ValueError(f"record {rid}: field '{name}' must be a finite number >= 0: it {why}")
+        ts = self.timestamp
+        if not isinstance(ts, _dt.datetime) or ts.tzinfo is None:
+            raise ValueError(f"record {rid}: field 'timestamp' must be a timezone-aware datetime, got {short_repr(ts)}")
+        for name in TEXT_FIELDS:
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"record {rid}: field '{name}' must be a string, got "
+                                 f"{type(getattr(self, name)).__name__}")
+        if not SOURCE_RE.match(self.source):
             raise ValueError(f"record {rid}: field 'source' is {self.source!r}; expected measured, replay, "
                              "imported:<format> or migrated:<target>")
-        if not isinstance(self.error, str):
-            raise ValueError(f"record {rid}: field 'error' must be a string")
-        for name in ("host", "origin"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"record {rid}: field '{name}' must be a string")
         for name in TEXT_FIELDS:
-            if "\x00" in (getattr(self, name) or ""):
+            text = getattr(self, name)
+            if "\x00" in text:
                 raise ValueError(f"record {rid}: field '{name}' contains a NUL character (no backend can store one)")
+            if not text.isascii():  # (only non-ASCII text can hold a surrogate)
+                why = text_problem(text)
+                if why is not None:
+                    raise ValueError(f"record {rid}: field '{name}' {why}")
+        for name, text in (("target", self.target_json), ("workload", self.workload_json),
+                           ("config", self.config_json), ("meta", self.meta_json)):
+            if type(text) is not str or not text.isascii():
+                if not isinstance(text, str):
+                    raise ValueError(f"record {rid}: field '{name}' has no canonical JSON text")
+                checked_json(text, name, rid)
         if self._chars() > MAX_RECORD_BYTES // 4:  # (a character is 1-4 bytes: only then count bytes)
             n = self.size_bytes()
             if n > MAX_RECORD_BYTES:
@@ -328,7 +465,11 @@ class Record:
         or ``origin`` gives ``""`` for them (unknown), never this machine's name."""
         ts = d.get("timestamp")
         if isinstance(ts, str):
-            ts = _dt.datetime.fromisoformat(ts)
+            try:
+                ts = _dt.datetime.fromisoformat(ts)
+            except ValueError:
+                raise ValueError(f"record {d.get('record_id', '?')}: field 'timestamp' {ts[:40]!r} is not "
+                                 "ISO 8601 text") from None
         known = ("target", "workload", "config")
         for k in known:
             if k not in d:

@@ -55,7 +55,7 @@ import pytest
 from tunedb.index.base import Entry, RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
 from tunedb.index.estimate import rank
-from tunedb.index.keys import canonical_json, key_of_text
+from tunedb.index.keys import MAX_JSON_DEPTH, canonical_json, key_of_text
 from tunedb.index.record import MAX_RECORD_BYTES, Record
 from tunedb.index.schema import RECORD_SCHEMA
 
@@ -342,7 +342,182 @@ class ReadOnlyStoreTests:
         assert s.runs("nothing") == [] and s.runs(limit=0) == []
 
 
-class RecordStoreTests(ReadOnlyStoreTests):
+# --------------------------------------------------------------------- hostile records
+#: the target and workload of the hostile-record tests
+HT, HW = {"kind": "cpu", "name": "hostile"}, {"family": "matmul", "M": 2}
+
+
+def _nested(depth: int) -> dict:
+    """A config whose value nests ``depth`` levels of objects and lists in all (the config
+    itself is level 1)."""
+    v: object = 1
+    for i in range(depth - 1):
+        v = [v] if i % 2 else {"n": v}
+    return {"deep": v}
+
+
+def _forced(**fields) -> Record:
+    """A Record of (HT, HW) built valid, then with ``fields`` set as they are: what a buggy or
+    hostile producer hands ``commit`` without going through the constructor's checks (the
+    importers' fast path builds Records this way)."""
+    r = Record(HT, HW, {"forced": sorted(fields)}, [1e-3])
+    for k, v in fields.items():
+        object.__setattr__(r, k, v)
+    return r
+
+
+#: name -> (what reaches commit, the field the one-line ValueError must name).  Every backend
+#: refuses each at commit, stores nothing of that commit, and reads and reopens as before.
+HOSTILE_RECORDS = {
+    "surrogate-error": (lambda: Record(HT, HW, {"h": 1}, [], status="runtime_error", error="x\udcff"), "error"),
+    "surrogate-origin": (lambda: Record(HT, HW, {"h": 2}, [1e-3], origin="log\udcff.json"), "origin"),
+    "surrogate-host": (lambda: Record(HT, HW, {"h": 3}, [1e-3], host="\ud800host"), "host"),
+    "surrogate-session": (lambda: Record(HT, HW, {"h": 4}, [1e-3], session="s\udfff"), "session"),
+    "surrogate-source": (lambda: Record(HT, HW, {"h": 5}, [1e-3], source="migrated:\udcff"), "source"),
+    "surrogate-meta": (lambda: _forced(meta={"k": "\udcff"}, meta_json='{"k":"\udcff"}'), "meta"),
+    "surrogate-config-key": (lambda: _forced(config={"\udcff": 1}, config_json='{"\udcff":1}'), "config"),
+    "nul-error": (lambda: Record(HT, HW, {"h": 6}, [], status="runtime_error", error="a\x00b"), "error"),
+    "over-long-error": (lambda: Record(HT, HW, {"h": 7}, [], status="runtime_error",
+                                       error="e" * (MAX_RECORD_BYTES + 1)), "4 MiB"),
+    "bool-cost": (lambda: _forced(costs=(True,)), "costs"),
+    "str-cost": (lambda: _forced(costs=("1.0",)), "costs"),
+    "huge-int-compile_s": (lambda: Record(HT, HW, {"h": 8}, [1e-3], compile_s=2**80), "compile_s"),
+    "inexact-int-wall_s": (lambda: Record(HT, HW, {"h": 10}, [1e-3], wall_s=2**53 + 1), "wall_s"),
+    "bool-wall_s": (lambda: Record(HT, HW, {"h": 9}, [1e-3], wall_s=True), "wall_s"),
+    "text-timestamp": (lambda: _forced(timestamp="2020-01-01"), "timestamp"),
+}
+
+#: name -> (constructor arguments of a Record, the field named): data the Record and
+#: RecordBatch constructors refuse, so no backend is ever handed it
+UNBUILDABLE = {
+    "surrogate-target": ({"target": {"kind": "cpu", "name": "x\udcff"}}, "target"),
+    "surrogate-workload-key": ({"workload": {"family": "matmul", "\udcff": 1}}, "workload"),
+    "surrogate-config": ({"config": {"a": ["\udcff"]}}, "config"),
+    "surrogate-meta": ({"meta": {"a": {"b": "\udcff"}}}, "meta"),
+    "deep-config": ({"config": _nested(MAX_JSON_DEPTH + 1)}, "config"),
+    "very-deep-config": ({"config": _nested(5000)}, "config"),
+    "deep-meta": ({"meta": _nested(MAX_JSON_DEPTH + 1)}, "meta"),
+    "bool-cost": ({"costs": [True]}, "costs"),
+    "str-cost": ({"costs": ["1.0"]}, "costs"),
+    "huge-int-cost": ({"costs": [2**2000]}, "costs"),
+    "text-timestamp": ({"timestamp": "2020-01-01"}, "timestamp"),
+}
+
+
+def _foreign_table(config_text: str | None = None, meta_text: str | None = None,
+                   bad_utf8: bool = False) -> pa.Table:
+    """A RECORD_SCHEMA-shaped table of one record (as another store's ``records()`` gives), with
+    its config or meta column replaced by ``config_text``/``meta_text``, or its error column
+    holding bytes that are not UTF-8: what ``RecordBatch.from_table`` may be handed from outside."""
+    r = Record(HT, HW, {"foreign": 1}, [1e-3])
+    row = r.to_row()
+    row.update(target_slug="hostile", rid_hash=0, committed=r.timestamp)
+    if config_text is not None:
+        row["config"] = config_text
+    if meta_text is not None:
+        row["meta"] = meta_text
+    t = pa.Table.from_pylist([row], schema=RECORD_SCHEMA)
+    if bad_utf8:
+        raw = pa.array([b"bad \xff utf-8"], pa.binary())
+        bad = pa.Array.from_buffers(pa.string(), 1, raw.buffers())
+        t = t.set_column(t.schema.get_field_index("error"), RECORD_SCHEMA.field("error"), pa.chunked_array([bad]))
+    return t
+
+
+#: name -> (a foreign table, what the one-line ValueError names)
+HOSTILE_TABLES = {
+    "escaped-surrogate-meta": (lambda: _foreign_table(meta_text='{"k":"\\udcff"}'), "meta"),
+    "deep-config-text": (lambda: _foreign_table(config_text='{"a":' + "[" * 5000 + "]" * 5000 + "}"), "config"),
+    "invalid-utf8-error": (lambda: _foreign_table(bad_utf8=True), "UTF8"),
+}
+
+
+class HostileRecordTests:
+    """What no backend may store (mixed into :class:`RecordStoreTests`): hostile text, sizes,
+    nesting and numbers are refused at commit with one ``ValueError`` naming the field, nothing
+    of the commit is stored, and the store still reads, answers and reopens."""
+
+    def _assert_intact(self, store: RecordStore, n: int, good: Record) -> None:
+        assert len(store) == n == store.records().num_rows
+        hit = store.lookup(good.target, good.workload, good.config)
+        assert hit is not None and hit.record_id == good.record_id
+        assert [r.record_id for r in store.best(good.target, good.workload, k=5)] == [good.record_id]
+        other = self.reopen(store)
+        if other is not None:
+            try:
+                assert len(other) == n == other.records().num_rows
+                assert other.lookup(good.target, good.workload, good.config).record_id == good.record_id
+            finally:
+                other.close()
+
+    @pytest.mark.parametrize("case", sorted(HOSTILE_RECORDS))
+    def test_hostile_records_are_refused_at_commit_and_the_store_stays_readable(self, store, case):
+        make, field = HOSTILE_RECORDS[case]
+        good = Record(HT, HW, {"good": 1}, [2e-3])
+        assert store.commit([good]) == 1
+        bad, fresh = make(), Record(HT, HW, {"good": 2}, [3e-3])
+        for given in ([fresh, bad], [bad]):
+            with pytest.raises(ValueError) as e:
+                store.commit(given)
+            msg = str(e.value)
+            assert "\n" not in msg and field in msg and len(msg) < 400, msg
+            msg.encode("utf-8")  # the message itself can be printed
+        with pytest.raises(ValueError):
+            store.commit(RecordBatch.from_records([fresh, bad]))
+        self._assert_intact(store, 1, good)
+
+    @pytest.mark.parametrize("case", sorted(UNBUILDABLE))
+    def test_unbuildable_records_are_refused_by_record_and_batch_alike(self, store, case):
+        kwargs, field = UNBUILDABLE[case]
+        args = {"target": HT, "workload": HW, "config": {"u": 1}, "costs": [1e-3], **kwargs}
+        with pytest.raises(ValueError) as e:
+            Record(**args)
+        assert "\n" not in str(e.value) and f"'{field}'" in str(e.value), str(e.value)
+        if field in ("target", "workload", "config", "costs"):
+            with pytest.raises(ValueError) as e:
+                RecordBatch.from_columns(target=[HT, args["target"]], workload=[HW, args["workload"]],
+                                         config=[{"u": 0}, args["config"]], costs=[[1e-3], list(args["costs"])])
+            assert "\n" not in str(e.value) and f"'{field}'" in str(e.value) and "(row 1)" in str(e.value)
+        assert len(store) == 0 and store.records().num_rows == 0
+
+    @pytest.mark.parametrize("case", sorted(HOSTILE_TABLES))
+    def test_hostile_foreign_tables_are_refused_at_commit(self, store, case):
+        make, what = HOSTILE_TABLES[case]
+        good = Record(HT, HW, {"good": 1}, [2e-3])
+        store.commit([good])
+        with pytest.raises(ValueError) as e:
+            store.commit(RecordBatch.from_table(make()))
+        assert "\n" not in str(e.value) and what in str(e.value), str(e.value)
+        self._assert_intact(store, 1, good)
+
+    def test_extreme_but_valid_values_round_trip_on_every_backend(self, store):
+        """What the checks must not refuse: integers of any size inside a JSON column (text on
+        every backend), the deepest nesting allowed, non-BMP text and escaped NUL in JSON, costs
+        whose sum overflows a float (their mean is finite), the largest exact ints in compile_s/wall_s."""
+        big = {"seed": 2**64 - 1, "neg": -(10**40), "lim": [2**63 - 1, -(2**63)]}
+        recs_ = [Record(HT, HW, big, [1e-3], compile_s=2**53, wall_s=0),
+                 Record(HT, HW, _nested(MAX_JSON_DEPTH), [1e-3], meta=_nested(MAX_JSON_DEPTH)),
+                 Record(HT, HW, {"text": "\U0001f680 \u00e9 \x00 \u2028"}, [1.7e308, 1.7e308],
+                        error="", session="\U00010348", origin="log\\xff.json")]
+        assert recs_[2].cost == 1.7e308
+        assert store.commit(recs_) == 3
+        rows = {r["record_id"]: r for r in store.records().to_pylist()}
+        for r in recs_:
+            row = rows[r.record_id]
+            assert (row["config"], row["meta"], row["session"], row["origin"]) == \
+                (r.config_json, r.meta_json, r.session, r.origin)
+            hit = store.lookup(HT, HW, r.config)
+            assert hit is not None and hit.record_id == r.record_id and hit.config == r.config
+        assert rows[recs_[2].record_id]["cost"] == 1.7e308
+        other = self.reopen(store)
+        if other is not None:
+            try:
+                assert other.lookup(HT, HW, big).config == big
+            finally:
+                other.close()
+
+
+class RecordStoreTests(ReadOnlyStoreTests, HostileRecordTests):
     """The whole contract of a writable store (the reads of :class:`ReadOnlyStoreTests` included,
     over :func:`prefill`'s contents).  A subclass provides the ``store`` fixture: a new, empty
     store (see the module docstring)."""
@@ -782,6 +957,7 @@ class RecordStoreTests(ReadOnlyStoreTests):
         assert len(store) == 1
 
 
-__all__ = ["RecordStoreTests", "ReadOnlyStoreTests", "prefill", "prefill_commits", "prefill_verdicts", "PREFILL_RUN",
+__all__ = ["RecordStoreTests", "ReadOnlyStoreTests", "HostileRecordTests", "HOSTILE_RECORDS", "HOSTILE_TABLES",
+           "UNBUILDABLE", "prefill", "prefill_commits", "prefill_verdicts", "PREFILL_RUN",
            "T1", "T2", "T3", "W", "W2", "recs", "mixed_records", "assert_projections_match", "FILTERS", "PROJECTIONS",
            "HOSTILE"]

@@ -41,9 +41,12 @@ from tunedb.transfer.interop.formats import FORMATS, Format, collect, get_format
 from tunedb.transfer.interop.input_files import (
     MAX_IMPORT_LINE,
     MAX_IMPORT_TEXT,
+    check_input_path,
     check_line,
+    display_name,
     file_stem,
     iter_json_lines,
+    open_regular,
     open_text,
     read_text,
     where,
@@ -73,4 +76,4 @@ __all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportRepor
            "ImportCapError", "MAX_REPORTED_ERRORS", "MAX_IMPORT_TEXT", "MAX_IMPORT_LINE", "MIN_SHARED_CONFIGS",
            "MAX_MEDIAN_ABS_LOG_RATIO", "MIN_SPEARMAN", "times_disagree", "file_stem", "where", "open_text",
            "read_text", "check_line", "iter_json_lines", "fast_normalise", "canon", "FAST_PATH", "to_utc",
-           "check_costs", "resolve_device_fields", "kind_hint"]
+           "check_costs", "resolve_device_fields", "kind_hint", "check_input_path", "display_name", "open_regular"]

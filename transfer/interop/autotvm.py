@@ -33,7 +33,7 @@ from typing import Any
 
 from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.input_files import iter_json_lines, where
+from tunedb.transfer.interop.input_files import display_name, iter_json_lines, where
 from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id, to_utc
 from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
@@ -303,7 +303,7 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
             rid = stable_record_id(FORMAT, tp.key, value, seen)
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, wall_s=wall,
                               timestamp=ts, source=SOURCE, record_id=rid,
-                              meta={"autotvm": value, "origin": {"file": path.name, "line": no}})
+                              meta={"autotvm": value, "origin": {"file": display_name(path.name), "line": no}})
         except ImportCapError:
             raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:

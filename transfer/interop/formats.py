@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tunedb.index.record import Record
 from tunedb.transfer.interop.conflicts import split_disagreeing
+from tunedb.transfer.interop.input_files import check_input_path, display_name
 from tunedb.transfer.interop.reports import ExportReport, ImportFormatError, ImportIssue, ImportReport
 
 
@@ -33,18 +34,24 @@ class Format:
         are appended to ``notes``; ``label`` names the target ``"<device> [<label>]"``); the
         other formats ignore them.
 
+        ``path`` must be a regular file (a directory too for ``parquet`` and ``metaschedule``): a
+        FIFO, socket, device or missing path raises ImportFormatError (one line) before anything
+        is opened (``input_files.check_input_path``).
+
         Provenance: every record's ``origin`` is the imported file's name (``path``'s last
-        component), so a store says which file a record came from; a record of a tunedb export
-        (jsonl/parquet) that already names an origin keeps it.  ``host`` is this machine for
-        records this import creates (the foreign formats), the exported value for tunedb
-        exports."""
+        component, as ``input_files.display_name`` writes it: a name that is not UTF-8 gets
+        ``\\xNN`` escapes, never a lone surrogate), so a store says which file a record came from; a
+        record of a tunedb export (jsonl/parquet) that already names an origin keeps it. ``host`` is
+        this machine for records this import creates (the foreign formats), the exported value for
+        tunedb exports."""
+        check_input_path(Path(path), directory=None if self.name in ("parquet", "metaschedule") else False)
         if self.module == "tabular":
             items = self._mod().parse(Path(path), device=device, fmt=self.name)
         elif self.module == "kernel_tuner":
             items = self._mod().parse(Path(path), device=device, notes=notes, label=label)
         else:
             items = self._mod().parse(Path(path), device=device)
-        return _with_origin(items, Path(path).name)
+        return _with_origin(items, display_name(Path(path).name))
 
     def export(self, records: Iterable[Record], out: str | Path) -> ExportReport:
         """Write ``records`` to ``out`` in this format; see the module of the format for layout."""

@@ -47,7 +47,7 @@ from tunedb.index.hardware.devices import cpu_opencl_name
 from tunedb.index.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
 from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.input_files import file_stem, read_text, where
+from tunedb.transfer.interop.input_files import display_name, file_stem, read_text, where
 from tunedb.transfer.interop.record_building import Prepared, fast_normalise, make_record, stable_record_id, to_utc
 from tunedb.transfer.interop.reports import (
     ExportFormatError,
@@ -163,6 +163,26 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _seconds_or_none(value: Any, scale: float) -> float | None:
+    """``value * scale`` as a float when ``value`` is a finite number >= 0 whose product is finite
+    (an int too large for a float is no value), else None."""
+    if not _is_num(value):
+        return None
+    try:
+        out = float(value) * scale
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) and out >= 0 else None
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` for a message (a list holding a huge int by that: its decimal text may be
+    megabytes, or past ``sys.get_int_max_str_digits``)."""
+    if isinstance(value, list) and any(isinstance(v, int) and abs(v).bit_length() > 128 for v in value):
+        return "[... an integer of more than 128 bits ...]"
+    return repr(value)
+
+
 def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str]:
     """(costs_s, status, error) of a cache entry; ValueError when the entry is malformed."""
     if isinstance(entry, str):
@@ -180,13 +200,16 @@ def entry_result(entry: Any, scale: float = 1e-3) -> tuple[list[float], str, str
         vals = [t]
     if vals is None:
         raise ValueError("entry has neither 'time' nor 'times'")
+    # each time checked on its own (no sum: 1e308 + 1e308 overflows, and fsum raises on it)
+    if not all(isinstance(v, (int, float)) for v in vals):
+        raise ValueError(f"times {_short(vals)} are not all numbers")
     try:
-        total = math.fsum(vals)
-        lo, hi = min(vals), max(vals)
-    except TypeError:
-        raise ValueError(f"times {vals!r} are not all numbers") from None
-    if not math.isfinite(total) or lo < 0 or bool in set(map(type, vals)):
-        raise ValueError(f"times {vals!r} are not all finite numbers >= 0")
+        ok = all(_is_num(v) and math.isfinite(v) and v >= 0 for v in vals)
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
+        raise ValueError(f"times {_short(vals)} are not all finite numbers >= 0")
+    hi = max(vals)
     if hi >= FAILED_TIME_MS:
         return [], "runtime_error", "failure marker time"
     return list(map(operator.mul, vals, repeat(scale))), "ok", ""  # [v * scale for v in vals]
@@ -208,7 +231,7 @@ def cache_workload(doc: Mapping[str, Any], path: Path, keys: list[str] | None) -
     problem_size, ``params`` = the tune-parameter names in order."""
     kernel = doc.get("kernel_name")
     if not isinstance(kernel, str) or not kernel:
-        kernel = path.resolve().parent.name or "kernel"
+        kernel = display_name(path.resolve().parent.name) or "kernel"
     w: dict[str, Any] = {"family": kernel, "kernel": kernel}
     ps = doc.get("problem_size")
     if ps is not None:
@@ -377,9 +400,7 @@ def _parse_cache(doc: Mapping[str, Any], path: Path, keys: list[str] | None, tp:
             compile_s = None
             ts = None
             if isinstance(entry, dict):
-                ct = entry.get("compile_time")
-                if _is_num(ct) and math.isfinite(ct) and ct >= 0:
-                    compile_s = ct * 1e-3
+                compile_s = _seconds_or_none(entry.get("compile_time"), 1e-3)
                 ts = to_utc(entry.get("timestamp"))
             fast = codec.encode(entry) if codec is not None and type(entry) is dict else None
             if fast is not None:
@@ -638,7 +659,7 @@ def _parse_t4(doc: Mapping[str, Any], path: Path, device: str | None, notes: lis
                 runtimes = times.get("runtimes")
                 costs, status, error = entry_result({"times": runtimes, "time": value}, scale)
             ct = times.get("compilation")
-            compile_s = ct * scale if _is_num(ct) and math.isfinite(ct) and ct >= 0 else None
+            compile_s = _seconds_or_none(ct, scale)
             key = ",".join(str(v) for v in config.values())
             rid = stable_record_id(FORMAT, tp.key, [wp.key, key, r], seen)
             rec = make_record(tp, wp, config, costs=costs, status=status, error=error, compile_s=compile_s,

@@ -32,7 +32,7 @@ from typing import Any
 from tunedb.index.keys import key_of
 from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.input_files import iter_json_lines, where
+from tunedb.transfer.interop.input_files import check_input_path, display_name, iter_json_lines, where
 from tunedb.transfer.interop.record_building import Prepared, check_costs, make_record, stable_record_id
 from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
@@ -153,8 +153,9 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
     same rule as the other formats' "no line holds ..."); an empty database yields nothing."""
     d = _dir_of(path)
     for f in (WORKLOAD_FILE, RECORD_FILE):
-        if not (d / f).is_file():
-            raise ImportFormatError(f"{d} is not a MetaSchedule JSONDatabase: {f} is missing")
+        if not (d / f).exists():
+            raise ImportFormatError(f"{display_name(d)} is not a MetaSchedule JSONDatabase: {f} is missing")
+        check_input_path(d / f)  # a FIFO, device or directory by that name: refused unopened
     workloads, issues = _load_workloads(d)
     yield from issues
     rfile = d / RECORD_FILE

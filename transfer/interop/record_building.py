@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunedb.index.keys import canonical_json_normalised, hash64, key_of, key_of_text, normalise
-from tunedb.index.record import MAX_RECORD_BYTES, Record, record_too_big, target_display_name, this_host
+from tunedb.index.record import (
+    MAX_RECORD_BYTES,
+    Record,
+    checked_json,
+    cost_tuple,
+    record_too_big,
+    target_display_name,
+    text_problem,
+    this_host,
+)
 from tunedb.transfer.interop.reports import ImportCapError
 
 
@@ -50,6 +59,9 @@ class Prepared:
             raise ValueError(f"field '{what}' must be a JSON object")
         v = fast_normalise(dict(obj), what)
         text = _canon(v)
+        why = text_problem(text)
+        if why is not None:
+            raise ValueError(f"field '{what}' {why}")
         name = target_display_name(v) if what == "target" else ""
         if what == "workload" and (not isinstance(v.get("family"), str) or not v["family"]):
             raise ValueError("field 'workload' needs a non-empty string 'family'")
@@ -92,7 +104,8 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
     record-id text so each float is formatted once).
 
     The record is validated (``Record.validate``): raises ValueError for data that ``Record`` or
-    a commit would reject (non-JSON config/meta, bad costs, unknown status, ``ok`` without costs).
+    a commit would reject (non-JSON or too deeply nested config/meta, a lone surrogate in any
+    text, bool/str or non-finite costs, unknown status, ``ok`` without costs).
     """
     meta = dict(meta or {})
     if not FAST_PATH:  # pragma: no cover - only when Record gains/loses fields
@@ -107,14 +120,13 @@ def make_record(target: Prepared, workload: Prepared, config: Mapping[str, Any],
         cfg = fast_normalise(config if type(config) is dict else dict(config), "config")  # a fresh copy
     except ValueError as e:
         raise ValueError(f"record {record_id}: field 'config' is not plain JSON data: {e}") from None
-    try:
-        c = tuple(map(float, costs))
-    except (TypeError, ValueError):
-        raise ValueError(f"record {record_id}: field 'costs' must be a list of numbers") from None
+    c = cost_tuple(costs, record_id)  # bool and str are not numbers (as for Record)
     ts = timestamp if timestamp is not None else _dt.datetime.now(_dt.timezone.utc)
+    if not isinstance(ts, _dt.datetime):
+        raise ValueError(f"record {record_id}: field 'timestamp' must be a datetime, got {type(ts).__name__}")
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=_dt.timezone.utc)
-    cj = _canon(cfg)
+    cj = checked_json(_canon(cfg), "config", record_id)
     ck = key_of_text(cj)
     pair = _PAIR_HASHES.get((target.key, workload.key)) or _pair_hashes(target.key, workload.key)
     lookup = pair[1].copy()
@@ -145,10 +157,14 @@ def stable_record_id(fmt: str, target_key: str, original: Any, seen: Counter, *,
     ``original`` is the line's JSON value (or the entry and its cache key), or ``text`` its
     canonical JSON when already computed; ``seen`` counts
     identical originals already met in the same file, so a line repeated in a file stays two
-    records while re-importing the file reproduces the same ids.
+    records while re-importing the file reproduces the same ids.  ValueError (one line) when
+    the line holds a lone surrogate (a JSON ``\\udcff`` escape): no id, no record.
     """
     if text is None:
         text = _canon(fast_normalise(original))
+    why = text_problem(text)
+    if why is not None:  # (the fields' own checks name the field; this is the last line of defence)
+        raise ValueError(f"the {fmt} entry {why}")
     basis = key_of_text(text)
     n = seen[basis]
     seen[basis] += 1

@@ -30,9 +30,16 @@ import pyarrow.parquet as pq
 
 from tunedb.index.keys import rid_hash
 from tunedb.index.parquet.parts import target_slug as partition_slug
-from tunedb.index.record import Record
+from tunedb.index.record import Record, text_problem
 from tunedb.index.schema import RECORD_SCHEMA
-from tunedb.transfer.interop.input_files import check_line, read_text, where
+from tunedb.transfer.interop.input_files import (
+    check_input_path,
+    check_line,
+    display_name,
+    open_regular,
+    read_text,
+    where,
+)
 from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id
 from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
@@ -88,9 +95,12 @@ class _Builder:
         costs = d.get("costs") or ()
         if not isinstance(costs, (list, tuple)):
             raise ValueError("field 'costs' must be a list of numbers")
-        for k in ("error", "source", "session", "status", "host", "origin"):
+        for k in ("error", "source", "session", "status", "host", "origin", "target_name"):
             if d.get(k) is not None and not isinstance(d.get(k), str):
                 raise ValueError(f"field '{k}' must be a string")
+            why = text_problem(d[k]) if isinstance(d.get(k), str) else None
+            if why is not None:
+                raise ValueError(f"field '{k}' {why}")
         rid = d.get("record_id") or ""
         if not rid:
             rid = stable_record_id(self.fmt, tp.key, original, self.seen)
@@ -160,10 +170,12 @@ def export_jsonl(records: Iterable[Record], out: Path) -> ExportReport:
 # ---------------------------------------------------------------------------------------- parquet
 
 def _parquet_files(path: Path) -> list[Path]:
+    """The Parquet files to import at ``path`` (see the module docstring); ImportFormatError (one
+    line) when ``path`` is missing or a FIFO, socket or device (``check_input_path``).  Under a
+    directory only regular files are taken (a FIFO named ``x.parquet`` is not)."""
+    check_input_path(path, directory=None)
     if path.is_file():
         return [path]
-    if not path.is_dir():
-        raise ImportFormatError(f"cannot read {path}: no such file or directory")
     if (path / "records").is_dir() and (path / "tunedb.json").is_file():  # a whole tunedb database
         path = path / "records"
     return sorted(p for p in path.rglob("*.parquet")
@@ -174,8 +186,18 @@ _ROW_COLUMNS = ("record_id", "target_name", "target", "workload", "config", "cos
                 "compile_s", "wall_s", "timestamp", "source", "session", "meta", "host", "origin")
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
 def records_from_table(table: pa.Table) -> list[Record]:
-    """Records of an Arrow table with the store's columns (e.g. ``db.records()``)."""
+    """Records of an Arrow table with the store's columns (e.g. ``db.records()``); ValueError
+    (one line) for text that is not UTF-8 or a record ``Record.validate`` refuses."""
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"table is malformed: {_first_line(e)}") from None
     b = _Builder("parquet")
     cols = [c for c in _ROW_COLUMNS if c in table.column_names]
     return [b.build(row, row) for row in table.select(cols).to_pylist()]
@@ -190,9 +212,11 @@ def parse_parquet(path: Path) -> Iterator[Record | ImportIssue]:
     rids: set[str] = set()  # a store's compacted files repeat records of the files they supersede
     for f in files:
         try:
-            table = pq.read_table(f)
+            with open_regular(f) as fh:
+                table = pq.read_table(fh)
+            table.validate(full=True)  # text that is not UTF-8 would fail every later read
         except (OSError, pa.ArrowException) as e:
-            raise ImportFormatError(f"cannot read Parquet file {f}: {e}") from None
+            raise ImportFormatError(f"cannot read Parquet file {display_name(f)}: {_first_line(e)}") from None
         missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
         if missing:
             raise ImportFormatError(f"{f} is not a tunedb records file: column(s) {', '.join(missing)} missing")
@@ -207,7 +231,7 @@ def parse_parquet(path: Path) -> Iterator[Record | ImportIssue]:
             except ImportCapError:
                 raise
             except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
-                yield ImportIssue(f"{f.name}:row {i}", str(e) or type(e).__name__)
+                yield ImportIssue(f"{display_name(f.name)}:row {i}", str(e) or type(e).__name__)
                 continue
             yield rec
 
