@@ -206,8 +206,14 @@ def canonical_json_normalised(value: Any) -> str:
 
 
 def key_of_text(text: str) -> str:
-    """Key of an already canonical JSON text."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=KEY_HEX_CHARS // 2).hexdigest()
+    """Key of an already canonical JSON text.  ValueError (one line) for text UTF-8 cannot
+    encode (a lone surrogate): no record can hold it, so no key names it."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{text[max(0, e.start - 20):e.start + 20]!r} holds a lone surrogate "
+                         f"(U+{ord(text[e.start]):04X}) that UTF-8 cannot encode") from None
+    return hashlib.blake2b(data, digest_size=KEY_HEX_CHARS // 2).hexdigest()
 
 
 def key_of(value: Any) -> str:

@@ -83,14 +83,15 @@ class Prepared:
 
 def prepare(records: Record | RecordBatch | Iterable[Record], small_commit: int) -> Prepared:
     """Validate ``records`` (see module docstring; ``small_commit``: more Records than this are
-    validated as a ``RecordBatch``).  TypeError for anything but Records or a RecordBatch."""
+    validated as a ``RecordBatch``).  ValueError (one line, as on every backend:
+    ``checks.validated_commit``) for anything but Records or a RecordBatch."""
     if isinstance(records, RecordBatch):
         records.check()
         return Prepared(records, [], records.table.column("rid_hash").to_numpy())
     recs = [records] if isinstance(records, Record) else list(records)
     for r in recs:
         if not isinstance(r, Record):
-            raise TypeError(f"commit takes Record objects or a RecordBatch, got {type(r).__name__}")
+            raise ValueError(f"commit takes Records or a RecordBatch, got {type(r).__name__}")
     if len(recs) > small_commit:  # validated vectorised, with the same messages
         batch = RecordBatch.from_records(recs)
         return Prepared(batch, recs, batch.table.column("rid_hash").to_numpy())

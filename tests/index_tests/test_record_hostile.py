@@ -184,3 +184,22 @@ def test_foreign_tables_are_checked_for_what_breaks_readers(tmp_path) -> None:
         ok = RecordBatch.from_table(pa.Table.from_pylist([{**row, "meta": '{"k":"\\ud83d\\ude80"}'}]))
         assert db.commit(ok) == 1  # an escaped surrogate *pair* is one character: fine
         assert len(db) == 1
+
+
+@pytest.mark.parametrize("location", ["memory:", "parquet"])
+def test_a_query_holding_a_lone_surrogate_is_one_value_error(tmp_path, location):
+    """Reads refuse what no record can hold, in one line, and change nothing: a lookup, best or
+    entry query whose target, workload or config holds a lone surrogate."""
+    db = tunedb.open(location if location == "memory:" else tmp_path / "db")
+    target, wl = {"kind": "cpu", "name": "q"}, {"family": "matmul", "M": 1, "N": 1, "K": 1}
+    db.commit(tunedb.Record(target, wl, {"t": 1}, [1e-3]))
+    bad = "x\udcff"
+    for call in (lambda: db.lookup({**target, "name": bad}, wl, {"t": 1}),
+                 lambda: db.lookup(target, {**wl, "note": bad}, {"t": 1}),
+                 lambda: db.lookup(target, wl, {"t": bad}),
+                 lambda: db.best(target, {**wl, "note": bad})):
+        with pytest.raises(ValueError) as e:
+            call()
+        assert "surrogate" in str(e.value) and "\n" not in str(e.value)
+    assert len(db) == 1 and db.lookup(target, wl, {"t": 1}) is not None
+    db.close()
