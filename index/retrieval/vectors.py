@@ -37,7 +37,8 @@ On disk (``db.cache_dir() / "vectors"``), derived data only; the store's records
 :func:`sync` makes the stored index of ``db`` (any ``RecordStore``: its ``cache_dir()`` holds
 the files, its ``change_token()`` says when to look again) match ``db.entries()``: it loads the
 files, verifies sizes and checksums (a missing, truncated, garbage or other-``FEATURE_VERSION``
-file is rebuilt, never an error), adds new entries incrementally and rebuilds when entries were
+file is rebuilt, never an error; a missing FAISS file alone is rebuilt from the stored vectors,
+which is how a published snapshot's index is read: its FAISS bytes are never parsed), adds new entries incrementally and rebuilds when entries were
 removed.  Writers hold ``vectors/.lock``; a write that fails (read-only DB) only warns: the
 in-memory index still answers.
 
@@ -612,7 +613,9 @@ def save(vi: VectorIndex, d: Path, *, full: bool, manifest: dict | None) -> dict
 
 def load(d: Path) -> tuple[VectorIndex, dict] | None:
     """The index stored in ``d`` and its manifest, or None when missing, corrupt, truncated,
-    stale in format/feature_version/catalog, or inconsistent.  Never raises for bad files."""
+    stale in format/feature_version/catalog, or inconsistent.  When only the FAISS file is
+    absent, the index is built from the stored (CRC-checked) vectors.  Never raises for bad
+    files."""
     try:
         man = json.loads((d / MANIFEST).read_text())
         exp = _expected_meta(features.DIM)
