@@ -1,74 +1,165 @@
-"""`tunedb demo` end to end: real builds and runs on this CPU, in the default DB directory."""
+"""The demo's claims, without measuring: the verification rounds, the precondition, the headlines
+and the text the CLI prints (``tunedb demo`` end to end, beside a CPU-bound process, is in
+test_demo_busy.py)."""
 
 from __future__ import annotations
 
-import json
+import itertools
 
 import pytest
 
-from helpers import run_cli
+from tunedb.transfer.apps import demo
+from tunedb.transfer.cli.commands.demo import human
+
+TARGET = "cpu-native-t1"
 
 
-@pytest.mark.slow
-def test_demo_json_numbers_are_consistent(tmp_path):
-    r = run_cli("demo", "--json", "--budget-per-task", "2", "--max-rounds", "3", cwd=tmp_path, timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
-    db = tmp_path / "tunedb-data"
-    assert (db / "records").is_dir()  # the embedded default DB directory
-    a, warm, cold, again = out["a"], out["warm"], out["cold"], out["again"]
-    assert a["tasks_hit"] == 0 and a["measurements"] > 0
-    # B shares the per-head GEMMs with A: those are hits, the rest is warm-started from A
-    assert warm["tasks_hit"] >= 2 and warm["tasks_cold"] == 0 and 0 < warm["eta"] < 1
-    assert cold["tasks_hit"] == 0 and cold["tasks_warm"] == 0
-    per_task = out["budget_per_task"]
-    assert warm["search_evaluations"] <= per_task * warm["tasks_total"]
-    assert cold["search_evaluations"] == out["cold_factor"] * per_task * cold["tasks_total"]
-    # the second run of B is answered by the DB
-    assert again["eta"] == 1.0 and again["measurements"] == 0 and again["search_evaluations"] == 0
-    # the verdict is the interleaved test's: its interval against the 5 % margin
-    v = out["verify"]
-    assert v["question"] == "within" and v["rounds"] == 3 and len(v["a"]) == len(v["b"]) == 3
-    assert v["lo"] <= v["ratio"] <= v["hi"] and all(x > 0 for x in v["a"] + v["b"])
-    want = "holds" if v["hi"] <= 1.05 else "fails" if v["lo"] > 1.05 else "inconclusive"
-    assert out["verdict"] == v["verdict"] == want
-    assert out["headline"].startswith(want + ":") and f"{v['ratio']:.3f}" in out["headline"]
-    if want == "inconclusive":
-        assert "noise" in out["headline"]
-    for part in (a, warm, cold, again):
-        assert part["latency"] > 0 and part["default_latency"] > 0
-    # the whole demo is one stored run summary whose parts are the four tune-model runs
-    runs = json.loads(run_cli("report", "--db", str(db), "--out", str(tmp_path / "rep"), "--json").stdout)
-    assert runs["summary"]["stored_runs"] == 4  # the demo's parts are the four runs, counted once
-    html = (tmp_path / "rep" / "index.html").read_text()
-    assert "pass --runs" not in html
-    assert {"warm_vs_cold.png", "hit_rate.png", "gain_saturation.png"} <= set(runs["files"])
-    # the numbers are the database's: A's first task's best is a stored measurement
-    best = json.loads(run_cli("best", "--db", str(db), "--target", out["target"], "--workload",
-                              "matmul:M=32,N=768,K=256", "--json").stdout)
-    assert best["records"], "A's QKV projection is in the DB"
-    # the text output leads with the headline
-    text = run_cli("demo", "--budget-per-task", "2", "--max-rounds", "3", cwd=tmp_path, timeout=900)  # (a warm DB)
-    assert text.returncode == 0, text.stderr[-2000:]
-    first = text.stdout.strip().splitlines()[0]
-    assert first.split(":")[0] in ("holds", "fails", "inconclusive")
+def _w() -> dict:
+    return demo.workload(384, 8, 384)
 
 
-def test_headline_gives_direction_interval_and_reason():
-    from tunedb.transfer.apps.demo import headline, verdict
-    from tunedb.transfer.measure.compare import compare
+def _fake_measure(monkeypatch, costs: dict, jitter: float = 0.02) -> list:
+    """Replace ``demo.remeasure`` by a deterministic one: ``costs`` maps a config's nr to its
+    seconds, each measurement off by +-``jitter`` (alternating); returns the list of measured configs."""
+    seen: list = []
+    sign = itertools.cycle((1, -1, 0.5, -0.5))
 
-    def res(ratios: list[float]) -> dict:
-        c = compare(lambda r: (1e-3 * ratios[r % len(ratios)], 1e-3), question="within", margin=0.05)
-        return {"verify": c.to_dict(), "verdict": verdict(c), "within": 0.05, "level": c.level,
-                "warm": {"search_evaluations": 21}, "cold": {"search_evaluations": 84}}
-    holds = res([0.97, 0.98, 0.96])
-    assert holds["verdict"] == "holds"
-    h = headline(holds)
-    assert h.startswith("holds: warm") and "within 5%" in h and "21 of cold's 84" in h and "faster" in h
-    fails = res([1.3, 1.31, 1.29])
-    assert fails["verdict"] == "fails" and headline(fails).startswith("fails:") and "slower" in headline(fails)
-    noisy = res([0.7, 1.5, 0.8, 1.4])
-    assert noisy["verdict"] == "inconclusive"
-    assert headline(noisy).startswith("inconclusive: the machine's noise") and "no claim is made" in headline(noisy)
-    assert verdict(None) == "inconclusive"
+    def fake(db, job, cfg, origin="confirm"):
+        seen.append(dict(cfg))
+        return costs[cfg["nr"]] * (1 + jitter * next(sign))
+    monkeypatch.setattr(demo, "remeasure", fake)
+    return seen
+
+
+def _configs() -> tuple[dict, dict, dict]:
+    from tunedb.index.hardware.localcpu import local_target
+    from tunedb.transfer.measure.jobs import local_job
+
+    job = local_job(local_target(TARGET), _w())
+    d = dict(job.defaults)
+    warm = {**d, "mr": 8, "nr": 8, "vec": 8}
+    cold = {**d, "mr": 4, "nr": 16, "vec": 16}
+    assert len({d["nr"], 8, 16}) == 3, "the fake tells configs apart by nr"
+    return d, warm, cold
+
+
+def test_verify_decides_warm_vs_cold_and_measures_the_default_alongside(monkeypatch):
+    from tunedb.index.hardware.localcpu import local_target
+
+    d, warm, cold = _configs()
+    seen = _fake_measure(monkeypatch, {d["nr"]: 3e-3, 8: 1e-3, 16: 2e-3})
+    v = demo.verify(None, local_target(TARGET), _w(), warm, cold)
+    assert v["verdict"] == "faster" and not v["same_config"]
+    c = v["comparison"]
+    assert c["lo"] <= c["ratio"] <= c["hi"] < 1 and c["ratio"] == pytest.approx(0.5, rel=0.05)
+    # every round measures the three configs once each: 3 x rounds measurements, in rotating order
+    assert len(seen) == 3 * v["rounds"] and v["rounds"] >= c["rounds"] and v["rounds"] in demo.LOOKS
+    firsts = {seen[3 * r]["nr"] for r in range(min(v["rounds"], 3))}
+    assert len(firsts) == min(v["rounds"], 3), "the order rotates"
+    assert v["speedup_warm"]["speedup"] == pytest.approx(3.0, rel=0.05)
+    assert v["speedup_cold"]["speedup"] == pytest.approx(1.5, rel=0.05)
+    pre = demo.precondition(v)
+    assert pre["holds"] and pre["config"] == "warm" and pre["lo"] >= demo.FACTOR
+
+
+def test_the_same_config_is_never_compared_with_itself(monkeypatch):
+    from tunedb.index.hardware.localcpu import local_target
+
+    d, warm, _cold = _configs()
+    seen = _fake_measure(monkeypatch, {d["nr"]: 3e-3, 8: 1e-3})
+    v = demo.verify(None, local_target(TARGET), _w(), warm, dict(warm))
+    assert v["same_config"] and v["comparison"] is None and v["verdict"] == "same"
+    assert len(seen) == 2 * v["rounds"], "one measurement per distinct config and round"
+    assert v["values"]["warm"] == v["values"]["cold"]
+    res = _result(v, demo.precondition(v))
+    h = demo.headline(res)
+    assert h.startswith("same config:") and "CI" not in h and "interval)" in h
+
+
+def test_a_chosen_config_that_is_the_default_gets_no_speedup_interval(monkeypatch):
+    from tunedb.index.hardware.localcpu import local_target
+
+    d, warm, _cold = _configs()
+    _fake_measure(monkeypatch, {d["nr"]: 3e-3, 8: 1e-3})
+    v = demo.verify(None, local_target(TARGET), _w(), warm, dict(d))
+    assert v["cold_is_default"] and not v["warm_is_default"]
+    assert v["speedup_cold"] is None and v["speedup_warm"]["speedup"] == pytest.approx(3.0, rel=0.05)
+    assert demo.precondition(v)["config"] == "warm"
+    both = demo.verify(None, local_target(TARGET), _w(), dict(d), dict(d))
+    assert both["same_config"] and both["speedup_warm"] is None and both["speedup_cold"] is None
+    pre = demo.precondition(both)
+    assert not pre["holds"] and pre["reason"] == "the best config known is the default itself"
+    res = _result(both, pre)
+    res.update({"db": "x", "target": TARGET, "family": "matmul", "panel": 8, "new_workload": _w(),
+                "stored_entries_before_warm": 2, "seconds": 1.0, "machine_check": None,
+                "plan": demo.plan(local_target(TARGET)), "attempts": [],
+                "sizing": {"holds": True, "factor": 1.5, "ratios": [2.0], "mean": 2.0},
+                "history": [{"reused": True, "measurements": 0}]})
+    for arm in ("warm", "cold", "default"):
+        res[arm]["config"] = d
+    res["headline"], res["budget_headline"] = demo.headline(res), demo.budget_headline(res)
+    text = human(res, "db")
+    assert "CI" not in res["headline"] and text.count("1 (the default itself)") == 2
+    assert "1.00x (1.00-1.00)" not in text
+
+
+def test_precondition_withholds_every_claim_when_the_default_is_nearly_as_fast(monkeypatch):
+    from tunedb.index.hardware.localcpu import local_target
+
+    d, warm, cold = _configs()
+    _fake_measure(monkeypatch, {d["nr"]: 1.2e-3, 8: 1e-3, 16: 2e-3})
+    v = demo.verify(None, local_target(TARGET), _w(), warm, cold)
+    pre = demo.precondition(v)
+    assert not pre["holds"] and pre["speedup"] == pytest.approx(1.2, rel=0.05) and "less than 1.5x" in pre["reason"]
+    assert v["rounds"] == max(demo.LOOKS) or pre["hi"] < demo.FACTOR
+    h = demo.headline(_result(v, pre))
+    assert h.startswith("no gain claim:") and "warm beats cold" not in h and "not claimed" in h
+
+
+def _result(v: dict, pre: dict, *, to_match: int | None = None, budget: int = 6) -> dict:
+    cold_hist = [[1, 3e-3], [2, 2e-3], [3, 2e-3], [4, 1.5e-3], [5, 1.5e-3], [6, 1.5e-3]]
+    arm = {"config": {"mr": 4, "nr": 16, "vec": 16, "pack": 1}, "search_evaluations": budget, "measurements": budget,
+           "db_answers": 0, "latency": 1e-3, "best_sample": 1.5e-3, "history": cold_hist}
+    return {"verify": v, "precondition": pre, "budget": budget, "cold_evaluations_to_match": to_match,
+            "warm_best_sample": 0.9e-3, "warm": dict(arm), "cold": dict(arm),
+            "default": {**arm, "search_evaluations": None, "measurements": None, "db_answers": None}}
+
+
+def test_budget_headline_says_when_cold_matched_and_when_it_did_not():
+    res = _result({}, {}, to_match=None)
+    assert demo.matched_at(res["cold"]["history"], ["k1", "k2"], res["warm_best_sample"], "kw") is None
+    h = demo.budget_headline(res)
+    assert h.startswith("search budget: cold did not match warm's result in its 6 evaluations; "
+                        "its best search sample was 1.50 ms (1.67x warm's 900 us)")
+    # matched by a sample as fast, or by evaluating warm's config itself (whatever its sample said)
+    assert demo.matched_at(res["cold"]["history"], [], 2e-3, "kw") == 2
+    assert demo.matched_at(res["cold"]["history"], ["k1", "k2", "kw"], 0.5e-3, "kw") == 3
+    assert demo.matched_at(res["cold"]["history"], ["kw"], 2e-3, "kw") == 1
+    res["cold_evaluations_to_match"] = 2
+    assert "cold needed 2 evaluations to match warm's result" in demo.budget_headline(res)
+
+
+def test_text_output_leads_with_both_claims_and_its_table_matches_the_json(monkeypatch):
+    from tunedb.index.hardware.localcpu import local_target
+
+    d, warm, cold = _configs()
+    _fake_measure(monkeypatch, {d["nr"]: 3e-3, 8: 1e-3, 16: 2e-3})
+    v = demo.verify(None, local_target(TARGET), _w(), warm, cold)
+    res = _result(v, demo.precondition(v), to_match=None)
+    res.update({"db": "x", "target": TARGET, "family": "matmul", "panel": 8, "new_workload": _w(),
+                "stored_entries_before_warm": 2, "seconds": 50.0, "machine_check": None,
+                "plan": demo.plan(local_target(TARGET)), "attempts": [],
+                "sizing": {"holds": True, "factor": 1.5, "ratios": [2.0, 3.0], "mean": 2.45},
+                "history": [{"reused": True, "measurements": 0}, {"reused": True, "measurements": 0}]})
+    res["warm"]["config"], res["cold"]["config"], res["default"]["config"] = warm, cold, d
+    res["warm"]["db_answers"] = 1
+    res["headline"], res["budget_headline"] = demo.headline(res), demo.budget_headline(res)
+    text = human(res, "db")
+    lines = text.splitlines()
+    assert lines[0] == res["headline"] and lines[0].startswith("warm beats cold at equal budget (6 evaluations each)")
+    assert lines[1] == res["budget_headline"]
+    assert "reusing 2 stored entries" in text and "empty history" not in text
+    assert "precondition met" in text
+    row = {ln.split()[0]: ln for ln in lines if ln.split() and ln.split()[0] in ("warm", "cold")}
+    assert " 6 " in row["warm"] and " 1 " in row["warm"], "warm's evaluations and DB answers as in the JSON"
+    assert "none (throwaway store)" in row["cold"]
