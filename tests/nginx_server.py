@@ -29,6 +29,16 @@ def find_nginx() -> str | None:
     return None
 
 
+def need_nginx() -> None:
+    """Skip the calling test when nginx is missing (fail it under ``CI=true``: .ci/run installs it)."""
+    import pytest
+
+    if find_nginx() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("nginx is missing under CI=true (.ci/run installs Debian's nginx)")
+        pytest.skip("nginx not installed (apt-get install -y nginx); CI runs these tests")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

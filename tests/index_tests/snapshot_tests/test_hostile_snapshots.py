@@ -51,13 +51,6 @@ TARGET = "hx-gpu0"
 WORKLOAD = "matmul:M=128,N=128,K=64"
 
 
-def _need_nginx() -> None:
-    if nginx_server.find_nginx() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("nginx is missing under CI=true (.ci/run installs Debian's nginx)")
-        pytest.skip("nginx not installed (apt-get install -y nginx); CI runs these tests")
-
-
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path, monkeypatch):
     """The CLI's snapshot caches and the rollback state of each test are its own."""
@@ -142,7 +135,7 @@ class Site:
 
 @pytest.fixture()
 def site(tmp_path, pristine):
-    _need_nginx()
+    nginx_server.need_nginx()
     s = Site(tmp_path, pristine)
     yield s
     s.stop()
@@ -508,7 +501,7 @@ def test_a_redirect_to_another_host_is_refused(site, server, capsys):
 
 # ------------------------------------------------------------------ rollback
 def test_an_older_signed_snapshot_is_refused_as_a_rollback(tmp_path, capsys):
-    _need_nginx()
+    nginx_server.need_nginx()
     from tunedb.index.snapshot.signing import generate_keys
 
     key, pub = tmp_path / "k", tmp_path / "k.pub"

@@ -40,13 +40,6 @@ PRIVATE = ("session", "host", "origin", "source")
 BS = 4096  # a small verified block: parts span several blocks, so reads are real Range requests
 
 
-def _need_nginx() -> None:
-    if nginx_server.find_nginx() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("nginx is missing under CI=true (.ci/run installs Debian's nginx)")
-        pytest.skip("nginx not installed (apt-get install -y nginx); CI runs these tests")
-
-
 @pytest.fixture(autouse=True)
 def _own_version_state(tmp_path, monkeypatch):
     """Each test its own rollback state (``$TUNEDB_CACHE_DIR/snapshot-versions.json``): a later
@@ -57,7 +50,7 @@ def _own_version_state(tmp_path, monkeypatch):
 @pytest.fixture()
 def serve(tmp_path):
     """``serve(root, **options)`` -> a started NginxServer, stopped after the test."""
-    _need_nginx()
+    nginx_server.need_nginx()
     servers = []
 
     def start(root: Path, **options) -> nginx_server.NginxServer:

@@ -39,9 +39,9 @@ for i in range(int(sys.argv[2])):
 """
 
 
-def _browser(tmp_path: Path):
-    """A headless chromium (a fresh profile) with its console log kept; skips (fails under CI)
-    when chromium, chromium-driver or selenium is missing."""
+def browser(tmp_path: Path, console_log: bool = True):
+    """A headless chromium (a fresh profile), its console log kept when ``console_log``; skips
+    (fails under CI) when chromium, chromium-driver or selenium is missing."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
     try:
         from selenium import webdriver
@@ -59,7 +59,8 @@ def _browser(tmp_path: Path):
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run", "--window-size=1400,1700", f"--user-data-dir={tmp_path / 'chrome-profile'}"):
         opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    if console_log:
+        opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
 
@@ -94,7 +95,7 @@ def test_dashboard_in_a_real_browser(tmp_path):
 
     base = tunedb.open(db, create=False).records(include_stale=False).num_rows
     shots = _shots_dir(tmp_path)
-    driver = _browser(tmp_path)
+    driver = browser(tmp_path)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db), "400", "0.5"], stdout=subprocess.PIPE,
                               text=True, cwd=ROOT)
     commits = _Lines(writer)

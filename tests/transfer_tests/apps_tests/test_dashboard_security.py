@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import re
 import subprocess
 import sys
 import time
@@ -18,6 +16,9 @@ from urllib.parse import urlsplit
 import pytest
 
 pytest.importorskip("dash")
+
+from test_dashboard import start_dashboard as start  # noqa: E402
+from test_dashboard_browser import browser  # noqa: E402
 
 import tunedb  # noqa: E402
 from tunedb.index import Record  # noqa: E402
@@ -32,20 +33,6 @@ EVIL_W = f'<a href="{EVIL_HREF}">w</a>'
 EVIL_LINKS = """return [...document.getElementsByTagNameNS('*', 'a')].filter(a =>
     ((a.getAttribute('href') || '') + (a.getAttributeNS('http://www.w3.org/1999/xlink', 'href') || '')
      + (a.getAttribute('xlink:href') || '')).includes('evil')).map(a => a.outerHTML);"""
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-
-def start(db: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    """``tunedb dashboard --db DB --port 0 EXTRA`` in a real subprocess; (process, URL)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tunedb", "dashboard", "--db", str(db), "--port", "0", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    line = proc.stdout.readline()
-    m = re.search(r"http://\S+", line)
-    if m is None:
-        proc.kill()
-        raise AssertionError(f"no URL: {line!r} {proc.stderr.read()[:500]}")
-    return proc, m.group(0)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -148,27 +135,6 @@ def test_a_bad_allow_host_is_one_line_exit_2(tmp_path):
 
 
 # ------------------------------------------------------------------ HTML in names, in a browser
-def browser(tmp_path: Path):
-    """A headless chromium (a fresh profile); skips (fails under CI) when chromium,
-    chromium-driver or selenium is missing."""
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing.append("selenium")
-    if missing:
-        why = f"the browser test needs {', '.join(missing)} (Debian: apt-get install chromium chromium-driver)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--window-size=1400,1700", f"--user-data-dir={tmp_path / 'chrome-profile'}"):
-        opts.add_argument(flag)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
 
 def test_html_in_names_is_text_on_every_page(tmp_path):
