@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,19 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from tunedb.index.hardware.localcpu import cpu_info
+
 GOAL_WINS = 4 / 5
 GOAL_WALL_S = 120.0
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def one_demo(workdir: Path, extra: list[str]) -> dict:
@@ -99,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             b.wait()
     wins = sum(1 for r in runs if r["ok"] and r["wins"])
     lines = [f"tunedb demo x {a.runs}, fresh DB and build cache each, seed = run - 1, {a.burners} CPU-bound process(es) beside it; "
-             f"{cpu_model()}, {os.cpu_count()} CPUs",
+             f"{cpu_info()['model']}, {os.cpu_count()} CPUs",
              f"{'run':<4}{'verdict':<13}{'warm vs cold (95% CI)':<24}{'rounds':>7}{'noise':>7}  "
              f"{'precond.':<9}{'best vs default (95% CI)':<26}{'cold to match':>14}{'wall':>7}"]
     for i, r in enumerate(runs, 1):
@@ -118,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(f"goal (warm beats cold in >= 4 of 5, every run < {GOAL_WALL_S:.0f} s): {'met' if met else 'NOT met'}")
     print("\n".join(lines))
     if a.json:
-        print(json.dumps({"runs": runs, "burners": a.burners, "cpus": os.cpu_count(), "cpu": cpu_model(),
+        print(json.dumps({"runs": runs, "burners": a.burners, "cpus": os.cpu_count(), "cpu": cpu_info()["model"],
                           "wins": wins, "goal_met": met}))
     return 0
 

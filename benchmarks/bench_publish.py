@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -47,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import tunedb  # noqa: E402
 from tunedb.index import RecordBatch  # noqa: E402
+from tunedb.index.hardware.localcpu import cpu_info  # noqa: E402
 from tunedb.index.snapshot.store import SnapshotStore  # noqa: E402
 from tunedb.transfer.migration.publish import publish  # noqa: E402
 
@@ -102,17 +102,6 @@ def _batches(n: int, n_targets: int, seed: int = 0, *, only_targets=None, entrie
             yield RecordBatch.from_columns(**chunk, source="measured")
             chunk = {k: [] for k in chunk}
     return per_t
-
-
-def _cpu_model() -> str:
-    """``lscpu``'s model name (from /proc/cpuinfo), else what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _inline_manifest_bytes(snap: Path) -> int:
@@ -173,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("bench_publish: nginx is needed (apt-get install -y nginx)")
     work = Path(a.workdir or tempfile.mkdtemp(prefix="tunedb-bench-publish-"))
     work.mkdir(parents=True, exist_ok=True)
-    res: dict = {"records": a.records, "targets": a.targets, "machine": _cpu_model(),
+    res: dict = {"records": a.records, "targets": a.targets, "machine": cpu_info()["model"],
                  "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
     t_start = time.perf_counter()
     src = tunedb.open(work / "src")

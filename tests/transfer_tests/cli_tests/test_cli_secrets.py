@@ -40,13 +40,7 @@ def password_db() -> Iterator[dict]:
     import pg_server
 
     base = Path(tempfile.mkdtemp(prefix="tunedb-pg-secret-"))
-    try:
-        admin = pg_server.start(base)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        shutil.rmtree(base, ignore_errors=True)
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL tests but no server could be started: {e}")
-        pytest.skip(f"no PostgreSQL server could be started: {e}")
+    admin = pg_server.start_for_test(base)
     try:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(USER),
