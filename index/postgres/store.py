@@ -54,6 +54,7 @@ import pyarrow.csv as pacsv
 
 from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
+from tunedb.index.cachedir import cache_root
 from tunedb.index.checks import check_columns, check_forget_options, check_runs_query, check_verdicts, validated_commit
 from tunedb.index.keys import hash64
 from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version
@@ -597,9 +598,7 @@ class PostgresStore(RecordStore):
     def cache_dir(self) -> Path:
         """``$TUNEDB_CACHE_DIR/postgres/<identity>`` (default ``~/.cache/tunedb/postgres/<identity>``):
         this machine's rebuildable caches of this database (created on demand)."""
-        base = os.environ.get("TUNEDB_CACHE_DIR")
-        root = Path(base) if base else Path.home() / ".cache" / "tunedb"
-        return root / "postgres" / self._identity
+        return cache_root() / "postgres" / self._identity
 
     def change_token(self) -> tuple:
         """(identity, the database's change counter): every write transaction of any process

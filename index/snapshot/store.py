@@ -16,8 +16,9 @@ forms, 64-hex hashes, bounded sizes and counts), requests and cache paths are de
 validated hashes only, every request is bounded in time and size and never follows a redirect
 (:mod:`tunedb.index.snapshot.remote`), and a manifest older than one already read from the same
 URL (its ``version``) is refused as a rollback (:mod:`tunedb.index.snapshot.versions`).  The
-nearest-entry index is installed under names the index itself writes (checked), never under a
-name the manifest makes up.  Every refusal is one :class:`SnapshotError` line.
+nearest-entry index's vectors are installed under names the index itself writes (checked), never
+under a name the manifest makes up; its FAISS file is never fetched (the index is rebuilt from the
+vectors).  Every refusal is one :class:`SnapshotError` line.
 
 Answers are the published DB's (the contract's reads: lookup, best, entry_records, records,
 entries, targets, nearest, verdicts, stale records), except that each record carries its
@@ -42,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index.base import RecordStore, StoreStats
+from tunedb.index.cachedir import cache_root
 from tunedb.index.checks import check_columns, check_runs_query
 from tunedb.index.snapshot.format import (
     MANIFEST,
@@ -63,9 +65,7 @@ if TYPE_CHECKING:
 
 def default_cache(url: str) -> Path:
     """``$TUNEDB_CACHE_DIR/snapshots/<hash of url>`` (default ``~/.cache/tunedb/...``)."""
-    base = os.environ.get("TUNEDB_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "tunedb"
-    return root / "snapshots" / hashlib.blake2b(url.encode(), digest_size=10).hexdigest()
+    return cache_root() / "snapshots" / hashlib.blake2b(url.encode(), digest_size=10).hexdigest()
 
 
 class SnapshotStore(RecordStore):

@@ -17,9 +17,9 @@ purpose (``pin_version``).  Deleting the file forgets what was seen.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from tunedb.index.cachedir import cache_root
 from tunedb.index.parquet.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.snapshot.format import MANIFEST, SnapshotError
 
@@ -28,9 +28,7 @@ STATE_FILE = "snapshot-versions.json"
 
 def default_state_file() -> Path:
     """``$TUNEDB_CACHE_DIR/snapshot-versions.json`` (default ``~/.cache/tunedb/...``)."""
-    base = os.environ.get("TUNEDB_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "tunedb"
-    return root / STATE_FILE
+    return cache_root() / STATE_FILE
 
 
 def _load(path: Path) -> dict[str, int]:
