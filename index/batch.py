@@ -190,7 +190,7 @@ class RecordBatch:
                 cj.append(checked_json(canonical_json(c), "config", ids[i]))
             except ValueError as e:
                 if str(e).startswith(f"record {ids[i]}: "):
-                    raise ValueError(f"record {ids[i]} (row {i}): {str(e)[len(ids[i]) + 9:]}") from None
+                    raise _with_row(e, ids[i], i) from None
                 raise ValueError(f"record {ids[i]} (row {i}): field 'config' is not plain JSON data: {e}") from None
         ck = [key_of_text(x) for x in cj]
         pairs: dict[tuple[str, str], Any] = {}
@@ -215,7 +215,7 @@ class RecordBatch:
             try:
                 costs_py.append(list(cost_tuple(c, ids[i])))
             except ValueError as e:
-                raise ValueError(f"record {ids[i]} (row {i}): {str(e)[len(ids[i]) + 9:]}") from None
+                raise _with_row(e, ids[i], i) from None
         try:
             costs_arr = pa.array(costs_py, pa.list_(pa.float64()))
         except (TypeError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError):
@@ -401,6 +401,11 @@ class RecordBatch:
 _FLOATS = frozenset((float,))
 _PLAIN_NUMBERS = frozenset((float, int, type(None)))
 _NUMERIC_COLUMNS = ("compile_s", "wall_s")
+
+
+def _with_row(e: ValueError, rid: str, row: int) -> ValueError:
+    """A record's one-line ``record <rid>: ...`` error, naming the batch row as well."""
+    return ValueError(f"record {rid} (row {row}): {str(e).removeprefix(f'record {rid}: ')}")
 
 
 def _check_items(name: str, values: Sequence[Any], ids: list[str]) -> None:
