@@ -38,7 +38,9 @@ Outside rows must have tunedb's ``RECORD_SCHEMA`` (any column order; missing col
 as for an old schema): ``record_id``, ``target_key``, ``target_name``, ``target``, ``lookup_key``,
 ``entry_key`` and ``status`` non-null.  ``rid_hash`` and ``target_slug`` are recomputed, a null
 ``committed`` becomes the adoption time.  A file that breaks this is refused: ValueError (one
-line naming the file and the column) and nothing changes.
+line naming the file and the column) and nothing changes; so is a row that a commit would refuse
+(``RecordBatch.check``: a malformed record_id or status, a bad cost, text UTF-8 cannot encode,
+JSON nested too deep...), which would otherwise make every later read fail.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tunedb.index.batch import RecordBatch
 from tunedb.index.keys import rid_hashes
 from tunedb.index.parquet import deltalog, parts
 from tunedb.index.parquet.fsutil import unlink_quietly
@@ -105,6 +108,12 @@ def outside_rows(path: Path, rel: str) -> pa.Table:
     n = t.num_rows
     if not n:
         return t
+    try:  # what every backend's commit checks (record_id, status, costs, text UTF-8 can encode...)
+        RecordBatch.from_table(t).check()
+    except ValueError as e:
+        raise ValueError(f"{path}: an outside Delta writer added rows tunedb cannot store ({e}); remove {rel} "
+                         f"from the table with a Delta tool (e.g. DeltaTable.restore to the version before) to "
+                         f"open the DB writable") from None
     rh = rid_hashes(t.column("record_id").to_pylist())
     t = t.set_column(t.schema.get_field_index("rid_hash"), RECORD_SCHEMA.field("rid_hash"), pa.array(rh, pa.int64()))
     slugs = [target_slug(a, b) for a, b in zip(t.column("target_name").to_pylist(), t.column("target_key").to_pylist())]

@@ -290,3 +290,28 @@ def test_a_commit_that_meets_a_log_corrupted_meanwhile_repairs_it_and_succeeds(t
         assert h.commit(new) == len(new)
         assert len(h) == len(ids) + len(new)
     assert agree(db) == ids | {r.record_id for r in new}
+
+
+@pytest.mark.parametrize("column, value, says", [("config", '{"tile":"\\udcff"}', "surrogate"),
+                                                 ("status", "exploded", "status")])
+def test_outside_rows_a_commit_would_refuse_are_refused_and_change_nothing(tmp_path, column, value, says):
+    """An outside append of rows that tunedb's own commit refuses (here a config whose JSON
+    escapes a lone surrogate, which would make every later read fail, or an unknown status) is
+    refused by the writable open in one line naming the file, and nothing changes."""
+    db, ids = make_db(tmp_path)
+    with TuningDB.open(tmp_path / "other") as h:
+        h.commit(records("bad", 3, 0))
+        table = h.records()
+    table = table.set_column(table.schema.get_field_index(column), column,
+                             pa.array([value] * table.num_rows, pa.string()))
+    v = deltalake.DeltaTable(str(db / "records")).version()
+    deltalake.write_deltalake(str(db / "records"), table, mode="append")
+    files = data_files(db)
+    log = sorted(os.listdir(db / "records" / "_delta_log"))
+    with pytest.raises(ValueError) as e:
+        TuningDB.open(db)
+    msg = str(e.value)
+    assert "\n" not in msg and says in msg and ".parquet" in msg, msg
+    assert data_files(db) == files and sorted(os.listdir(db / "records" / "_delta_log")) == log
+    deltalake.DeltaTable(str(db / "records")).restore(v)
+    assert agree(db) == ids
