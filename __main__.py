@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from tunedb.transfer.cli.main import main
+from tunedb.transfer.cli.main import console_main
 
-raise SystemExit(main())
+console_main()

@@ -25,11 +25,13 @@ environment (``PGPASSWORD``, ...) is never printed.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
 import os
 import sys
 import warnings
+from typing import NoReturn
 
 from tunedb.index.redact import mask_url
 from tunedb.transfer.cli.util import UserError
@@ -222,5 +224,25 @@ def _flush(pending: list[str]) -> None:
     pending.clear()
 
 
+def console_main() -> NoReturn:
+    """The ``tunedb`` executable: run :func:`main`, then leave without native teardown.
+
+    Python's own exit handlers run and both streams are flushed; then the process ends with
+    ``os._exit``. Arrow, DuckDB and FAISS keep native thread pools whose destructors can race
+    interpreter shutdown and abort a finished command ("terminate called without an active
+    exception", exit -6) after its answer was printed and its data committed; skipping that
+    teardown makes the exit status the command's own. An exception that escapes ``main`` (a bug)
+    still ends the normal way, with its traceback.
+    """
+    code = main()
+    atexit._run_exitfuncs()  # noqa: SLF001 - the interpreter's own exit handlers, run before leaving
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: the reader left, nothing to add
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console_main()
