@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from stages import pytest_collection_modifyitems, pytest_runtest_logreport, pytest_runtest_setup  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -62,3 +63,4 @@ def postgres_url(postgres_server):
         pytest.skip("psycopg is not installed (pip install -e '.[postgres]')")
     yield url
     pg_server.drop_database(postgres_server, url)
+
