@@ -94,7 +94,7 @@ def write_through_faults(url: str, seed: int, seconds: float) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[0] == "open":
-        from tunedb.index.postgres.schema import schema_version
+        from tunedb.index.postgres.migrations import schema_version
 
         store = __import__("tunedb").open(argv[1])
         with store._db() as conn:

@@ -41,10 +41,10 @@ from tunedb.index.keys import canonical_json, canonical_json_flat, canonical_jso
 from tunedb.index.lookups import Lookups
 from tunedb.index.parquet import memindex
 from tunedb.index.parquet.fsutil import file_lock, replace_derived
-from tunedb.index.parquet.partition import Partition
-from tunedb.index.parquet.partitions import PartitionSet
+from tunedb.index.parquet.partition_set import PartitionSet
 from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import record_at
+from tunedb.index.parquet.target_index import Partition
 from tunedb.index.record import Record
 from tunedb.index.schema import conform, empty_records
 

@@ -69,10 +69,10 @@ schema is refused at open (see ``tunedb.index.parquet.layout``).
 This module is the handle: opening and closing, refreshing, committing, and the public API,
 each method short and delegating to the part that does the work.  Its parts, one job each:
 
-* ``tunedb.index.parquet.partitions`` (``PartitionSet``): the handle's in-memory view -- every
+* ``tunedb.index.parquet.partition_set`` (``PartitionSet``): the handle's in-memory view -- every
   target's ``partition.Partition``, decoded rows (``rowcache``), journal rows, target metadata,
   invalidations and verdicts -- and what a refresh does to it;
-* ``tunedb.index.parquet.journaling`` (``Journals``): this handle's journal writer, the journals'
+* ``tunedb.index.parquet.journal_set`` (``Journals``): this handle's journal writer, the journals'
   scan state and folding (over ``journal``, the file format, and ``journal_fold``);
 * ``tunedb.index.parquet.commits``: validating and grouping a commit, writing a small one as
   part files;
@@ -119,9 +119,9 @@ from tunedb.index.parquet.fsutil import file_lock, remove_dead_temp, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
 from tunedb.index.parquet.invalidations import append as append_invalidation
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter
-from tunedb.index.parquet.journaling import Journals
+from tunedb.index.parquet.journal_set import Journals
 from tunedb.index.parquet.layout import MARKER as MARKER
-from tunedb.index.parquet.partitions import PartitionSet
+from tunedb.index.parquet.partition_set import PartitionSet
 from tunedb.index.parquet.parts import META_SUPERSEDES as META_SUPERSEDES
 from tunedb.index.parquet.parts import META_TARGET as META_TARGET
 from tunedb.index.parquet.parts import META_TARGET_KEY as META_TARGET_KEY

@@ -11,8 +11,8 @@ from tunedb.index.lazy import lazy_getattr
 
 _LAZY = {
     "PostgresStore": ("tunedb.index.postgres.store", "PostgresStore"),
-    "migrate": ("tunedb.index.postgres.schema", "migrate"),
-    "CURRENT_VERSION": ("tunedb.index.postgres.schema", "CURRENT_VERSION"),
+    "migrate": ("tunedb.index.postgres.migrations", "migrate"),
+    "CURRENT_VERSION": ("tunedb.index.postgres.migrations", "CURRENT_VERSION"),
 }
 
 __all__ = ["PostgresStore", "migrate", "CURRENT_VERSION"]

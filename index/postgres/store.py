@@ -2,7 +2,7 @@
 with the semantics of ``tunedb.index.memory.MemoryStore``, on a server any number of processes
 and machines share.
 
-Storage: the tables of ``tunedb.index.postgres.schema`` (migrated on open).  Records are stored
+Storage: the tables of ``tunedb.index.postgres.migrations`` (migrated on open).  Records are stored
 as ``Record`` produced them (canonical JSON text, keys, ``costs`` as ``float8[]`` in seconds), so
 ids, keys and JSON are byte-identical to the Parquet store's.
 
@@ -57,7 +57,7 @@ from tunedb.index.batch import RecordBatch
 from tunedb.index.cachedir import cache_root
 from tunedb.index.checks import check_columns, check_forget_options, check_runs_query, check_verdicts, validated_commit
 from tunedb.index.keys import hash64
-from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version
+from tunedb.index.postgres.migrations import CURRENT_VERSION, migrate, schema_version
 from tunedb.index.record import Record, target_slug
 from tunedb.index.redact import mask_url, url_secrets
 from tunedb.index.runs_codec import decode_run, prepare_run, select_runs
@@ -190,7 +190,7 @@ class PostgresStore(RecordStore):
     """A record store in a PostgreSQL database (see the module docstring).
 
     ``url`` is a libpq URL (``postgresql://user[:password]@host[:port]/dbname[?options]``).
-    Opening connects, migrates the schema (``tunedb.index.postgres.schema.migrate``) and reads
+    Opening connects, migrates the schema (``tunedb.index.postgres.migrations.migrate``) and reads
     the database's identity.  ``ValueError`` (one line) when psycopg is missing, the URL is malformed
     or the schema is newer than this code; ``OSError`` (one line) when the server cannot be reached.
     No text this store makes holds the URL's password: :attr:`location`, ``repr()`` and every

@@ -15,7 +15,7 @@ in full before use (``format.check_manifest``, ``format.check_target_file``: fix
 forms, 64-hex hashes, bounded sizes and counts), requests and cache paths are derived from
 validated hashes only, every request is bounded in time and size and never follows a redirect
 (:mod:`tunedb.index.snapshot.remote`), and a manifest older than one already read from the same
-URL (its ``version``) is refused as a rollback (:mod:`tunedb.index.snapshot.versions`).  The
+URL (its ``version``) is refused as a rollback (:mod:`tunedb.index.snapshot.rollback`).  The
 nearest-entry index's vectors are installed under names the index itself writes (checked), never
 under a name the manifest makes up; its FAISS file is never fetched (the index is rebuilt from the
 vectors).  Every refusal is one :class:`SnapshotError` line.
@@ -56,7 +56,7 @@ from tunedb.index.snapshot.format import (
     sha256,
 )
 from tunedb.index.snapshot.remote import DEFAULT_TIMEOUT, Remote, atomic_write
-from tunedb.index.snapshot.versions import accept_version, default_state_file
+from tunedb.index.snapshot.rollback import accept_version, default_state_file
 
 if TYPE_CHECKING:
     from tunedb.index.batch import RecordBatch
@@ -79,7 +79,7 @@ class SnapshotStore(RecordStore):
     manifest read (defaults and environment variables: :mod:`tunedb.index.snapshot.remote`);
     ``pin_version``: read this (older) snapshot version on purpose although a newer one was read
     before; ``state_file``: where the highest versions read are kept (default
-    :func:`~tunedb.index.snapshot.versions.default_state_file`); ``relabel``: records carry their
+    :func:`~tunedb.index.snapshot.rollback.default_state_file`); ``relabel``: records carry their
     publisher as source (default True).  ``create``, ``read_only`` are accepted and ignored (a
     snapshot is always read-only).  SnapshotError (one line) when the snapshot cannot be read,
     is malformed, wrongly signed or a rollback; ValueError for a bad option."""

@@ -24,7 +24,7 @@ from pg_workers import POOL, pool_record
 psycopg = pytest.importorskip("psycopg")
 
 from tunedb.index.keys import rid_hash  # noqa: E402
-from tunedb.index.postgres.schema import CURRENT_VERSION, migrate, schema_version  # noqa: E402
+from tunedb.index.postgres.migrations import CURRENT_VERSION, migrate, schema_version  # noqa: E402
 from tunedb.index.postgres.store import PostgresStore  # noqa: E402
 from tunedb.index.record import target_slug  # noqa: E402
 

@@ -1,6 +1,6 @@
 """A store handle's in-memory view of its DB: every partition, and what their queries read.
 
-``tunedb.index.parquet.partition`` is one target's state (its chunk keys, index arrays and the
+``tunedb.index.parquet.target_index`` is one target's state (its chunk keys, index arrays and the
 handle's own commits); ``PartitionSet`` is the whole handle's:
 
 * ``parts``: target-key prefix (16 hex) -> ``Partition``, for every target with files or journal
@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from tunedb.index.keys import rid_hash, rid_hashes
 from tunedb.index.parquet import invalidations, memindex, parts, verdicts
 from tunedb.index.parquet.memindex import Chunk
-from tunedb.index.parquet.partition import Partition
 from tunedb.index.parquet.rowcache import TableCache
+from tunedb.index.parquet.target_index import Partition
 from tunedb.index.record import Record
 
 
@@ -224,7 +224,7 @@ class PartitionSet:
     def fresh_mask(self, rh: np.ndarray, tkeys: list[str], codes: np.ndarray) -> np.ndarray:
         """True for each rid hash (of a record of target ``tkeys[codes[i]]``) that this handle
         does not hold yet, and the first of repeats within ``rh``.  Looks only at the records'
-        own targets (record identity is per target; see ``tunedb.index.parquet.partition``)."""
+        own targets (record identity is per target; see ``tunedb.index.parquet.target_index``)."""
         if len(tkeys) == 1:
             return self.indexed(tkeys[0]).fresh_mask(rh)
         keep = np.zeros(len(rh), bool)
