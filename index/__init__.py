@@ -1,10 +1,16 @@
 """Records at rest: the record model, the store contract and its backends, hardware and retrieval.
 
-Subpackages: ``parquet`` (the Parquet directory store and its internals), ``hardware`` (catalog,
-local CPU presets, target resolution), ``retrieval`` (feature vectors, the FAISS index, nearest
-entries).  Modules here: ``record``/``batch``/``keys``/``schema``/``version`` (the record model),
-``base`` (the store contract), ``memory`` (the in-memory store), ``stores`` (opening a store by
-location).  ``tunedb.index`` never imports ``tunedb.transfer``.  Names below load lazily.
+Subpackages: ``parquet`` (the Parquet directory store, the default), ``postgres`` (the
+PostgreSQL store), ``snapshot`` (a published snapshot read over http(s)://, read-only),
+``hardware`` (device catalog, local CPU presets, target resolution, probing this machine),
+``retrieval`` (feature vectors, the FAISS index, nearest entries) and ``testing`` (the store
+contract suite other backends run).  Modules here: ``record``/``batch``/``keys``/``schema``/
+``version`` (the record model), ``base`` (the store contract), ``checks``/``runs_codec``/
+``tables``/``retention`` (what backends share), ``memory`` (the in-memory store), ``layered``
+and ``trust`` (views composing stores), ``stores`` (opening a store by location), ``estimate``
+(the one cost estimator), ``decisions`` (stored A-vs-B verdicts), ``lookups`` (batch look-up
+answers), ``cachedir``, ``redact`` and ``lazy``.  ``tunedb.index`` never imports
+``tunedb.transfer``.  Names below load lazily.
 """
 
 from __future__ import annotations

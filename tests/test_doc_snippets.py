@@ -1,4 +1,4 @@
-"""Every ```python block of README.md and docs/*.md runs verbatim.
+"""Every ```python block of README.md, CONTRIBUTING.md and docs/*.md runs verbatim.
 
 Each block runs alone in a fresh interpreter (``sys.executable``), in an empty temporary directory
 with its own ``TUNEDB_CACHE_DIR``, under a timeout: a block must be self-contained (it makes its
@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 OPEN = re.compile(r"^```\s*python\s*$")
 NEEDS = re.compile(r"\bneeds:\s*([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*)")
 SLOW = re.compile(r"\bslow\b")
