@@ -361,7 +361,7 @@ def run_probe(kind: str, store_path: Path, qfile: Path) -> dict:
 
 
 # ------------------------------------------------------------- durable commits, interleaved
-def bench_commits_interleaved(db_path: Path, log_path: Path, rounds: int = 15, per_round: int = 40) -> dict:
+def bench_commits_interleaved(db_path: Path, log_path: Path, rounds: int = 30, per_round: int = 40) -> dict:
     """Durable single-record commits, tunedb and a JSON-lines append with one fsync each,
     alternating in rounds on the same disk (its fsync rate moves a lot from second to second
     here, so separate runs cannot be compared).  Rates per round; the ratio per round pair."""

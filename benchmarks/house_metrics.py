@@ -12,7 +12,21 @@ What is measured (static analysis with ``ast``; nothing is imported or run):
   ``TYPE_CHECKING`` imports included;
 * private names imported across modules: ``from tunedb.x import _name``;
 * the longest functions and classes (lines from ``def``/``class`` to the end of the body);
-* README.md's lines, and how many test files sit flat in ``tests/``.
+* README.md's lines, and how many test files sit flat in ``tests/``;
+* index/ layer violations: imports against index/'s layer order, top first ``opener`` (stores),
+  ``views`` (layered, trust, decisions, testing), ``backends`` (memory, parquet, postgres,
+  snapshot), ``retrieval`` (retrieval, hardware), ``contract`` (base, checks, runs_codec, lookups,
+  estimate, tables, retention, lazy), ``model`` (record, batch, keys, schema, version, redact,
+  cachedir); and modules of ``transfer/`` that import a backend's internals
+  (``tunedb.index.parquet.*``, ``postgres.*``, ``snapshot.*``) instead of the store contract;
+* look-alike module stems: groups of modules whose file stems are equal, or equal once a plural
+  ``s`` or an ``ing`` is dropped (``journal``/``journaling``, ``report``/``reports``); not
+  counted: ``base`` (an interface module), a command module of ``cli/commands/`` (the command line
+  of what it names) and the same stem in sibling packages (``index/parquet/store.py`` and
+  ``index/postgres/store.py``: one module per backend);
+* places that assemble a tuning run: modules that construct a ``Tuner``;
+* duplicated lines: lines of the package inside a run of 6 or more consecutive (stripped,
+  non-blank, non-comment) lines that occurs more than once.
 
     .venv/bin/python benchmarks/house_metrics.py                      # the working tree
     .venv/bin/python benchmarks/house_metrics.py --rev bench-baseline --json
@@ -33,6 +47,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = ("index", "transfer", "datasets")
 LAYERS = ("cli", "apps", "migration", "integrations", "search", "measure", "interop", "kernels", "space")
+INDEX_LAYERS = (  # top first: (layer, index/ modules or subpackages in it)
+    ("opener", ("stores",)),
+    ("views", ("layered", "trust", "decisions", "testing")),
+    ("backends", ("memory", "parquet", "postgres", "snapshot")),
+    ("retrieval", ("retrieval", "hardware")),
+    ("contract", ("base", "checks", "runs_codec", "lookups", "estimate", "tables", "retention", "lazy")),
+    ("model", ("record", "batch", "keys", "schema", "version", "redact", "cachedir")),
+)
+BACKEND_PACKAGES = ("tunedb.index.parquet.", "tunedb.index.postgres.", "tunedb.index.snapshot.")
+DUP_WINDOW = 6
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -126,6 +150,18 @@ def measure(root: Path) -> dict:
                 wrong.append(f"{m} -> {i}")
             if name.startswith("_") and not name.startswith("__") and i != m:
                 private.append(f"{m} <- {i}.{name}")
+    index_wrong, backend_reach, run_builders = [], [], []
+    for m, tree in trees.items():
+        lm = index_layer(m)
+        for i, _ in imports(tree, mods, type_only=True):
+            li = index_layer(i)
+            if lm is not None and li is not None and li < lm:
+                index_wrong.append(f"{m} -> {i}")
+            if m.startswith("tunedb.transfer.") and i.startswith(BACKEND_PACKAGES):
+                backend_reach.append(f"{m} -> {i}")
+        if any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "Tuner"
+               for n in ast.walk(tree)):
+            run_builders.append(m)
     spans = []
     for m, tree in trees.items():
         for node in ast.walk(tree):
@@ -146,7 +182,63 @@ def measure(root: Path) -> dict:
         "readme_lines": len(readme.read_text().splitlines()) if readme.exists() else 0,
         "flat_test_files": len(list(tests.glob("test_*.py"))) if tests.exists() else 0,
         "modules": len(mods),
+        "index_layer_violations": sorted(set(index_wrong)),
+        "transfer_reaching_into_backends": sorted(set(backend_reach)),
+        "look_alike_stems": look_alike_stems(mods),
+        "modules_assembling_a_run": sorted(run_builders),
+        "duplicated_lines": duplicated_lines(sorted(mods.values())),
     }
+
+
+def index_layer(module: str) -> int | None:
+    """Position of an ``index/`` module in :data:`INDEX_LAYERS` (0 = top), or None."""
+    parts = module.split(".")
+    if parts[:2] != ["tunedb", "index"] or len(parts) < 3:
+        return None
+    for n, (_, names) in enumerate(INDEX_LAYERS):
+        if parts[2] in names:
+            return n
+    return None
+
+
+def look_alike_stems(mods: dict[str, Path]) -> list[list[str]]:
+    """Groups of module paths whose stems look alike (see the module docstring)."""
+    groups: dict[str, list[str]] = {}
+    for m, f in mods.items():
+        stem = f.stem
+        if stem in ("__init__", "__main__", "base") or m.startswith("tunedb.transfer.cli.commands."):
+            continue
+        norm = stem[:-3] if stem.endswith("ing") and len(stem) > 6 else stem
+        norm = norm[:-1] if norm.endswith("s") and len(norm) > 4 else norm
+        groups.setdefault(norm, []).append(m)
+    out = []
+    for g in groups.values():
+        # sibling packages' modules of one stem (one per backend) count once
+        kinds = {(m.rsplit(".", 2)[0], m.rsplit(".", 1)[1]) if m.count(".") >= 3 else (m, "") for m in g}
+        if len(kinds) > 1:
+            out.append(sorted(g))
+    return sorted(out)
+
+
+def duplicated_lines(files: list[Path], window: int = DUP_WINDOW) -> int:
+    """Lines inside a run of ``window`` consecutive normalised lines seen more than once."""
+    seqs = []
+    for f in files:
+        lines = [ln.strip() for ln in f.read_text().splitlines()]
+        seqs.append([ln for ln in lines if ln and not ln.startswith("#")])
+    seen: dict[int, int] = {}
+    for lines in seqs:
+        for i in range(len(lines) - window + 1):
+            h = hash(tuple(lines[i:i + window]))
+            seen[h] = seen.get(h, 0) + 1
+    dup = 0
+    for lines in seqs:
+        marked = [False] * len(lines)
+        for i in range(len(lines) - window + 1):
+            if seen[hash(tuple(lines[i:i + window]))] > 1:
+                marked[i:i + window] = [True] * window
+        dup += sum(marked)
+    return dup
 
 
 def tree_at(rev: str, dest: Path) -> Path:
@@ -172,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(out['cycles_runtime'])} cycles at run time, {len(out['cycles_with_type_only'])} with type-only imports, "
           f"{len(out['private_names_across_modules'])} private names imported across modules, "
           f"README {out['readme_lines']} lines, {out['flat_test_files']} flat test files")
+    print(f"index/ layer violations {len(out['index_layer_violations'])}, transfer/ modules reaching into a "
+          f"backend {len(out['transfer_reaching_into_backends'])}, look-alike stem groups {len(out['look_alike_stems'])}, "
+          f"modules assembling a run {len(out['modules_assembling_a_run'])}, duplicated lines {out['duplicated_lines']}")
     for key in ("longest_functions", "longest_classes"):
         print(key.replace("_", " ") + ": " + ", ".join(f"{s['name']} ({s['lines']})" for s in out[key]))
     return 0

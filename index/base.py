@@ -4,8 +4,13 @@ A *record store* holds tuning records (:class:`~tunedb.index.record.Record`): me
 ``config`` of a ``workload`` on a ``target``.  Search, measurement, migration, the cost model, the
 report and the TVM database talk to a store only through this class, so any backend that
 implements it plugs in.  Backends: :class:`tunedb.index.parquet.store.ParquetStore` (a Parquet
-directory, the embedded default and the truth) and :class:`tunedb.index.memory.MemoryStore`
-(in-process, nothing on disk: tests, notebooks, evaluation loops).
+directory, the embedded default and the truth), :class:`tunedb.index.memory.MemoryStore`
+(in-process, nothing on disk: tests, notebooks, evaluation loops),
+:class:`tunedb.index.postgres.store.PostgresStore` (a PostgreSQL database a team shares) and
+:class:`tunedb.index.snapshot.store.SnapshotStore` (a published snapshot, read-only); views
+over other stores: :class:`tunedb.index.layered.LayeredStore` (several read as one) and
+:class:`tunedb.index.trust.TrustedStore` (only trusted sources answer).  ``tunedb.open``
+(``tunedb.index.stores``) picks one by location.
 
 Arguments
     ``target`` may be a target dict, a :class:`Record` (its target is used), a ``target_key``
@@ -67,7 +72,8 @@ Writing a backend
     are ``tunedb.index.checks``; the encoding of run summaries is ``tunedb.index.runs_codec``.
     ``tunedb.index.testing`` is the contract suite: subclass its ``RecordStoreTests`` (or
     ``ReadOnlyStoreTests``) with a fixture that opens your store, and pytest runs every test of
-    the contract against it.
+    the contract against it.  ``CONTRIBUTING.md`` ("A store backend") has a complete one-file
+    backend that passes the suite.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ if TYPE_CHECKING:
     from tunedb.index.estimate import ConfigCost, CostEstimate
     from tunedb.index.record import Record
     from tunedb.index.retrieval.nearest import Match
+    from tunedb.index.retrieval.predict import Prediction
 
 
 @dataclass(frozen=True)
@@ -279,8 +286,8 @@ class RecordStore(ABC):
 
     def best_costs(self, target: Any, workload: Any, k: int = 1) -> list[ConfigCost]:
         """The ``k`` best configs of (target, workload) by the one estimator
-        (``tunedb.index.estimate``: the median of the per-record medians of each config's ok
-        records, confirmation re-measurements only once there are enough of them), in its
+        (``tunedb.index.estimate``: the median of the values of each config's ok records -- a
+        record's value is its tuner's statistic, the mean for Kernel Tuner/TVM records, else the median -- confirmation re-measurements only once there are enough of them), in its
         ranking order (confirmed estimates first, then by cost, then config_key:
         ``tunedb.index.estimate.rank_key``), each with its interval and a representative
         record.  ``[]`` when there are none or ``k <= 0``."""
@@ -405,6 +412,15 @@ class RecordStore(ABC):
         from tunedb.index.retrieval.nearest import nearest
 
         return nearest(self, target, workload, k, **kwargs)
+
+    def predict_best(self, target: Any, workload: Any, k: int = 3, **kwargs: Any) -> Prediction:
+        """The ``k`` configs predicted for (target, workload) from the nearest entries of other
+        targets and workloads, for an entry with no records (each marked predicted, with where it
+        came from); see ``tunedb.index.retrieval.predict.predict_best`` for the rule and options.
+        Measures and writes nothing."""
+        from tunedb.index.retrieval.predict import predict_best
+
+        return predict_best(self, target, workload, k, **kwargs)
 
     # ------------------------------------------------------------------ life cycle
     @property

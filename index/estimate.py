@@ -8,15 +8,22 @@ of records); both run the same array code (:func:`estimate_groups`).
 
 Definition (units: seconds per run of the kernel)
     1. Only ``ok`` records with at least one cost count.
-    2. Each record's value is the **median of its repeats** (``Record.costs``).
+    2. Each record's value is the statistic its tuner computes of its repeats (``Record.costs``),
+       so a number tunedb shows is the number the user's tuner showed: the **mean** for records
+       of Kernel Tuner (its ``time``: the mean of the iterations), AutoTVM (the mean of
+       ``costs``) and MetaSchedule (the mean of ``run_secs``, what its database ranks by),
+       recognised by their ``meta`` (:data:`TUNER_META_KEYS`, :func:`record_tuner`; a replay of
+       a Kernel Tuner cache, ``meta["replay_file"]``, is Kernel Tuner's measurement too); the
+       **median of its repeats** for every other record (tunedb's own measurements).
     3. When at least :data:`MIN_CONFIRMED` of a config's records are *confirmation
        re-measurements* (``meta["origin"]`` in :data:`CONFIRM_ORIGINS`: ``confirm``, measured
        after a search chose the config, or ``compare``, measured for ``tunedb compare``'s
        interleaved test), only those count (``basis="confirmed"``): a search's own samples of its
        winner are biased low (the best of n noisy samples), measurements taken after the choice
        are not.  Otherwise every ok record counts (``basis="all"``).
-    4. The cost is the **median of those per-record medians** -- never a minimum over
-       measurements taken at different moments.
+    4. The cost is the **median of those per-record values** -- never a minimum over
+       measurements taken at different moments.  With one record it is that record's value:
+       exactly the tuner's own number.
     5. Its interval is a distribution-free confidence interval of the median from order
        statistics (binomial ranks), at :data:`LEVEL` (95 %) where the data allow it: over the
        per-record medians when there are at least :data:`MIN_CI_UNITS` records, else over all
@@ -41,6 +48,7 @@ prefixes, three significant digits).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -67,6 +75,16 @@ CONFIRM_ORIGIN = "confirm"
 CONFIRM_ORIGINS = (CONFIRM_ORIGIN, "compare")
 #: canonical JSON of a confirmation record's meta matches this (the table path's test)
 _CONFIRM_RE = '"origin":"(' + "|".join(CONFIRM_ORIGINS) + ')"'
+#: ``meta`` keys that mark a record of another tuner, whose value is the mean of its repeats
+#: (code 1, 2, 3 in :func:`tuner_codes`; code 0: tunedb's own record, the median)
+TUNER_META_KEYS = ("kernel_tuner", "autotvm", "metaschedule")
+#: what each tuner calls the mean it shows
+TUNER_STATISTIC_NAMES = {"kernel_tuner": "Kernel Tuner's time", "autotvm": "AutoTVM's mean cost",
+                         "metaschedule": "MetaSchedule's mean run_secs"}
+#: the meta text of a record of ``TUNER_META_KEYS[i]`` matches ``_TUNER_RES[i]`` (first match wins)
+#: (a tunedb replay of a Kernel Tuner cache, ``meta.replay_file``, replays Kernel Tuner's measurements)
+_TUNER_RES = tuple('"' + k + '":[{\\[]' + ('|"replay_file":"' if k == "kernel_tuner" else "") for k in TUNER_META_KEYS)
+_TUNER_RE = tuple(re.compile(r) for r in _TUNER_RES)
 
 
 def fmt_seconds(s: float | None, *, missing: str = "-") -> str:
@@ -83,6 +101,16 @@ def fmt_seconds(s: float | None, *, missing: str = "-") -> str:
     if a == 0:
         return "0 s"
     return f"{s * 1e9:#.3g} ns".replace(". ", " ")
+
+
+def ci_label(coverage: float) -> str:
+    """The label of an interval whose coverage is ``coverage``: ``95 % CI`` whenever it is at
+    least :data:`LEVEL` (an order-statistic interval's exact coverage - 96.1 %, 97.9 %, ... -
+    varies with n in steps; it is a 95 % interval), else its own lower level, rounded down (``93 % CI``: too
+    few values for 95 %).  Every surface labels intervals through this function."""
+    if coverage >= LEVEL - 1e-9:
+        return f"{LEVEL * 100:.0f} % CI"
+    return f"{math.floor(coverage * 100)} % CI"
 
 
 @dataclass(frozen=True)
@@ -103,6 +131,12 @@ class CostEstimate:
     noisy: bool
     #: confirmation re-measurements among the config's ok records (whether or not only they count)
     confirmed: int = 0
+    #: each record's value: "median" (tunedb's own records), "mean" (another tuner's records,
+    #: as that tuner computes it) or "mixed" (records of both kinds)
+    statistic: str = "median"
+    #: the tuner whose mean the records' values are (a :data:`TUNER_META_KEYS` entry) when they
+    #: all are one tuner's, else ""
+    tuner: str = ""
 
     @property
     def rel_halfwidth(self) -> float:
@@ -114,31 +148,46 @@ class CostEstimate:
         return self.coverage > 0 and self.records + self.samples > 1
 
     def to_dict(self) -> dict:
-        """Plain JSON: value, lo, hi (seconds), records, samples, coverage, basis, noisy, confirmed."""
+        """Plain JSON: value, lo, hi (seconds), records, samples, coverage, basis, noisy,
+        confirmed, statistic, tuner."""
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "records": self.records,
                 "samples": self.samples, "coverage": round(self.coverage, 4), "basis": self.basis,
-                "noisy": self.noisy, "confirmed": self.confirmed}
+                "noisy": self.noisy, "confirmed": self.confirmed, "statistic": self.statistic,
+                "tuner": self.tuner}
 
     @classmethod
     def from_dict(cls, d: dict) -> CostEstimate:
         return cls(value=float(d["value"]), lo=float(d["lo"]), hi=float(d["hi"]), records=int(d["records"]),
                    samples=int(d["samples"]), coverage=float(d["coverage"]), basis=str(d["basis"]),
-                   noisy=bool(d["noisy"]), confirmed=int(d.get("confirmed", 0)))
+                   noisy=bool(d["noisy"]), confirmed=int(d.get("confirmed", 0)),
+                   statistic=str(d.get("statistic") or "median"), tuner=str(d.get("tuner") or ""))
+
+    def statistic_text(self) -> str:
+        """Which statistic the value is: ``mean of 7 runs (Kernel Tuner's time)``, ``median of
+        4 runs`` (one record), ``median of 3 records' means (Kernel Tuner's time)``, ...; see the
+        module docstring (2., 4.)."""
+        name = f" ({TUNER_STATISTIC_NAMES[self.tuner]})" if self.tuner in TUNER_STATISTIC_NAMES else ""
+        if self.records == 1:
+            return f"{self.statistic if self.statistic != 'mixed' else 'median'} of {self.samples} " \
+                   f"run{'s' if self.samples != 1 else ''}{name}"
+        each = "means and medians" if self.statistic == "mixed" else f"{self.statistic}s"
+        return f"median of {self.records} records' {each}{name}"
 
     def interval_text(self) -> str:
-        """``95% CI 1.20-1.27 ms`` (or ``72% CI ...`` with few values, ``no interval`` with one)."""
+        """``95 % CI 1.20-1.27 ms`` (the label :func:`ci_label`: ``72 % CI ...`` with too few
+        values for 95 %, ``no interval`` with one)."""
         if not self.has_interval:
             return "no interval"
         lo, hi = fmt_seconds(self.lo), fmt_seconds(self.hi)
         lo_num, lo_unit = lo.rsplit(" ", 1)
         hi_num, hi_unit = hi.rsplit(" ", 1)
         span = f"{lo_num}-{hi}" if lo_unit == hi_unit else f"{lo}-{hi}"
-        return f"{self.coverage * 100:.0f}% CI {span}"
+        return f"{ci_label(self.coverage)} {span}"
 
     def text(self) -> str:
         """What a person needs to judge the number: ``1.23 ms (95% CI 1.20-1.27 ms, n=5)``,
         ``noisy`` appended when it is."""
-        n = f"n={self.records}" if self.records != 1 else f"n=1, {self.samples} repeats"
+        n = f"n={self.records}, {self.statistic_text()}"
         extra = ", confirmed" if self.basis == "confirmed" else ""
         return f"{fmt_seconds(self.value)} ({self.interval_text()}, {n}{extra})" + (" noisy" if self.noisy else "")
 
@@ -193,6 +242,60 @@ def order_rank(n: int, level: float = LEVEL) -> tuple[int, float]:
     return j, float(1.0 - 2.0 * cdf[j - 1])
 
 
+def tuner_of_meta(meta: str | Any) -> str:
+    """The tuner a record's ``meta`` (a dict, or its canonical JSON text) says it comes from: the
+    first :data:`TUNER_META_KEYS` entry the text holds as a key of an object or list, or "" for
+    tunedb's own record."""
+    text = meta if isinstance(meta, str) else canonical_meta(meta)
+    if text and '":' in text:
+        for key, rx in zip(TUNER_META_KEYS, _TUNER_RE):
+            if rx.search(text):
+                return key
+    return ""
+
+
+def canonical_meta(meta: Any) -> str:
+    """The canonical JSON text of a meta dict (``{}`` when empty)."""
+    from tunedb.index.keys import canonical_json
+
+    return canonical_json(dict(meta)) if meta else "{}"
+
+
+def tuner_codes(metas: Iterable[str]) -> np.ndarray:
+    """Per meta JSON text: 0 for tunedb's own record (value: median of its repeats), else 1 +
+    the index of its tuner in :data:`TUNER_META_KEYS` (value: mean of its repeats)."""
+    memo: dict[str, int] = {}
+    out = []
+    for m in metas:
+        c = memo.get(m)
+        if c is None:
+            t = tuner_of_meta(m or "")
+            c = memo[m] = TUNER_META_KEYS.index(t) + 1 if t else 0
+        out.append(c)
+    return np.asarray(out, np.int64)
+
+
+def record_tuner(record: Record) -> str:
+    """:func:`tuner_of_meta` of a record (its stored meta JSON)."""
+    return tuner_of_meta(record.meta_json or "{}")
+
+
+def record_values(flat: np.ndarray, lengths: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
+    """Each record's value (module docstring, 2.): the median of its repeats, or their mean for
+    a record whose tuner code (:func:`tuner_codes`) is not 0.  ``flat``/``lengths`` as
+    :func:`record_medians`; ``codes`` None: every record's median."""
+    med = record_medians(flat, lengths)
+    if codes is None or not len(med):
+        return med
+    codes = np.asarray(codes, np.int64)
+    if not codes.any():
+        return med
+    lengths = np.asarray(lengths, np.int64)
+    rec = np.repeat(np.arange(len(lengths)), lengths)
+    sums = np.bincount(rec, weights=np.asarray(flat, np.float64), minlength=len(lengths))
+    return np.where(codes > 0, sums / np.maximum(lengths, 1), med)
+
+
 def record_medians(flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The median of each record's repeats: ``flat`` holds every record's costs one record after
     another, ``lengths`` how many each has (all >= 1)."""
@@ -228,16 +331,20 @@ def _group_median_ci(x: np.ndarray, g: np.ndarray, n_groups: int
 
 
 def estimate_groups(flat: np.ndarray, lengths: np.ndarray, group: np.ndarray, confirm: np.ndarray,
-                    n_groups: int, noisy_rec: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    n_groups: int, noisy_rec: np.ndarray | None = None, tuner_rec: np.ndarray | None = None
+                    ) -> dict[str, np.ndarray]:
     """The estimator over records given as arrays (one entry per ok record with >= 1 cost):
     ``flat``/``lengths`` their costs (seconds), ``group`` which config (0..n_groups-1) each is
     of, ``confirm`` whether each is a confirmation re-measurement, ``noisy_rec`` whether each
-    says its repeats were noisy.  Returns per group: value, lo, hi, records, samples, coverage,
-    confirmed (counts), basis_confirmed (bool), noisy (bool); value NaN for an empty group."""
+    says its repeats were noisy, ``tuner_rec`` each one's tuner code (:func:`tuner_codes`; None:
+    all tunedb's own).  Returns per group: value, lo, hi, records, samples, coverage,
+    confirmed (counts), basis_confirmed (bool), noisy (bool), tuner_lo/tuner_hi (the least and
+    greatest tuner code of the records used); value NaN for an empty group."""
     lengths = np.asarray(lengths, np.int64)
     group = np.asarray(group, np.int64)
     confirm = np.asarray(confirm, bool)
-    med = record_medians(flat, lengths)
+    codes = np.zeros(len(lengths), np.int64) if tuner_rec is None else np.asarray(tuner_rec, np.int64)
+    med = record_values(flat, lengths, codes)
     n_conf = np.bincount(group[confirm], minlength=n_groups).astype(np.int64) if len(group) else \
         np.zeros(n_groups, np.int64)
     conf_basis = n_conf >= MIN_CONFIRMED
@@ -261,18 +368,33 @@ def estimate_groups(flat: np.ndarray, lengths: np.ndarray, group: np.ndarray, co
     if noisy_rec is not None and len(group):
         said = np.bincount(group[use & np.asarray(noisy_rec, bool)], minlength=n_groups) > 0
         noisy |= said & (cov <= 0)
+    t_lo = np.full(n_groups, len(TUNER_META_KEYS) + 1, np.int64)
+    t_hi = np.full(n_groups, -1, np.int64)
+    if len(gu):
+        np.minimum.at(t_lo, gu, codes[use])
+        np.maximum.at(t_hi, gu, codes[use])
     return {"value": value, "lo": lo, "hi": hi, "records": n_rec, "samples": n_rep, "coverage": cov,
-            "confirmed": n_conf, "basis_confirmed": conf_basis, "noisy": noisy}
+            "confirmed": n_conf, "basis_confirmed": conf_basis, "noisy": noisy, "tuner_lo": t_lo, "tuner_hi": t_hi}
+
+
+def _statistic(t_lo: int, t_hi: int) -> tuple[str, str]:
+    """(statistic, tuner) of a group whose records' tuner codes span ``t_lo..t_hi``."""
+    if t_hi <= 0:
+        return "median", ""
+    if t_lo == 0:
+        return "mixed", ""
+    return "mean", TUNER_META_KEYS[t_lo - 1] if t_lo == t_hi else ""
 
 
 def _estimate_at(arrs: dict[str, np.ndarray], i: int) -> CostEstimate | None:
     v = float(arrs["value"][i])
     if math.isnan(v):
         return None
+    statistic, tuner = _statistic(int(arrs["tuner_lo"][i]), int(arrs["tuner_hi"][i]))
     return CostEstimate(value=v, lo=float(arrs["lo"][i]), hi=float(arrs["hi"][i]), records=int(arrs["records"][i]),
                         samples=int(arrs["samples"][i]), coverage=float(arrs["coverage"][i]),
                         basis="confirmed" if arrs["basis_confirmed"][i] else "all", noisy=bool(arrs["noisy"][i]),
-                        confirmed=int(arrs["confirmed"][i]))
+                        confirmed=int(arrs["confirmed"][i]), statistic=statistic, tuner=tuner)
 
 
 # --------------------------------------------------------------------------- records in memory
@@ -282,10 +404,13 @@ def is_confirmation(record: Record) -> bool:
 
 
 def record_value(record: Record) -> float | None:
-    """One record's value: the median of its repeats (seconds); None for a failed record or one
+    """One record's value (module docstring, 2.): the mean of its repeats for another tuner's
+    record (:func:`record_tuner`), else their median (seconds); None for a failed record or one
     without costs.  (A single measurement: the cost of a config is :func:`estimate`.)"""
     if record.status != "ok" or not record.costs:
         return None
+    if record_tuner(record):
+        return float(np.mean(np.asarray(record.costs, np.float64)))
     c = sorted(record.costs)
     n = len(c)
     return (c[(n - 1) // 2] + c[n // 2]) / 2.0
@@ -300,7 +425,8 @@ def _arrays_of(recs: Sequence[Record], group: Sequence[int], n_groups: int) -> d
     flat = np.fromiter((c for r in recs for c in r.costs), np.float64, count=int(lengths.sum()))
     confirm = np.array([is_confirmation(r) for r in recs], bool)
     noisy = np.array([bool(r.meta.get("noisy")) for r in recs], bool)
-    return estimate_groups(flat, lengths, np.asarray(group, np.int64), confirm, n_groups, noisy)
+    codes = tuner_codes(r.meta_json or "{}" for r in recs)
+    return estimate_groups(flat, lengths, np.asarray(group, np.int64), confirm, n_groups, noisy, codes)
 
 
 def estimate(records: Iterable[Record]) -> CostEstimate | None:
@@ -319,19 +445,20 @@ def rank_key(est: CostEstimate, config_key: str) -> tuple[int, float, str]:
 
 
 def rank_arrays(flat: np.ndarray, lengths: np.ndarray, config_keys: Sequence[str], group: np.ndarray,
-                confirm: np.ndarray, noisy: np.ndarray, timestamps: np.ndarray, k: int | None = None
-                ) -> list[tuple[int, CostEstimate, int]]:
+                confirm: np.ndarray, noisy: np.ndarray, timestamps: np.ndarray, k: int | None = None,
+                tuner_rec: np.ndarray | None = None) -> list[tuple[int, CostEstimate, int]]:
     """:func:`rank` over records given as arrays (one entry per ok record with >= 1 cost):
     ``flat``/``lengths`` their costs (seconds), ``group`` the config (index into ``config_keys``)
     of each, ``confirm``/``noisy`` per record as in :func:`estimate_groups`, ``timestamps`` any
-    increasing time (ties of the representative go to the latest).  Returns ``(group,
+    increasing time (ties of the representative go to the latest), ``tuner_rec`` each one's
+    tuner code (:func:`tuner_codes`; None: all tunedb's own, medians).  Returns ``(group,
     estimate, representative record's position)`` in ranking order, the first ``k`` (all when
     None).  The representative is the record whose median is nearest the estimate, the latest
     among equals (the last in order among full ties)."""
     n_groups = len(config_keys)
     group = np.asarray(group, np.int64)
-    arrs = estimate_groups(flat, lengths, group, confirm, n_groups, noisy)
-    meds = record_medians(flat, lengths)
+    arrs = estimate_groups(flat, lengths, group, confirm, n_groups, noisy, tuner_rec)
+    meds = record_values(flat, lengths, tuner_rec)
     dist = np.abs(meds - arrs["value"][group])
     pos = np.arange(len(group))
     order = np.lexsort((-pos, -np.asarray(timestamps, np.float64), dist, group))
@@ -363,9 +490,10 @@ def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:
     confirm = np.array([is_confirmation(r) for r in recs], bool)
     noisy = np.array([bool(r.meta.get("noisy")) for r in recs], bool)
     ts = np.array([r.timestamp.timestamp() for r in recs], np.float64)
+    codes = tuner_codes(r.meta_json or "{}" for r in recs)
     keys = list(index)
     return [ConfigCost(config_key=keys[gi], config=recs[j].config, estimate=est, record=recs[j])
-            for gi, est, j in rank_arrays(flat, lengths, keys, group, confirm, noisy, ts, k)]
+            for gi, est, j in rank_arrays(flat, lengths, keys, group, confirm, noisy, ts, k, codes)]
 
 
 # --------------------------------------------------------------------------- Arrow tables
@@ -388,13 +516,18 @@ def estimate_table(t: pa.Table, by: Sequence[str] = ("target_key", "workload_key
                          "hi": pa.array([], pa.float64()), "records": pa.array([], pa.int64()),
                          "samples": pa.array([], pa.int64()), "coverage": pa.array([], pa.float64()),
                          "confirmed": pa.array([], pa.int64()), "basis": pa.array([], pa.string()),
-                         "noisy": pa.array([], pa.bool_())})
+                         "noisy": pa.array([], pa.bool_()), "statistic": pa.array([], pa.string()),
+                         "tuner": pa.array([], pa.string())})
     costs = u.column("costs").combine_chunks()
     lengths = pc.list_value_length(costs).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(costs).to_numpy(zero_copy_only=False).astype(np.float64)
     meta = u.column("meta")
     confirm = pc.fill_null(pc.match_substring_regex(meta, _CONFIRM_RE), False).to_numpy(zero_copy_only=False)
     noisy_rec = pc.fill_null(pc.match_substring(meta, '"noisy":true'), False).to_numpy(zero_copy_only=False)
+    codes = np.zeros(u.num_rows, np.int64)
+    for i, rx in reversed(list(enumerate(_TUNER_RES))):  # the first key that matches wins
+        hit = pc.fill_null(pc.match_substring_regex(meta, rx), False).to_numpy(zero_copy_only=False)
+        codes[hit] = i + 1
     if len(by) == 1:
         enc = pc.dictionary_encode(u.column(by[0])).combine_chunks()
         group = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -408,8 +541,9 @@ def estimate_table(t: pa.Table, by: Sequence[str] = ("target_key", "workload_key
         _, first, group = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
         group = group.reshape(-1).astype(np.int64)
         n_groups = len(first)
-    arrs = estimate_groups(flat, lengths, group, confirm, n_groups, noisy_rec)
+    arrs = estimate_groups(flat, lengths, group, confirm, n_groups, noisy_rec, codes)
     order = np.argsort(first, kind="stable")
+    stats = [_statistic(int(a), int(b)) for a, b in zip(arrs["tuner_lo"][order], arrs["tuner_hi"][order])]
     rows = u.take(pa.array(first[order]))
     cols = {c: rows.column(c) for c in by}
     cols.update({
@@ -422,6 +556,8 @@ def estimate_table(t: pa.Table, by: Sequence[str] = ("target_key", "workload_key
         "confirmed": pa.array(arrs["confirmed"][order], pa.int64()),
         "basis": pa.array(np.where(arrs["basis_confirmed"][order], "confirmed", "all"), pa.string()),
         "noisy": pa.array(arrs["noisy"][order], pa.bool_()),
+        "statistic": pa.array([st for st, _ in stats], pa.string()),
+        "tuner": pa.array([tu for _, tu in stats], pa.string()),
     })
     return pa.table(cols)
 
@@ -430,9 +566,11 @@ def estimate_of_row(row: dict[str, Any]) -> CostEstimate:
     """A row of :func:`estimate_table` (as ``to_pylist`` gives it) as a CostEstimate."""
     return CostEstimate(value=row["value"], lo=row["lo"], hi=row["hi"], records=row["records"],
                         samples=row["samples"], coverage=row["coverage"], basis=row["basis"], noisy=row["noisy"],
-                        confirmed=row["confirmed"])
+                        confirmed=row["confirmed"], statistic=row.get("statistic") or "median",
+                        tuner=row.get("tuner") or "")
 
 
 __all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "rank_key", "estimate_table", "estimate_groups", "estimate_of_row",
-           "record_medians", "record_value", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
+           "record_medians", "record_value", "record_values", "record_tuner", "tuner_of_meta", "tuner_codes",
+           "TUNER_META_KEYS", "TUNER_STATISTIC_NAMES", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
            "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN", "CONFIRM_ORIGINS"]

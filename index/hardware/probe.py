@@ -314,8 +314,10 @@ def probe_gpus(sysfs_root: str | Path = "/sys", reasons: dict | None = None, *, 
 def probe_cpu() -> dict:
     """This CPU: archspec's microarchitecture (``uarch`` = ``archspec.cpu.host().name``,
     ``vendor``, ``generation``, ``family``, ``features`` count, ``ancestors``) plus what
-    ``tunedb.index.hardware.localcpu.cpu_info`` reads (model, cores, cache sizes in KiB) and
-    the native vector width in bits.  ``uarch`` is the name the local ``cpu-<uarch>`` presets
+    ``tunedb.index.hardware.localcpu.cpu_info`` reads (model, ``cpu_vendor`` from
+    /proc/cpuinfo, ``cores`` this process may run on, ``logical_cpus`` of the machine, cache
+    sizes in KiB), the native vector width in bits, ``isa_level`` (:func:`isa_level`) and
+    ``simd`` (the :data:`SIMD_FLAGS` it has).  ``uarch`` is the name the local ``cpu-<uarch>`` presets
     carry; without archspec it is ``platform.machine()`` and ``archspec`` says why."""
     from tunedb.index.hardware import localcpu
 
@@ -332,9 +334,54 @@ def probe_cpu() -> dict:
     except Exception as e:  # noqa: BLE001 - archspec missing, or a host it cannot read
         out.update(uarch=localcpu.host_uarch(), vendor=info.get("vendor"), generation=None, family=info.get("arch"),
                    features=len(info.get("flags") or []), ancestors=[], archspec=f"unavailable: {e}")
+    flags = info.get("flags") or []
+    out.update(cpu_vendor=info.get("vendor"), logical_cpus=os.cpu_count(), isa_level=isa_level(info.get("arch") or "", flags),
+               simd=[f for f in SIMD_FLAGS if f in set(flags)])
     out["presets"] = [n for n in localcpu.preset_names()
                       if (localcpu.preset(n) or {}).get("uarch") == out["uarch"]]
     return out
+
+
+#: x86-64 psABI levels: the Linux ``/proc/cpuinfo`` flags each needs beyond the level below
+X86_LEVELS = (("x86-64-v2", ("cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3")),
+              ("x86-64-v3", ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")),
+              ("x86-64-v4", ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")))
+#: the SIMD and matrix flags that change what a kernel can use (in this order when present)
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "sve2", "sme")
+
+
+def isa_level(arch: str, flags: list[str] | set[str]) -> str | None:
+    """The highest x86-64 psABI level (``x86-64``, ``x86-64-v2`` ... ``x86-64-v4``) whose
+    flags ``flags`` has all of, for an x86_64 ``arch``; None for another architecture."""
+    if arch not in ("x86_64", "amd64", "AMD64"):
+        return None
+    have, level = set(flags), "x86-64"
+    for name, need in X86_LEVELS:
+        if not have.issuperset(need):
+            break
+        level = name
+    return level
+
+
+def cpu_line(cpu: dict) -> str:
+    """One line describing :func:`probe_cpu`'s dict: model, vendor and architecture, the cores
+    this process may use, the ISA level, the vector width, the SIMD flags that matter, the
+    caches, archspec's microarchitecture and the local presets that carry it."""
+    caches = ", ".join(f"{k[:-3].upper()} {v // 1024} MiB" if v >= 1024 and v % 1024 == 0 else f"{k[:-3].upper()} {v} KiB"
+                       for k, v in cpu.items() if k.endswith("_kb") and v)
+    parts = [f"cpu: {cpu.get('model')} ({cpu.get('cpu_vendor') or cpu.get('vendor')}, {cpu.get('arch')})",
+             f"{cpu.get('cores')} cores usable" + (f" of {cpu['logical_cpus']} logical CPUs"
+                                                    if cpu.get("logical_cpus") and cpu["logical_cpus"] != cpu.get("cores")
+                                                    else ""),
+             f"ISA {cpu['isa_level']}" if cpu.get("isa_level") else "",
+             f"vector {cpu.get('vector_bits')} bits",
+             f"SIMD {' '.join(cpu['simd'])}" if cpu.get("simd") else "",
+             f"caches {caches}" if caches else "",
+             f"uarch {cpu.get('uarch')}" + (f" (archspec {cpu.get('vendor')}, {cpu.get('features')} features)"
+                                              if cpu.get("archspec") == "ok" else ""),
+             f"presets {', '.join(cpu['presets'])}" if cpu.get("presets") else ""]
+    return "; ".join(p for p in parts if p)
 
 
 def probe(sysfs_root: str | Path = "/sys") -> dict:

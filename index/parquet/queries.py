@@ -109,12 +109,13 @@ class EntryCosts(NamedTuple):
     noisy: np.ndarray     # said to be noisy, per row
     ts: np.ndarray        # measurement time per row
     sel: np.ndarray       # the rows (indices into the rows asked for) these are
+    tuner: np.ndarray     # the tuner code of each row's meta (``estimate.tuner_codes``)
 
 
 def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray) -> EntryCosts:
     """The cost samples of ``rows`` (of partition ``p``'s arrays) from their files' decoded
     columns, without building Records.  FileNotFoundError: a file was merged away."""
-    from tunedb.index.estimate import CONFIRM_ORIGINS
+    from tunedb.index.estimate import CONFIRM_ORIGINS, tuner_codes
 
     a = p.arrays.a
     files, frows = a["file"][rows], a["row"][rows]
@@ -122,6 +123,7 @@ def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray) -> EntryCost
     ckeys = np.empty(n, "S32")
     starts, lengths, ts = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
     confirm, noisy = np.zeros(n, bool), np.zeros(n, bool)
+    tuner = np.zeros(n, np.int64)
     values, base = [], 0
     for f in np.unique(files):
         t = view.table(p.files[int(f)])
@@ -143,13 +145,14 @@ def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray) -> EntryCost
             codes = codes_all[r]
         flags = np.array([meta_flags(m, CONFIRM_ORIGINS) for m in texts], bool).reshape(-1, 2)
         confirm[at], noisy[at] = flags[codes, 0], flags[codes, 1]
+        tuner[at] = tuner_codes(texts)[codes]
     sel = np.flatnonzero(lengths > 0)
     uniq, group = np.unique(ckeys, return_inverse=True)
     ln = lengths[sel]
     idx = np.repeat(starts[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln) + np.arange(int(ln.sum()))
     flat = np.concatenate(values)[idx] if len(values) else np.zeros(0)
     return EntryCosts(flat, ln, [u.decode() for u in uniq.tolist()], group[sel], confirm[sel], noisy[sel],
-                      ts[sel], sel)
+                      ts[sel], sel, tuner[sel])
 
 
 class Queries:
@@ -335,7 +338,7 @@ class Queries:
             if not len(rows):
                 return []
             c = entry_costs(view, p, rows)
-            ranked = rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, k)
+            ranked = rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, k, c.tuner)
             out = []
             for gi, est, j in ranked:
                 rec = self.record(p, int(rows[c.sel[j]]), tw)

@@ -41,7 +41,9 @@ The story (every step real: gcc-built C kernels timed on this CPU, every measure
 
 Latencies printed are the DB's estimates (``RecordStore.cost``: the median of the config's
 records, confirmations only once it has them) after the verification rounds, the number
-``tunedb best`` shows; ratios and speedups are the interleaved rounds' geometric means.  The
+``tunedb best`` shows; the search-budget line's numbers are single search samples (``best_sample``:
+the best one measurement of a run's search), shown in the table as their own column, never
+as a latency; ratios and speedups are the interleaved rounds' geometric means.  The
 whole demo is stored as one run summary (kind ``demo``; its ``parts`` the history, warm and cold
 runs; the history and warm runs are also stored as runs of their own), so ``tunedb report``
 draws it.  Units: seconds.
@@ -541,11 +543,13 @@ def budget_headline(res: Mapping[str, Any]) -> str:
         return "search budget: warm measured nothing that ran, so there is nothing for cold to match"
     if n is not None:
         return (f"search budget: cold needed {n} evaluations to match warm's result (a search sample as fast as "
-                f"warm's best, {fmt_seconds(target)}, or warm's config; one sample each)")
+                f"warm's best search sample, {fmt_seconds(target)}, or warm's config; single measurements, the "
+                "table's 'best search sample' column, not the DB estimates)")
     best = cold["best_sample"]
     gap = f" ({best / target:.2f}x warm's {fmt_seconds(target)})" if best is not None and target > 0 else ""
     return (f"search budget: cold did not match warm's result in its {cold['search_evaluations']} evaluations; "
-            f"its best search sample was {fmt_seconds(best) if best is not None else '-'}{gap}; one sample each")
+            f"its best search sample was {fmt_seconds(best) if best is not None else '-'}{gap}; single "
+            "measurements, the table's 'best search sample' column, not the DB estimates")
 
 
 __all__ = ["run_demo", "plan", "sizing", "precondition", "verify", "remeasure", "search_pair", "headline", "budget_headline",

@@ -85,7 +85,9 @@ class HLine:
 @dataclass
 class Panel:
     """One set of axes.  ``xtime``: x values are datetimes; ``xticks``: category labels of the
-    positions 0, 1, ... (bar charts of runs); ``ylim``: (low, high) or None."""
+    positions 0, 1, ... (bar charts of runs); ``ylim``: (low, high) or None; ``yseconds``: y
+    values are seconds, drawn with SI-prefixed ticks (``100 us``, ``1 ms``, ``2 s``; a y label
+    ending in `` (s)`` sets it and loses the suffix: the unit is on every tick)."""
 
     title: str
     xlabel: str
@@ -98,6 +100,25 @@ class Panel:
     xticks: list[str] | None = None
     hlines: list[HLine] = field(default_factory=list)
     legend_loc: str = "best"
+    yseconds: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ylabel.endswith(" (s)"):
+            self.ylabel, self.yseconds = self.ylabel[:-4], True
+
+
+def seconds_tick(v: float) -> str:
+    """A tick label for ``v`` seconds: an SI prefix and at most three significant digits, no
+    trailing zeros (``100 us``, ``1.5 ms``, ``2 s``, ``0 s``)."""
+    if not math.isfinite(v):
+        return ""
+    a = abs(v)
+    if a == 0:
+        return "0 s"
+    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if a >= f * 0.9995 or unit == "ns":
+            return f"{v / f:.3g} {unit}"
+    return f"{v:.3g} s"
 
 
 @dataclass
@@ -371,7 +392,7 @@ def gain_saturation_figure(points: Iterable[GainPoint], fit: Mapping[str, Any] |
     if not points:
         spec.empty = "no run has both a gain and records_before"
         return spec
-    panel = Panel("", "records in the database before the run (n)", "gain G = 1 - (measure + query) / T_full",
+    panel = Panel("", "records in the database before the run (n)", "gain G: share of tuning time saved (< 0: cost)",
                   legend_loc="lower right")
     by_kind: dict[str, list[GainPoint]] = defaultdict(list)
     for q in points:
@@ -381,11 +402,11 @@ def gain_saturation_figure(points: Iterable[GainPoint], fit: Mapping[str, Any] |
                                    opacity=0.8, labels=[q.name for q in qs]))
     if fit is not None:
         xs = np.linspace(0.0, max(q.n for q in points) * 1.05 or 1.0, 200)
-        panel.series.append(Series(f"fit: G_max={fit['g_max']:.3g}, β={fit['beta']:.3g}/record", xs.tolist(),
+        panel.series.append(Series(f"fit: saturation level G_max={fit['g_max']:.3g}, rate β={fit['beta']:.3g}/record", xs.tolist(),
                                    gain_model(xs, fit["g_max"], fit["beta"]).tolist(), kind="line",
                                    color="black", width=1.6))
-        panel.hlines.append(HLine(float(fit["g_max"]), "G_max", "dotted", "black"))
-        spec.notes.append(f"G_max = {fit['g_max']:.4g}, beta = {fit['beta']:.4g} per record "
+        panel.hlines.append(HLine(float(fit["g_max"]), "saturation level G_max", "dotted", "black"))
+        spec.notes.append(f"saturation level G_max = {fit['g_max']:.4g}, rate beta = {fit['beta']:.4g} per record "
                           f"(fit over {fit['points']} runs, rmse {fit['rmse']:.3g})")
     elif reason:
         spec.notes.append(f"no fit: {reason}")
@@ -399,15 +420,15 @@ def time_split_figure(runs: Iterable[Mapping[str, Any]]) -> FigureSpec:
     retrieval, the model, the search's logic), stacked bars in seconds, one per run
     (``{"label", "measure_s", "query_s"}``, in the order given)."""
     runs = [r for r in runs if r.get("measure_s") is not None or r.get("query_s") is not None]
-    spec = FigureSpec("time_split", "Where the time goes: measuring vs T_query", width=6.5, height=3.4)
+    spec = FigureSpec("time_split", "Where the time goes: measuring vs the DB, model and search logic", width=6.5, height=3.4)
     if not runs:
         spec.empty = "no run stores its measuring and query times"
         return spec
     x = list(range(len(runs)))
-    panel = Panel("", "", "seconds", xticks=[str(r["label"])[:40] for r in runs], legend_loc="upper left")
+    panel = Panel("", "", "time", yseconds=True, xticks=[str(r["label"])[:40] for r in runs], legend_loc="upper left")
     panel.series.append(Series("measuring", x, [float(r.get("measure_s") or 0.0) for r in runs], kind="bar",
                                color="tab:blue"))
-    panel.series.append(Series("T_query", x, [float(r.get("query_s") or 0.0) for r in runs], kind="bar",
+    panel.series.append(Series("DB, model and search logic", x, [float(r.get("query_s") or 0.0) for r in runs], kind="bar",
                                color="tab:orange"))
     spec.panels.append(panel)
     return spec
@@ -489,6 +510,8 @@ def _mpl_panel(ax: Any, panel: Panel, legend: bool = True) -> None:
         ax.set_xticks(range(len(panel.xticks)), panel.xticks, rotation=30, ha="right", fontsize=7)
     if panel.title:
         ax.set_title(panel.title, fontsize=9)
+    if panel.yseconds:
+        seconds_axis(ax.yaxis, panel.ylog)
     if panel.xlabel:
         ax.set_xlabel(panel.xlabel, fontsize=8)
     ax.set_ylabel(panel.ylabel, fontsize=8)
@@ -496,6 +519,35 @@ def _mpl_panel(ax: Any, panel: Panel, legend: bool = True) -> None:
     if legend and any(s.legend for s in panel.series):
         ax.legend(fontsize=7, loc=panel.legend_loc)
     ax.grid(alpha=0.3, axis="y" if panel.xticks is not None else "both")
+
+
+def seconds_axis(axis: Any, log: bool) -> None:
+    """SI-prefixed tick labels (:func:`seconds_tick`) on a matplotlib axis of seconds; on a log
+    axis the ticks matplotlib labels stay the ones labelled (its formatter decides, this one
+    writes the text)."""
+    from matplotlib.ticker import Formatter, FuncFormatter
+
+    if not log:
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: seconds_tick(v)))
+        return
+
+    class SecondsLogFormatter(Formatter):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def set_axis(self, ax: Any) -> None:
+            super().set_axis(ax)
+            self.inner.set_axis(ax)
+
+        def set_locs(self, locs: Any) -> None:
+            super().set_locs(locs)
+            self.inner.set_locs(locs)
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return seconds_tick(x) if self.inner(x, pos) else ""
+
+    axis.set_major_formatter(SecondsLogFormatter(axis.get_major_formatter()))
+    axis.set_minor_formatter(SecondsLogFormatter(axis.get_minor_formatter()))
 
 
 PANEL_PX = 280   # a panel's height in a plotly figure (pixels)
@@ -552,6 +604,8 @@ def to_plotly_dict(spec: FigureSpec, *, height: int | None = None) -> dict:
             xa["type"] = "log"
         if panel.xtime:
             xa["type"] = "date"
+        if panel.yseconds:  # SI-prefixed ticks: 100µs, 1ms
+            ya.update(ticksuffix="s", exponentformat="SI")
         if panel.ylog:
             ya["type"] = "log"
         elif panel.ylim:
@@ -619,3 +673,16 @@ __all__ = ["Series", "HLine", "Panel", "FigureSpec", "short_workload", "thin", "
            "color_by_name", "run_start", "comparable_runs", "warm_vs_cold_figure", "reach_table", "evaluations_to_reach", "hit_rate_figure",
            "records_over_time_figure", "best_over_time_figure", "gain_model", "gain_saturation_figure",
            "time_split_figure", "to_matplotlib", "to_plotly", "to_plotly_dict"]
+
+
+def gain_text(gain: Any) -> str:
+    """A run's gain (the fraction of tuning time the DB saved, ``1 - T_total / T_full``) as a
+    person reads it: ``saved 12.3 %``, ``cost 4.5 % more`` when it is negative (the DB's queries
+    took more time than its answers saved), ``–`` when missing or not finite."""
+    try:
+        g = float(gain)
+    except (TypeError, ValueError):
+        return "–"
+    if not math.isfinite(g):
+        return "–"
+    return f"saved {g:.1%}" if g >= 0 else f"cost {-g:.1%} more"

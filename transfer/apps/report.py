@@ -73,7 +73,7 @@ import numpy as np
 from tunedb.index.estimate import CostEstimate, estimate_of_row, estimate_table, fmt_seconds
 from tunedb.index.redact import mask_url
 from tunedb.transfer.apps import figures
-from tunedb.transfer.apps.figures import gain_model, short_workload
+from tunedb.transfer.apps.figures import gain_model, gain_text, short_workload
 from tunedb.transfer.apps.rundata import EntryCurve, GainPoint, RunsData, TuneRun
 
 if TYPE_CHECKING:
@@ -101,16 +101,21 @@ ESTIMATE_COLUMNS = ["entry_key", "lookup_key", "status", "costs", "meta"]
 
 
 def cost_brief(est: CostEstimate | None, missing: str = "–") -> str:
-    """An estimate as a table cell: ``4.54 ms ±3% n=5`` (the interval's half-width relative to
-    the value; n: its records, ``n=1 (32 repeats)`` for one record's repeats; ``noisy`` appended
+    """An estimate as a table cell: ``4.54 ms ±3% n=5`` (the 95 % interval's half-width relative
+    to the value, ``±12% (72 % CI)`` when too few values give it a lower level; n: its records,
+    ``n=1 (32 repeats)`` for one record's repeats; ``noisy`` appended
     when it is), ``missing`` for None.  The whole of it (the
     interval and its confidence) is ``est.text()``: the cell's tooltip."""
     if est is None:
         return missing
+    from tunedb.index.estimate import LEVEL, ci_label
+
     words = [fmt_seconds(est.value)]
     if est.has_interval:
         rel = est.rel_halfwidth
         words.append(f"±{rel:.0%}" if rel >= 0.01 else f"±{rel * 100:.1f}%")
+        if est.coverage < LEVEL - 1e-9:  # a 95 % interval unless it says otherwise
+            words.append(f"({ci_label(est.coverage)})")
     words.append(f"n={est.records}" if est.records != 1 or est.samples <= 1 else f"n=1 ({est.samples} repeats)")
     if est.noisy:
         words.append("noisy")
@@ -155,9 +160,9 @@ def entry_estimates(t: Any, keep: np.ndarray | None = None) -> Any:
     est = estimate_table(t.select(["lookup_key", "status", "costs", "meta"]), by=("lookup_key",)) \
         if t.num_rows else None
     names = ["entry_key", "row", "lookup_key", "value", "lo", "hi", "records", "samples", "coverage", "confirmed",
-             "basis", "noisy"]
+             "basis", "noisy", "statistic", "tuner"]
     if est is None or est.num_rows == 0:
-        return pa.table({n: pa.array([], pa.string() if n == "basis" else pa.bool_() if n == "noisy"
+        return pa.table({n: pa.array([], pa.string() if n in ("basis", "statistic", "tuner") else pa.bool_() if n == "noisy"
                                      else pa.float64() if n in ("value", "lo", "hi", "coverage") else pa.int64())
                          for n in names})
     lk = t.column("lookup_key").to_numpy()
@@ -362,17 +367,11 @@ def part_name(part: Mapping[str, Any], parent: Mapping[str, Any] | None) -> str:
 
 
 def part_totals(part: Mapping[str, Any]) -> tuple[int, int]:
-    """(evaluations, cache_hits) of a run: its own totals, else the sums over its parts (a demo:
-    :func:`run_parts`) or its tasks."""
-    parts = run_parts(part)
-    if len(parts) != 1 or parts[0] is not part:
-        subs = [part_totals(q) for q in parts]
-    else:
-        subs = [(_count(t.get("evaluations")) or 0, _count(t.get("cache_hits")) or 0)
-                for t in part.get("tasks") or [] if isinstance(t, Mapping)]
-    evals = _count(part.get("evaluations"))
-    hits = _count(part.get("cache_hits"))
-    return (sum(e for e, _ in subs) if evals is None else evals, sum(h for _, h in subs) if hits is None else hits)
+    """(evaluations, cache_hits) of a run or a demo's part: ``runlog.run_totals``, the one
+    definition of the hit rate's counts (docs/runs.md) that ``tunedb stats`` uses too."""
+    from tunedb.transfer.search.runlog import run_totals
+
+    return run_totals(part)
 
 
 def count_runs(summaries: Iterable[Mapping[str, Any]]) -> int:
@@ -397,9 +396,13 @@ def add_summaries(out: RunsData, summaries: Iterable[Any], where: str) -> None:
     seen = _run_ids(out.summaries)
     standalone = {str(q["run_id"]) for q in [*out.summaries, *summaries]
                   if isinstance(q, Mapping) and q.get("run_id")}
+    from tunedb.transfer.search.runlog import is_tuning_run
+
     for summary in summaries:
         if not isinstance(summary, Mapping):
             out.notes.append(f"{where}: skipped a run summary that is not an object")
+            continue
+        if not is_tuning_run(summary):  # a stored decision (tunedb compare, tune-model): not a run
             continue
         rid = str(summary.get("run_id") or "")
         if rid and rid in seen:
@@ -520,11 +523,11 @@ def saturation_fit_reason(n: Iterable[Any], g: Iterable[Any]) -> str | None:
     x, y = _fit_pairs(n, g)
     distinct = len(set(x.tolist()))
     if len(x) < MIN_FIT_POINTS:
-        return (f"{len(x)} run(s) with a gain and records_before; the fit of G(n) needs at least "
+        return (f"{len(x)} run(s) with a gain and records_before; the fit of G(n) (the gain against the records before the run) needs at least "
                 f"{MIN_FIT_POINTS} with distinct n")
     if distinct < MIN_FIT_POINTS:
         return (f"the {len(x)} runs with a gain started with only {distinct} distinct number(s) of records "
-                f"in the database (n); the fit of G(n) needs at least {MIN_FIT_POINTS}")
+                f"in the database (n); the fit of G(n) (the gain against the records before the run) needs at least {MIN_FIT_POINTS}")
     if not np.any(y > 0):
         return (f"no run gained time from the database (G <= 0 in all {len(x)}: its queries cost more than its "
                 "answers saved), so there is no saturation level to fit")
@@ -560,7 +563,7 @@ def saturation(n: Iterable[Any], g: Iterable[Any]) -> tuple[dict | None, str | N
     reason = saturation_fit_reason(n, g)
     fit = None if reason else fit_saturation(n, g)
     if fit is None and reason is None:
-        reason = "scipy's curve_fit found no finite fit of G(n) to these points"
+        reason = "scipy's curve_fit found no finite fit of G(n) (the gain against the records before the run) to these points"
     if fit is not None:
         reason = fit_problem(fit)
         if reason is not None:
@@ -835,7 +838,7 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
     data = merge_runs(runs or RunsData(), stored_runs(db))
     table = db.records(include_stale=False)
     targets = db.targets()
-    curves = entry_curves(table, refuted_ids(db))
+    curves = decided_curves(db, entry_curves(table, refuted_ids(db)), targets)
     page = _Page(out, notes=list(data.notes))
     _tuning_sections(page, curves, data)
     fit, reason = _store_sections(page, table, targets, curves, data)
@@ -845,6 +848,29 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
     head = _head_table(db.location, summary)
     (out / "index.html").write_text(_page_html(head, page.sections, page.notes), encoding="utf-8")
     return {"out": str(out), "files": ["index.html", *page.files], "notes": page.notes, "summary": summary}
+
+
+def decided_curves(db: Any, curves: list[EntryCurve], targets: list[dict]) -> list[EntryCurve]:
+    """``curves`` with the best config of every entry that has a stored decision replaced by
+    the entry's answer (``tunedb.index.decisions.answer``: what ``tunedb best`` lists first),
+    so the report's best configs are the CLI's.  Entries without a decision keep the
+    estimator's best (the same answer, read from the whole table at once)."""
+    from tunedb.index.decisions import stored_decisions
+
+    decisions = stored_decisions(db) if hasattr(db, "runs") else []
+    decided = {(d.get("target_key"), d.get("workload_key")) for d in decisions}
+    if not decided:
+        return curves
+    from tunedb.index.decisions import answer
+
+    target_of = {t["target_key"]: t["target"] for t in targets}
+    for c in curves:
+        if (c.target_key, c.workload_key) not in decided or c.target_key not in target_of:
+            continue
+        head = answer(db, target_of[c.target_key], c.workload, summaries=decisions).first()
+        if head is not None:
+            c.best_config, c.estimate = dict(head.config), head.estimate
+    return curves
 
 
 def refuted_ids(db: Any) -> set[str]:
@@ -963,7 +989,7 @@ def _gain_section(page: _Page, runs: RunsData) -> tuple[dict | None, str | None]
     drawn = plot_gain_saturation(points, fit, page.out / "gain_saturation.png", reason)
     page.figure("gain_saturation.png", "Saturation: gain of the database against its size",
                 "Each point is one stored tuning run (or part of a demo): its gain <i>G</i> = 1 − (measuring time + "
-                "query time) / <i>T</i><sub>full</sub>, the fraction of tuning time the database saved "
+                "query time) / <i>T</i><sub>full</sub>, the fraction of tuning time the database saved (below 0: time it cost) "
                 "(<i>T</i><sub>full</sub>: the measuring time without it), against <i>n</i>, the records in the "
                 "database when the run started; the line is the least-squares fit "
                 "<i>G</i>(<i>n</i>) = <i>G</i><sub>max</sub> (1 − e<sup>−β<i>n</i></sup>), 0 ≤ <i>G</i><sub>max</sub> "
@@ -997,6 +1023,8 @@ def _runs_section(runs: RunsData) -> str:
     below it): when stored, kind, label, target, model, counts, hit rate, times and gain.  Each
     tuning run is one row (:func:`add_summaries`' rule: a demo's parts stored on their own are
     their own rows, not repeated below the demo)."""
+    from tunedb.transfer.search.runlog import run_count
+
     if not runs.summaries:
         return ("<h2>Tuning runs</h2><p class=\"note\">no tuning-run summaries: the database stores none "
                 "('tunedb tune', 'tune-model', 'warm-start', 'migrate' and 'demo' store one each)</p>")
@@ -1012,16 +1040,18 @@ def _runs_section(runs: RunsData) -> str:
             rows.append([html.escape(stored[:19].replace("T", " ")), html.escape(kind),
                          html.escape(str(part.get("label") or "")), html.escape(str(part.get("target") or "")),
                          html.escape(str(part.get("model") or "")), str(evals),
-                         str(_count(part.get("measurements")) if part.get("measurements") is not None else "–"),
-                         str(hits), _pct(part.get("eta")), _fmt_s(_num(part.get("measure_s"))),
-                         _fmt_s(_num(part.get("query_s"))), _pct(part.get("gain"), 1),
+                         str(run_count(part, "measurements")),
+                         str(hits), _pct(hits / evals if evals else None), _fmt_s(_num(part.get("measure_s"))),
+                         _fmt_s(_num(part.get("query_s"))), gain_text(part.get("gain")),
                          str(_count(part.get("records_before")) if part.get("records_before") is not None else "–")])
     more = (f"<p class=\"note\">The last {len(shown)} of {len(runs.summaries)} run summaries.</p>"
             if len(shown) < len(runs.summaries) else "")
     return ("<h2>Tuning runs</h2><p>The tuning runs the database stores (oldest first; stored times UTC) and "
-            "those given with <code>--runs</code> as run summaries. <i>hit rate</i>: the share of evaluations "
-            "answered from the database (model runs: the share of tasks answered wholly from it); <i>gain</i>: "
-            "the fraction of tuning time it saved; <i>n</i>: records in the database when the run started.</p>"
+            "those given with <code>--runs</code> as run summaries. <i>hit rate</i>: hits / evaluations, the share of "
+            "the search's evaluations answered from the database (the one definition <code>tunedb stats</code>, "
+            "the hit-rate figure and the dashboard use; a model run's tasks answered whole take no evaluations); "
+            "<i>gain</i>: "
+            "the fraction of tuning time it saved, or the extra time the database cost it; <i>n</i>: records in the database when the run started.</p>"
             + _table(["stored", "kind", "label", "target", "model", "evaluations", "measurements", "hits", "hit rate",
                       "measuring", "query", "gain", "n"], rows, {5, 6, 7, 8, 9, 10, 11, 12}) + more)
 
@@ -1042,9 +1072,11 @@ def _best_configs_section(curves: list[EntryCurve]) -> str:
     n_ok_entries = sum(1 for c in curves if c.best_cost is not None)
     more = (f"<p class=\"note\">Showing {len(best_rows)} of {n_ok_entries} entries with an ok record (most records "
             "first).</p>" if n_ok_entries > len(best_rows) else "")
-    return ("<h2>Best configs</h2><p>The cost of each entry's best config: the median of the per-record medians "
-            "of its measurements (<code>tunedb.index.estimate</code>, the number <code>tunedb best</code> shows), "
-            "± half its 95% confidence interval relative to it (less confidence with few values; the tooltip says), "
+    return ("<h2>Best configs</h2><p>The cost of each entry's best config: the median of its records' values "
+            "(each the statistic its tuner computes: the mean of the runs for Kernel Tuner and TVM records, the "
+            "median for tunedb's own) (<code>tunedb.index.estimate</code>, the number <code>tunedb best</code> shows), "
+            "± half its 95 % CI relative to it (an interval with too few values for 95 % says its own level "
+            "beside it, e.g. (72 % CI)), "
             "<i>n</i> its records, <i>noisy</i> when the interval is wider than ±10%.</p>"
             + _table(["target", "workload", "records", "ok", "best cost (estimate)", "best config"], best_rows,
                      {2, 3, 4}) + more)

@@ -24,9 +24,15 @@
    ``RecordStore.best_costs`` / ``cost``): the same number ``tunedb best`` shows for the entry.
 8. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.  Its tasks and
    totals carry ``origins`` / ``origin_split`` as every Tuner run's do (the same fields as
-   ``tune`` / ``warm-start``; a hit or not-started task: ``{}``); step 5's default-config
-   references are not evaluations and stay out of them (``default_measurements`` /
-   ``default_cache_hits``).
+   ``tune`` / ``warm-start``; a hit or not-started task: ``{}``).  Its ``evaluations``,
+   ``measurements`` and ``cache_hits`` are the sums over its tasks (the search's, what the hit
+   rate is of: ``runlog.run_totals``); the default-config references of step 5 and the rounds
+   of step 6 are not evaluations and are counted apart (``reference_measurements`` /
+   ``reference_cache_hits``; ``default_measurements`` / ``default_cache_hits``, the same).
+9. Each step-6 test is stored as a decision (``tunedb.index.decisions``) with the config the
+   run kept: ``tunedb best`` answers the entry with it, and a later run that finds the entry a
+   hit reuses it (a default kept because the tuned config was not proven faster stays the
+   entry's answer).
 
 Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
 tasks measured before as hits and tunes the rest (their earlier evaluations come back from the
@@ -89,10 +95,16 @@ def _default_cost(db: RecordStore | None, job: Any) -> tuple[Any, Any, bool]:
     return rec, cached
 
 
-def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int) -> tuple[Any, float] | None:
-    """(the entry's best ConfigCost, measuring seconds of the entry's records) when the target
-    has ok measurements of at least ``min_configs`` configs of ``workload``, else None."""
-    best = db.best_costs(target, workload, k=max(min_configs, 1))
+def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int,
+         decisions: list[dict] | None = None) -> tuple[Any, float] | None:
+    """(the entry's answer as a ConfigCost, measuring seconds of the entry's records) when the
+    target has ok measurements of at least ``min_configs`` configs of ``workload``, else None.
+    The answer is ``tunedb best``'s first config (``tunedb.index.decisions.answer``: a default an
+    earlier run kept stays the answer); ``decisions``: the stored decision summaries (read once
+    per run)."""
+    from tunedb.index.decisions import answer
+
+    best = answer(db, target, workload, summaries=decisions).ranked
     if len(best) < max(min_configs, 1):
         return None
     saved = 0.0
@@ -101,7 +113,7 @@ def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int) -> tup
         saved = float(sum(v for v in t.column("wall_s").to_pylist() if v is not None and v == v))
     except (ValueError, KeyError):
         pass
-    return best[0], saved
+    return best[0].cost, saved
 
 
 def measured_value(db: RecordStore | None, job: Any, cfg: dict) -> float | None:
@@ -182,6 +194,8 @@ class ModelRun:
         self.default_meas = self.default_hits = 0
         self.default_measure_s = 0.0
         self.versus: dict[int, Any] = {}       # task index -> its Comparison with the default
+        self.decisions: list[dict] = []        # the stored decision summaries (read at look-up)
+        self.decided: set[int] = set()         # tasks whose tuned-vs-default decision is stored
 
     def note(self, event: str, i: int | None = None) -> None:
         """Append the model latency now to ``history`` and report ``event`` to ``progress``."""
@@ -196,10 +210,13 @@ class ModelRun:
     def look_up(self) -> list[int]:
         """Step 1: the tasks the DB answers whole become hits; the indices of the others (to
         tune).  Raises ValueError when the budget cannot give each of those one evaluation."""
+        from tunedb.index.decisions import stored_decisions
+
         opt, todo = self.opt, []
+        self.decisions = [] if (opt.cold or not opt.reuse_hits) else stored_decisions(self.db)
         for i, (task, job) in enumerate(zip(self.model.tasks, self.jobs)):
             hit = None if (opt.cold or not opt.reuse_hits) else _hit(self.db, job.target, job.workload,
-                                                                     opt.hit_configs)
+                                                                     opt.hit_configs, self.decisions)
             if hit is None:
                 todo.append(i)
                 continue
@@ -293,9 +310,13 @@ class ModelRun:
             row = runlog.task_summary(res, weight=task.weight, source=self.rows[i]["source"],
                                       default_cost=self.defaults[i], name=task.name)
             row.update(_choose(self.db, job, res, default_est, self.versus.get(i), self.opt.versus_default))
+            self.store_decision(i, row)
         elif self.rows[i] is not None and self.rows[i]["source"] == "hit":
             row = self.rows[i]
-            best = self.db.best_costs(job.target, job.workload, 1)  # (the default may have just joined)
+            from tunedb.index.decisions import answer
+
+            # (the default may have just joined: the answer again, as tunedb best gives it)
+            best = [r.cost for r in answer(self.db, job.target, job.workload, summaries=self.decisions).top(1)]
             if best:
                 row.update({"best": best[0].cost, "best_config": best[0].config,
                             "best_estimate": best[0].estimate.to_dict(),
@@ -310,6 +331,21 @@ class ModelRun:
         row["default_estimate"] = None if default_est is None else default_est.to_dict()
         row["layers"] = list(getattr(task, "layers", []) or [])
         return row
+
+    def store_decision(self, i: int, row: dict) -> None:
+        """Store task ``i``'s tuned-vs-default test as a decision (``tunedb.index.decisions``)
+        with the config the run kept, so ``tunedb best`` and later runs answer with it; once."""
+        from tunedb.index.decisions import store_decision
+        from tunedb.transfer.measure.compare import decision_of
+
+        test, res = self.versus.get(i), self.tuners[i].result()
+        if test is None or i in self.decided or row.get("best_config") is None or res.best_config is None:
+            return
+        job = self.jobs[i]
+        summary = decision_of(test, job.target, job.workload, res.best_config, job.defaults, by="tune-model",
+                              kept=row["best_config"])
+        row["decision_id"] = store_decision(self.db, summary)
+        self.decided.add(i)
 
     def summary(self, interrupted: bool) -> dict:
         """Steps 7-8: every task's row, the model latencies, the run summary (stored in the DB)."""
@@ -336,8 +372,10 @@ class ModelRun:
                    "tasks_warm": sum(1 for r in tasks_out if r["source"] == "warm"),
                    "tasks_cold": sum(1 for r in tasks_out if r["source"] == "cold"),
                    "omitted": list(getattr(self.model, "omitted", []) or [])})
-        summary["measurements"] += self.default_meas
-        summary["cache_hits"] += self.default_hits
+        # evaluations, measurements and cache_hits stay the sums over the tasks (the search's: what the
+        # hit rate is of); the default-config references and tuned-vs-default rounds are counted apart
+        summary["reference_measurements"] = self.default_meas
+        summary["reference_cache_hits"] = self.default_hits
         summary["run_id"] = runlog.save_run(self.db, summary)
         return summary
 

@@ -40,6 +40,7 @@ COMMAND_MODULES = (
     "store",      # init stats best compact dedup forget invalidate
     "io",         # import export
     "retrieval",  # nearest targets
+    "workloads",  # workloads (ls)
     "kernels",    # measure space
     "tune",       # tune warm-start predict
     "model",      # tune-model
@@ -92,16 +93,41 @@ def _add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
                         "(without it, an older version than one already read is refused as a rollback)")
 
 
+class UsageError(Exception):
+    """A command line argparse refused (unknown option, missing argument, bad choice)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        error_line(message)
-        raise SystemExit(2)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (reported by main)
+        raise UsageError(message)
 
 
 def error_line(message: object) -> None:
     """Write ``tunedb: error: <message>`` (its passwords masked) on stderr."""
     sys.stderr.write(f"tunedb: error: {mask_url(message)}\n")
     sys.stderr.flush()
+
+
+def fail(message: object, as_json: bool, code: int = 2) -> int:
+    """Report an error the one way every command does and return ``code``: the line
+    ``tunedb: error: <message>`` on stderr and, when ``as_json``, also exactly one JSON object
+    ``{"error": <message>, "exit": code}`` on stdout (passwords masked in both)."""
+    error_line(message)
+    if as_json:
+        sys.stdout.write(json.dumps({"error": mask_url(str(message)), "exit": code}, sort_keys=True) + "\n")
+        sys.stdout.flush()
+    return code
+
+
+def wants_json(argv: list[str]) -> bool:
+    """Whether ``--json`` is among the options of ``argv`` (before a ``--``): known even when
+    the rest of the line does not parse."""
+    for a in argv:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
 
 
 def _masking_excepthook(hook: object) -> object:
@@ -177,25 +203,32 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``tunedb`` command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     if not getattr(sys.excepthook, "tunedb_masking", False):
         sys.excepthook = _masking_excepthook(sys.excepthook)  # type: ignore[assignment]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = wants_json(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        return fail(e, as_json)
+    as_json = bool(getattr(args, "json", False))
     shown = warnings.showwarning
     pending: list[str] = []  # warnings, one line each: printed when the command ends without an error
     warnings.showwarning = lambda message, category, *_a, **_k: pending.append(_warning_line(message, category))
     try:
+        from tunedb.transfer.cli.preflight import check_args
+
+        check_args(args)
         rc = args.func(args)
         _flush(pending)
     except UserError as e:
-        error_line(e)
-        return 2
+        return fail(e, as_json)
     except ValueError as e:
         # the store contract's "bad input" error (an unknown target, a schema-1 DB that must be
         # upgraded before writing, ...): one line like a UserError; TUNEDB_DEBUG=1 shows the traceback
         if os.environ.get("TUNEDB_DEBUG"):
             raise
         text = str(e).strip().splitlines()
-        error_line(text[0] if text else type(e).__name__)
-        return 2
+        return fail(text[0] if text else type(e).__name__, as_json)
     except KeyboardInterrupt:
         _flush(pending)
         sys.stderr.write("tunedb: interrupted; everything measured so far is kept\n")
@@ -203,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as e:  # disk full, permission denied, a file where a directory belongs, ...
-        error_line(os_error_text(e))
-        return 2
+        return fail(os_error_text(e), as_json)
     finally:
         warnings.showwarning = shown
     return int(rc or 0)

@@ -51,18 +51,6 @@ def emit(args, payload: dict, human: str | None = None) -> None:
     sys.stdout.flush()
 
 
-def _scalar(text: str) -> Any:
-    t = text.strip()
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    if t.lower() in ("true", "false"):
-        return t.lower() == "true"
-    return t
-
-
 def load_json_file(path: str, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
@@ -74,26 +62,16 @@ def load_json_file(path: str, what: str) -> Any:
 
 
 def parse_workload(spec: str) -> dict:
-    """``family:key=value,...`` or a path to a JSON file -> workload dict with a ``family`` key."""
-    if not spec:
-        raise UserError("empty workload")
-    if os.path.exists(spec) or spec.endswith(".json"):
-        w = load_json_file(spec, "workload")
-        if not isinstance(w, dict) or not isinstance(w.get("family"), str):
-            raise UserError(f"workload file {spec} must hold a JSON object with a string 'family'")
-        return w
-    family, _, rest = spec.partition(":")
-    family = family.strip()
-    if not family or not family.replace("_", "").replace("-", "").replace(".", "").isalnum():
-        raise UserError(f"bad workload {spec!r}: expected family:key=value,... or a JSON file")
-    w: dict[str, Any] = {"family": family}
-    if rest.strip():
-        for item in rest.split(","):
-            k, eq, v = item.partition("=")
-            if not eq or not k.strip():
-                raise UserError(f"bad workload {spec!r}: {item!r} is not key=value")
-            w[k.strip()] = _scalar(v)
-    return w
+    """``family:key=value,...``, an inline JSON object or a path to a JSON file -> workload dict
+    with a ``family`` key (:func:`tunedb.transfer.cli.workload_spec.parse_spec`); UserError (one
+    line) when it is none of them.  Its validation against the kernel families and the database
+    (:func:`tunedb.transfer.cli.preflight.check_args`) runs before every command."""
+    from tunedb.transfer.cli.workload_spec import parse_spec
+
+    try:
+        return parse_spec(spec, lambda path: load_json_file(path, "workload"))
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def parse_config(spec: str) -> dict:

@@ -32,17 +32,25 @@ every evaluation in order (as the Tuner's ``on_evaluation`` callback reports the
 DB answers, result dicts rebuilt from the records (``"tunedb": "db"``, ``"tunedb_record_id"``,
 all timing fields 0 like Kernel Tuner's own cache hits).  ``WarmStart.last_run`` counts both.
 
-The cost of a DB answer is the config's cost, not one measurement: ``lookup`` says whether the
-config is stored and with what status (the latest record); for an ``ok`` answer ``"time"`` (what
-Kernel Tuner minimises, milliseconds) is the one estimator's value for that config
-(``db.best_costs`` / ``db.cost``, ``tunedb.index.estimate``: the median of the per-record
-medians of all its records, seconds -> ms), and ``"tunedb_estimate"`` carries the whole estimate
-(``CostEstimate.to_dict()``: value, lo, hi in *seconds*, records = n, samples, coverage, basis,
-noisy).  ``"times"`` stay the repeats of the record that answered (ms).  Kernel Tuner's own
-results keep Kernel Tuner's ``time`` (its mean of the repeats of that one measurement).
+A DB answer is what Kernel Tuner itself makes of a config its cache holds, so
+``env["best_config"]`` is the same whether a config was measured in this run or answered from the
+DB: the parameters in tune_params order, then the stored Kernel Tuner result in the order Kernel
+Tuner wrote it (``meta["kernel_tuner"]["order"]``; Kernel Tuner's usual order for an imported
+cache entry), ``compile_time``/``verification_time``/``benchmark_time``/``strategy_time``/
+``framework_time`` 0 (nothing ran, as Kernel Tuner does for its own cache hits), the run's
+``metrics`` recomputed as Kernel Tuner does (``process_metrics``).  ``lookup`` says whether the
+config is stored and with what status (the latest record).  For an ``ok`` answer ``"time"`` (what
+Kernel Tuner minimises, milliseconds) is the config's cost as the one estimator computes it
+(``tunedb.index.estimate``): a Kernel Tuner record's value is Kernel Tuner's ``time``, the mean of
+its iterations, so a config with one Kernel Tuner record answers with exactly the ``time`` Kernel
+Tuner computed (the stored number itself); a config with several records answers with the median
+of their values.  ``"times"`` stay the repeats of the record that answered (ms).  Every result the
+strategy returns, measured or answered, ends with ``"tunedb"`` (``measured``/``db``),
+``"tunedb_record_id"`` and ``"tunedb_estimate"`` (``CostEstimate.to_dict()`` after the run:
+value, lo, hi in *seconds*, records = n, samples, coverage, basis, noisy, statistic = ``mean``).
 ``RunInfo.best_config`` / ``best_time_s`` are the estimator's best among the configs the run
 evaluated (each config's estimate over all its records after the run), never a minimum over
-records.
+records; with one record per config that is Kernel Tuner's own best.
 """
 
 from __future__ import annotations
@@ -83,9 +91,11 @@ log = logging.getLogger("tunedb.kernel_tuner")
 #: record status -> Kernel Tuner error class (a DB answer rebuilt as a Kernel Tuner result)
 STATUS_ERROR_CLASS = {"invalid": kt_util.InvalidConfig, "compile_error": kt_util.CompilationFailedConfig}
 _TIMING_KEYS = ("compile_time", "verification_time", "benchmark_time", "strategy_time", "framework_time")
+#: where Kernel Tuner puts its result fields (after the parameters): these first, in this order,
+#: then metrics and other fields, then :data:`_TAIL_KEYS`
+_HEAD_KEYS = ("time", "times", "compile_time", "verification_time", "benchmark_time")
+_TAIL_KEYS = ("strategy_time", "framework_time", "timestamp")
 _OWN_KEYS = ("tunedb", "tunedb_record_id", "tunedb_estimate")
-#: ``best_costs`` k meaning "every config of the entry"
-_ALL = 1 << 62
 
 
 # ------------------------------------------------------------------------------------ keys
@@ -253,43 +263,87 @@ def result_to_record(result: Mapping[str, Any], target: Mapping[str, Any], workl
     parts = [_num(result.get(k)) for k in ("compile_time", "verification_time", "benchmark_time")]
     wall = sum(p for p in parts if p is not None) * 1e-3 if any(p is not None for p in parts) else None
     entry = {k: _plain(v) for k, v in result.items() if k not in keys and k != "__error__" and k not in _OWN_KEYS}
-    meta = {"backend": "kernel-tuner", "kernel_tuner": {"key": cache_key(config, keys), "entry": entry}}
+    order = [k for k in result if k not in keys and k not in _OWN_KEYS]  # "__error__" too: where it was
+    meta = {"backend": "kernel-tuner",
+            "kernel_tuner": {"key": cache_key(config, keys), "entry": entry, "order": order}}
     if simulation:
         meta["simulation"] = True
     return Record(dict(target), dict(workload), config, costs=costs, status=status, error=error,
                   compile_s=None if ct is None else ct * 1e-3, wall_s=wall, source=source, meta=meta)
 
 
-def record_to_result(rec: Record, keys: list[str], cost: CostEstimate | None = None) -> dict:
-    """A Kernel Tuner result dict of a DB answer: ``rec`` is the record that answered the lookup
-    (its status decides ok or error), ``cost`` the config's estimate (``db.cost``; seconds; None:
-    the estimate of ``rec`` alone).  The dict holds the parameter values, the stored Kernel Tuner
-    entry when the record has one, and for an ``ok`` answer ``"time"`` = ``cost.value`` in ms
-    (what Kernel Tuner minimises), ``"times"`` = the record's repeats in ms when the entry has
-    none, ``"tunedb_estimate"`` = ``cost.to_dict()`` (seconds: value, lo, hi, records = n, ...);
+def entry_order(entry: Mapping[str, Any], order: Any = None, failed: bool = False) -> list[str]:
+    """The order of a stored Kernel Tuner result's fields, ``"__error__"`` among them for a
+    ``failed`` one: ``order`` (as Kernel Tuner made them, ``meta["kernel_tuner"]["order"]``) when
+    it names exactly these fields, else Kernel Tuner's order for an entry of its cache file:
+    :data:`_HEAD_KEYS`, the other fields (metrics) as stored, :data:`_TAIL_KEYS`, then
+    ``"__error__"`` (Kernel Tuner's ``read_cache`` appends it)."""
+    want = set(entry) | ({"__error__"} if failed else set())
+    if isinstance(order, list) and len(order) == len(want) and set(order) == want:
+        return list(order)
+    head = [k for k in _HEAD_KEYS if k in entry]
+    tail = [k for k in _TAIL_KEYS if k in entry]
+    rest = [k for k in entry if k not in _HEAD_KEYS and k not in _TAIL_KEYS and k != "__error__"]
+    return head + rest + tail + (["__error__"] if failed else [])
+
+
+def kernel_tuner_time(rec: Record, cost: CostEstimate | None) -> float | None:
+    """The ``time`` (ms) Kernel Tuner is given for a DB answer: the stored ``time`` Kernel Tuner
+    computed (the mean of its iterations) when the config's estimate rests on this one Kernel
+    Tuner record, else the estimate's value (s -> ms); None without an estimate."""
+    if cost is None:
+        return None
+    kt = rec.meta.get("kernel_tuner") if isinstance(rec.meta.get("kernel_tuner"), dict) else {}
+    entry = kt.get("entry") if isinstance(kt.get("entry"), dict) else {}
+    t = _num(entry.get("time"))
+    if cost.records == 1 and cost.tuner == "kernel_tuner" and t is not None and \
+            math.isclose(t * 1e-3, cost.value, rel_tol=1e-9):
+        return t
+    return cost.value * 1e3
+
+
+def record_to_result(rec: Record, keys: list[str], cost: CostEstimate | None = None,
+                     metrics: Mapping[str, Any] | None = None) -> dict:
+    """A Kernel Tuner result dict of a DB answer, as Kernel Tuner builds one for a config its
+    own cache holds: ``rec`` is the record that answered the lookup (its status decides ok or
+    error), ``cost`` the config's estimate (seconds; None: the estimate of ``rec`` alone),
+    ``metrics`` the run's Kernel Tuner metrics (recomputed on the answer, as Kernel Tuner does).
+    The dict holds the parameter values in ``keys`` order, the stored Kernel Tuner entry in the
+    order Kernel Tuner wrote it (:func:`entry_order`), and for an ``ok`` answer ``"time"`` =
+    :func:`kernel_tuner_time` (ms, what Kernel Tuner minimises), ``"times"`` = the record's
+    repeats in ms when the entry has none, ``"tunedb_estimate"`` = ``cost.to_dict()``;
     ``__error__`` for a failure; every timing field 0 (nothing ran, as for Kernel Tuner's own
     cache hits); ``"tunedb": "db"`` and ``"tunedb_record_id"``."""
     out: dict[str, Any] = {k: rec.config.get(k) for k in keys}
     kt = rec.meta.get("kernel_tuner") if isinstance(rec.meta.get("kernel_tuner"), dict) else {}
     entry = kt.get("entry")
+    failed = rec.status != "ok"
+    cls = STATUS_ERROR_CLASS.get(rec.status, kt_util.RuntimeFailedConfig)
     if isinstance(entry, dict):
-        out.update({k: v for k, v in entry.items() if k not in keys and k not in _OWN_KEYS})
-    if rec.status == "ok":
-        if cost is None:
-            cost = estimate([rec])
+        for k in entry_order(entry, kt.get("order"), failed):
+            if k == "__error__":
+                out[k] = cls()
+            elif k not in keys and k not in _OWN_KEYS:
+                out[k] = entry[k]
+    est = None
+    if not failed:
+        est = cost if cost is not None else estimate([rec])
         if not isinstance(out.get("times"), (list, tuple)):
             out["times"] = [c * 1e3 for c in rec.costs]
-        if cost is not None:
-            out["time"] = cost.value * 1e3
-            out["tunedb_estimate"] = cost.to_dict()
-    else:
-        cls = STATUS_ERROR_CLASS.get(rec.status, kt_util.RuntimeFailedConfig)
+        t = kernel_tuner_time(rec, est)
+        if t is not None:
+            out["time"] = float(t)
+    elif "__error__" not in out:  # no stored Kernel Tuner result: the error as Kernel Tuner marks one
         out["time"] = cls()
         out["__error__"] = cls()
     for k in _TIMING_KEYS:
         out[k] = 0
+    if metrics and "__error__" not in out and isinstance(out.get("time"), float):
+        out = kt_util.process_metrics(out, metrics)
     out["tunedb"] = "db"
     out["tunedb_record_id"] = rec.record_id
+    if est is not None:
+        out["tunedb_estimate"] = est.to_dict()
     return out
 
 
@@ -471,7 +525,7 @@ class WarmStart:
         res = tuner.result()
         if best_est is not None:  # the run's best is the estimator's, not the Tuner's min over records
             res = replace(res, best_config=best_cfg, best_cost=best_est.value)
-        results, db_answers = self._results(evaluations, backend, keys, costs)
+        results, db_answers = self._results(evaluations, backend, keys, costs, tuning_options.get("metrics"))
         device = None
         if not simulation:
             described = driver_target(runner)
@@ -499,24 +553,30 @@ class WarmStart:
         return results
 
     def _results(self, evaluations: list[tuple[dict, Record, bool]], backend: KernelTunerBackend,
-                 keys: list[str], costs: dict[str, CostEstimate]) -> tuple[list[dict], int]:
+                 keys: list[str], costs: dict[str, CostEstimate], metrics: Mapping[str, Any] | None = None
+                 ) -> tuple[list[dict], int]:
         """(results in evaluation order, number of DB answers) from the Tuner's evaluations as
         its ``on_evaluation`` callback saw them (config, record, cached): a new measurement is
-        Kernel Tuner's own result dict, a DB answer a result rebuilt from the record that
-        answered it with the config's estimate from ``costs`` (config_key -> estimate,
-        :func:`_config_costs`; ``record_to_result``)."""
+        Kernel Tuner's own result dict (``"tunedb_estimate"`` added: the config's estimate after
+        the run), a DB answer a result rebuilt from the record that answered it with the
+        config's estimate from ``costs`` (config_key -> estimate, :func:`_config_costs`;
+        ``record_to_result`` with the run's ``metrics``)."""
         out: list[dict] = []
         used: set[int] = set()
         db_answers = 0
         for cfg, rec, cached in evaluations:
             kt = None if cached else backend.results.get(canonical_json(dict(rec.config)))
             if kt is not None:
+                est = costs.get(rec.config_key) if rec.status == "ok" else None
+                if est is not None:
+                    kt["tunedb_estimate"] = est.to_dict()
                 out.append(kt)
                 used.add(id(kt))
             elif cached:
                 db_answers += 1
                 if self.include_db_results:
-                    out.append(record_to_result(rec, keys, costs.get(rec.config_key)))
+                    out.append(record_to_result(rec, keys, costs.get(rec.config_key),
+                                                metrics if isinstance(metrics, Mapping) else None))
         # Kernel Tuner results the Tuner did not count (none expected): keep them
         out.extend(r for r in backend.cost_func.results if id(r) not in used)
         return out, db_answers
@@ -525,8 +585,12 @@ class WarmStart:
 def _config_costs(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
                   ) -> dict[str, CostEstimate]:
     """config_key -> the one estimator's cost (seconds) of every config of (target, workload):
-    ``db.best_costs`` of the whole entry, read once (what ``db.cost`` answers config by config)."""
-    return {c.config_key: c.estimate for c in db.best_costs(target, workload, _ALL)}
+    ``tunedb.index.estimate.rank`` over the entry's records (``db.entry_records``: ok, live, not
+    refuted), read once, so each record's value is its tuner's statistic (Kernel Tuner's
+    ``time``: the mean of its iterations) whatever the store's backend."""
+    from tunedb.index.estimate import rank
+
+    return {c.config_key: c.estimate for c in rank(db.entry_records(target, workload))}
 
 
 def _best_evaluated(evaluations: list[tuple[dict, Record, bool]], costs: dict[str, CostEstimate]

@@ -37,13 +37,15 @@ replay schedule primitives from data), never ``eval``'d or unpickled.
 Costs handed to TVM: the one estimator
 --------------------------------------
 A stored record is one measurement of a config (one trace's decisions); what a config costs is
-the estimator's (``tunedb.index.estimate``: the median of the per-record medians of all its
-records, seconds).  ``get_top_k``, ``query_tuning_record`` (and so ``query_schedule``,
-``query_ir_module``, ``compile_tir``) and :meth:`neighbour_records` rank configs by it
-(``db.best_costs``, ascending) and hand TVM one ``TuningRecord`` per config: the trace of a
-representative record with ``run_secs = [estimate]`` (a one-element ``Array<FloatImm>``,
-seconds, as TVM's own records carry), so TVM's mean of ``run_secs`` is the estimate.  The warm
-start takes each neighbour's configs in ``best_costs`` order.  ``get_all_tuning_records``
+the estimator's (``tunedb.index.estimate``, seconds).  A MetaSchedule record's value is the
+statistic MetaSchedule itself ranks by, the **mean of its** ``run_secs`` (its databases sort
+records by mean run time), so a config with one record costs exactly what MetaSchedule would
+rank it by; a config with several records costs the median of their means.  ``get_top_k``,
+``query_tuning_record`` (and so ``query_schedule``, ``query_ir_module``, ``compile_tir``) and
+:meth:`neighbour_records` rank configs by it (:func:`entry_costs`, ascending) and hand TVM one
+``TuningRecord`` per config: the trace of a representative record with ``run_secs = [estimate]``
+(a one-element ``Array<FloatImm>``, seconds, as TVM's own records carry), so TVM's mean of
+``run_secs`` is the estimate.  The warm start takes each neighbour's configs in that order.  ``get_all_tuning_records``
 lists the stored measurements themselves (each with its own ``run_secs``): it is a listing of
 records, not an answer about a config's cost.
 
@@ -199,6 +201,18 @@ def normalise_target_json(tjson: Mapping[str, Any], default_triple: str | None) 
             v = normalise_target_json(v, default_triple)
         out[str(k)] = v
     return out
+
+
+def entry_costs(db: Any, target: Any, workload: Any, k: int) -> list[ConfigCost]:
+    """The ``k`` best configs of (target, workload) by the one estimator, computed from the
+    entry's records (``db.entry_records``: ok, live, not refuted; ``tunedb.index.estimate.rank``)
+    so each MetaSchedule record counts as the mean of its ``run_secs`` whatever the store's
+    backend; ranking order, ``[]`` when none or ``k <= 0``."""
+    from tunedb.index.estimate import rank
+
+    if k <= 0:
+        return []
+    return rank(db.entry_records(target, workload), k)
 
 
 def _run_secs_status(run_secs: Any) -> tuple[list[float], str, str]:
@@ -541,7 +555,7 @@ class _TunedbDatabase:
         return tr
 
     def _answer(self, cc: ConfigCost, workload: Workload) -> TuningRecord | None:
-        """The TuningRecord of one config of ``db.best_costs``: its representative record's trace
+        """The TuningRecord of one config of :func:`entry_costs`: its representative record's trace
         replayed on ``workload`` with ``run_secs = [cc.estimate.value]`` (seconds; TVM's types);
         None when the stored trace does not rebuild."""
         tr = self._rebuild(cc.record, workload)
@@ -550,10 +564,10 @@ class _TunedbDatabase:
         return _tvm().TuningRecord(tr.trace, tr.workload, [float(cc.estimate.value)], tr.target, tr.args_info)
 
     def _measured_top_k(self, target: dict, wl: dict, workload: Workload, k: int) -> list[TuningRecord]:
-        """The ``k`` best configs of (target, workload) by the estimator (``db.best_costs``) that
+        """The ``k`` best configs of (target, workload) by the estimator (:func:`entry_costs`) that
         rebuild into TuningRecords, ascending estimated cost, ``run_secs = [estimate]``."""
         out = []
-        for cc in self.db.best_costs(target, wl, k):
+        for cc in entry_costs(self.db, target, wl, k):
             tr = self._answer(cc, workload)
             if tr is not None:
                 out.append(tr)
@@ -632,7 +646,7 @@ class _TunedbDatabase:
                 return []
             w = self.commit_workload(mod)
             _, wl, _ = self._workload_of_object(w)
-            if self.db.best_costs(self._target, wl, 1):
+            if entry_costs(self.db, self._target, wl, 1):
                 return []
             return self._adapted(w.mod, wl, int(k))
 
@@ -657,7 +671,7 @@ class _TunedbDatabase:
                     continue
                 nb_w = None
                 trs = []
-                for cc in self.db.best_costs(self._target, m.workload, int(per_neighbour)):
+                for cc in entry_costs(self.db, self._target, m.workload, int(per_neighbour)):
                     ms = _metaschedule_meta(cc.record)
                     if ms is None:
                         continue
@@ -751,7 +765,7 @@ class _TunedbDatabase:
             tdict = self.target_dict(target)
             w = self.commit_workload(mod)
             _, wl, _ = self._workload_of_object(w)
-            for cc in self.db.best_costs(tdict, wl, 8):
+            for cc in entry_costs(self.db, tdict, wl, 8):
                 tr = self._answer(cc, w)
                 if tr is not None:
                     return tr

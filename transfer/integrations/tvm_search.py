@@ -60,9 +60,10 @@ log = logging.getLogger(__name__)
 
 def _run_seconds(result: Any) -> float | None:
     """The cost of one MetaSchedule measurement (a ``RunnerResult``, or a ``TuningRecord``) as
-    the one estimator counts a record: the median of its ``run_secs`` repeats, seconds
-    (``tunedb.index.estimate.record_medians``).  A ``TuningRecord`` the database answers carries
-    ``run_secs = [estimate]``, so this is the config's estimate.  None for a failed build or run."""
+    MetaSchedule and the one estimator count it: the mean of its ``run_secs`` repeats, seconds
+    (``tunedb.index.estimate.record_values`` of a MetaSchedule record).  A ``TuningRecord`` the
+    database answers carries ``run_secs = [estimate]``, so this is the config's estimate.  None
+    for a failed build or run."""
     if result is None or getattr(result, "error_msg", None) or not result.run_secs:
         return None
     secs = [float(x) for x in result.run_secs]
@@ -70,9 +71,10 @@ def _run_seconds(result: Any) -> float | None:
         return None
     import numpy as np
 
-    from tunedb.index.estimate import record_medians
+    from tunedb.index.estimate import TUNER_META_KEYS, record_values
 
-    return float(record_medians(np.asarray(secs), np.asarray([len(secs)]))[0])
+    code = TUNER_META_KEYS.index("metaschedule") + 1
+    return float(record_values(np.asarray(secs), np.asarray([len(secs)]), np.asarray([code]))[0])
 
 
 #: the old name (``tunedb.transfer.integrations.tvm_models`` imports it): the same function

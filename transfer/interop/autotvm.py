@@ -35,7 +35,13 @@ from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import display_name, iter_json_lines, where
 from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id, to_utc
-from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
+from tunedb.transfer.interop.reports import (
+    ExportReport,
+    ImportCapError,
+    ImportFormatError,
+    ImportIssue,
+    NothingToExport,
+)
 
 FORMAT = "autotvm"
 SOURCE = "imported:autotvm"
@@ -370,7 +376,8 @@ def _order(rec: Record) -> tuple:
 
 
 def export(records: Iterable[Record], out: Path) -> ExportReport:
-    """Write ``records`` as an AutoTVM v0.2 log at ``out`` (imported lines in file/line order)."""
+    """Write ``records`` as an AutoTVM v0.2 log at ``out`` (imported lines in file/line order).
+    NothingToExport (nothing written) when none of them is an AutoTVM record."""
     rep = ExportReport()
     lines = []
     for rec in sorted(records, key=_order):
@@ -380,6 +387,9 @@ def export(records: Iterable[Record], out: Path) -> ExportReport:
             rep.reasons["not an AutoTVM task"] += 1
             continue
         lines.append(json.dumps(line))
+    if not lines:
+        raise NothingToExport(f"0 of {rep.skipped} records are AutoTVM records: autotvm export writes only records "
+                              "tuned by AutoTVM (imported from an AutoTVM log, or of an AutoTVM task workload)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:

@@ -27,6 +27,16 @@ Mapping (one entry -> one Record on the file's device, source ``imported:kernel-
 * costs = ``times`` (ms -> s) when present, else ``time``; compile_s = compile_time / 1000;
 * ``meta["kernel_tuner"] = {"key", "entry"}`` keeps the entry (minus parameter values) for export.
 
+A cache written by ``tunedb export --format kernel-tuner`` (:func:`export`) also holds a
+``"tunedb"`` object, which Kernel Tuner ignores: ``{"target", "workload", "records", "in_records"}``.
+Importing it gives back exactly what was exported: the target and workload as they were (so
+every problem size stays its own workload and the target key is unchanged; ``--device`` still
+renames the device), one record per cache entry, and the records a cache entry cannot hold
+(earlier records of the same config, and any record whose cache entry would not give back its
+costs, status, error, compile time and timestamp exactly) from ``records`` (``Record.to_dict``
+fields without target and workload); ``in_records`` lists the cache keys whose entry is such a
+record (the entry is then not imported a second time).
+
 Restriction strings are documentation only: never evaluated.
 """
 
@@ -55,6 +65,7 @@ from tunedb.transfer.interop.reports import (
     ImportCapError,
     ImportFormatError,
     ImportIssue,
+    NothingToExport,
 )
 from tunedb.transfer.space import Constraint, Knob, Space
 
@@ -376,8 +387,53 @@ def parse_loaded(doc: Mapping[str, Any], path: Path, device: str | None = None, 
         yield from _parse_t4(doc, path, device, notes, label)
         return
     keys = _param_keys(doc)
-    tp, wp = _header(doc, path, device, keys, notes, label)
+    own = doc.get("tunedb")
+    own_target = isinstance(own, dict) and "target" in own and device is None and label is None
+    tp, wp = _header(doc, path, device, keys, None if own_target else notes, label)
+    if isinstance(own, dict):
+        try:
+            tp, wp = exported_keys(own, tp, wp, keep_target=device is not None or label is not None)
+        except ValueError as e:
+            raise ImportFormatError(f"{path}: unusable 'tunedb' section: {e}") from None
+        skip = own.get("in_records")
+        skip = frozenset(k for k in skip if isinstance(k, str)) if isinstance(skip, list) else frozenset()
+        if skip:
+            doc = {**doc, "cache": {k: v for k, v in doc["cache"].items() if k not in skip}}
+        yield from _parse_cache(doc, path, keys, tp, wp)
+        yield from exported_records(own, path, tp, wp)
+        return
     yield from _parse_cache(doc, path, keys, tp, wp)
+
+
+def exported_keys(own: Mapping[str, Any], tp: Prepared, wp: Prepared, *, keep_target: bool = False
+                  ) -> tuple[Prepared, Prepared]:
+    """(target, workload) of a cache that tunedb exported: the ``tunedb`` section's own (the
+    target from the file's device name when ``keep_target``: ``--device`` or a conflict label
+    renamed it).  ValueError when the section's target or workload is not a usable object."""
+    if "workload" in own:
+        wp = Prepared.of(own["workload"], "workload")
+    if "target" in own and not keep_target:
+        tp = Prepared.of(own["target"], "target")
+    return tp, wp
+
+
+def exported_records(own: Mapping[str, Any], path: Path, tp: Prepared, wp: Prepared
+                     ) -> Iterator[Record | ImportIssue]:
+    """The records of a tunedb export's ``tunedb.records`` (see the module docstring), on
+    (``tp``, ``wp``), source ``imported:kernel-tuner``; an ImportIssue per unusable one."""
+    rows = own.get("records")
+    if not isinstance(rows, list):
+        return
+    for i, row in enumerate(rows, 1):
+        try:
+            if not isinstance(row, dict):
+                raise ValueError("record is not an object")
+            d = {k: v for k, v in row.items() if k not in ("key", "target", "workload")}
+            rec = Record.from_dict({**d, "target": tp.value, "workload": wp.value, "source": SOURCE})
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            yield ImportIssue(where(path, f"tunedb record {i}"), str(e) or type(e).__name__)
+            continue
+        yield rec
 
 
 def _parse_cache(doc: Mapping[str, Any], path: Path, keys: list[str] | None, tp: Prepared, wp: Prepared
@@ -758,13 +814,48 @@ def _entry_of(rec: Record, keys: list[str]) -> Any:
     return e
 
 
+def _entry_gives_back(rec: Record, key: str, entry: Any, keys: list[str]) -> bool:
+    """Whether importing cache ``entry`` (at ``key``) gives back ``rec``'s config, costs, status,
+    error, compile time, timestamp and meta exactly (what :func:`_parse_cache` makes of an entry)."""
+    try:
+        costs, status, error = entry_result(entry)
+        if isinstance(entry, dict):
+            compile_s = _seconds_or_none(entry.get("compile_time"), 1e-3)
+            ts = to_utc(entry.get("timestamp"))
+            config = {k: entry[k] for k in keys} if entry.keys() >= set(keys) else None
+        else:
+            compile_s, ts, config = None, None, None
+    except (ValueError, TypeError, KeyError):
+        return False
+    same_config = config is not None and normalise(config) == normalise(dict(rec.config))
+    rest = {k: v for k, v in entry.items() if k not in keys} if isinstance(entry, dict) else entry
+    try:
+        same_meta = normalise({"kernel_tuner": {"key": key, "entry": rest}}) == normalise(dict(rec.meta))
+    except ValueError:
+        return False
+    return (same_config and same_meta and status == rec.status and error == rec.error and list(costs) == list(rec.costs)
+            and compile_s == rec.compile_s and ts is not None and ts == rec.timestamp)
+
+
+def _carried(rec: Record, key: str, in_cache: bool) -> dict:
+    """``rec`` as a row of the ``tunedb.records`` section: ``Record.to_dict`` without target,
+    workload and the keys derived from them, plus its cache key and whether its entry is the
+    one the cache holds for that key."""
+    d = {k: v for k, v in rec.to_dict().items()
+         if k not in ("target", "workload", "target_name", "target_key", "workload_key", "config_key", "cost")}
+    return {"key": key, "in_cache": in_cache, **d}
+
+
 def cache_of(records: list[Record]) -> dict:
-    """A Kernel Tuner cache dict of records that share one target and one workload."""
+    """A Kernel Tuner cache dict of records that share one target and one workload, with the
+    ``tunedb`` section that makes its import give them all back (module docstring)."""
     first = records[0]
     w = first.workload
     keys = w.get("params") if isinstance(w.get("params"), list) else sorted(first.config)
     values: dict[str, set] = {k: set() for k in keys}
     cache: dict[str, Any] = {}
+    latest: dict[str, Record] = {}
+    carried: list[dict] = []
     for rec in sorted(records, key=lambda r: (r.timestamp, r.record_id)):
         if set(rec.config) != set(keys):
             raise ExportFormatError(f"record {rec.record_id} has other knobs than the workload's params")
@@ -772,13 +863,22 @@ def cache_of(records: list[Record]) -> dict:
             values[k].add(json.dumps(rec.config[k]))
         kt = rec.meta.get("kernel_tuner") if isinstance(rec.meta.get("kernel_tuner"), dict) else {}
         key = kt.get("key") if isinstance(kt.get("key"), str) else cache_key(rec.config, keys)
+        if key in latest:  # an earlier record of this config: the cache holds the latest only
+            carried.append(_carried(latest[key], key, False))
         cache[key] = _entry_of(rec, keys)
+        latest[key] = rec
+    in_records = []
+    for key, rec in latest.items():
+        if not _entry_gives_back(rec, key, cache[key], keys):
+            carried.append(_carried(rec, key, True))
+            in_records.append(key)
     tune_params = {k: sorted((json.loads(v) for v in vs), key=_value_order) for k, vs in values.items()}
     doc: dict[str, Any] = {"device_name": first.target.get("name") or first.target_name,
                            "kernel_name": w.get("kernel") or w["family"]}
     if "problem_size" in w:
         doc["problem_size"] = w["problem_size"]
     doc.update(tune_params_keys=keys, tune_params=tune_params, objective="time", cache=cache)
+    doc["tunedb"] = {"target": first.target, "workload": w, "records": carried, "in_records": in_records}
     return doc
 
 
@@ -798,6 +898,9 @@ def export(records: Iterable[Record], out: Path) -> ExportReport:
             rep.reasons["not a Kernel Tuner config (knobs are not the workload's scalar params)"] += 1
             continue
         groups.setdefault((r.target_key, r.workload_key), []).append(r)
+    if not groups:
+        raise NothingToExport(f"0 of {rep.skipped} records are Kernel Tuner configs: kernel-tuner export writes "
+                              "only records whose config is the workload's scalar tune parameters")
     single = out.name.endswith((".json", ".json.gz"))
     if single and len(groups) > 1:
         raise ExportFormatError(f"{len(groups)} (target, workload) pairs cannot go into one cache file {out}; "
@@ -819,6 +922,4 @@ def export(records: Iterable[Record], out: Path) -> ExportReport:
         tmp.replace(path)
         rep.files.append(path)
         rep.exported += n
-    if not single and not files:
-        out.mkdir(parents=True, exist_ok=True)
     return rep

@@ -34,7 +34,13 @@ from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import check_input_path, display_name, iter_json_lines, where
 from tunedb.transfer.interop.record_building import Prepared, check_costs, make_record, stable_record_id
-from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
+from tunedb.transfer.interop.reports import (
+    ExportReport,
+    ImportCapError,
+    ImportFormatError,
+    ImportIssue,
+    NothingToExport,
+)
 
 FORMAT = "metaschedule"
 SOURCE = "imported:metaschedule"
@@ -223,7 +229,8 @@ def _order(rec: Record) -> tuple:
 
 
 def export(records: Iterable[Record], out: Path) -> ExportReport:
-    """Write a JSONDatabase directory at ``out`` from records that carry a MetaSchedule trace."""
+    """Write a JSONDatabase directory at ``out`` from records that carry a MetaSchedule trace.
+    NothingToExport (nothing written) when none of them carries one."""
     rep = ExportReport()
     wl_index: dict[str, int] = {}
     wl_lines: list[str] = []
@@ -239,6 +246,9 @@ def export(records: Iterable[Record], out: Path) -> ExportReport:
             wl_index[shash] = len(wl_lines)
             wl_lines.append(json.dumps(ms["workload"], separators=(",", ":")))
         rec_lines.append(json.dumps([wl_index[shash], ms["record"]], separators=(",", ":")))
+    if not rec_lines:
+        raise NothingToExport(f"0 of {rep.skipped} records are MetaSchedule records: metaschedule export writes "
+                              "only records tuned by MetaSchedule (they carry its trace)")
     out.mkdir(parents=True, exist_ok=True)
     for name, lines in ((WORKLOAD_FILE, wl_lines), (RECORD_FILE, rec_lines)):
         tmp = out / f".{name}.tmp"

@@ -24,6 +24,11 @@ class ExportFormatError(ValueError):
     """The records cannot be written the way the output path asks (one line, for the CLI)."""
 
 
+class NothingToExport(ExportFormatError):
+    """None of the records can be written in the format: nothing was written (no file, no
+    directory); the message says why in one line."""
+
+
 @dataclass(frozen=True)
 class ImportIssue:
     """One skipped line or entry: ``where`` is ``file:line`` (or ``file:entry`` for caches)."""
@@ -70,5 +75,5 @@ class ExportReport:
                 "skipped_reasons": dict(self.reasons)}
 
 
-__all__ = ["MAX_REPORTED_ERRORS", "ExportFormatError", "ExportReport", "ImportCapError", "ImportFormatError",
+__all__ = ["MAX_REPORTED_ERRORS", "ExportFormatError", "NothingToExport", "ExportReport", "ImportCapError", "ImportFormatError",
            "ImportIssue", "ImportReport"]

@@ -68,14 +68,14 @@ class Comparison:
         return asdict(self)
 
     def interval_text(self) -> str:
-        """``0.97 (95% CI 0.95-0.99)``."""
+        """``0.97 (95 % CI 0.95-0.99)``."""
         if self.ratio is None:
             return "no ratio"
-        return f"{self.ratio:.3f} ({self.level * 100:.0f}% CI {self.lo:.3f}-{self.hi:.3f})"
+        return f"{self.ratio:.3f} ({self.level * 100:.0f} % CI {self.lo:.3f}-{self.hi:.3f})"
 
     def percent_text(self, a_name: str = "A", b_name: str = "B") -> str:
         """The ratio as a sentence fragment with its direction: ``A is 3.1 % faster than B (95%
-        CI 1.0-5.2 % faster)`` / ``... slower ...``."""
+        CI 1.0-5.2 % faster)`` / ``... slower ...`` (the interval labelled ``95 % CI``)."""
         if self.ratio is None:
             return f"{a_name} and {b_name} could not be compared"
         def pct(r: float) -> float:
@@ -84,11 +84,11 @@ class Comparison:
         lo_w = "faster" if self.hi is not None and self.hi < 1 else ("slower" if self.lo is not None and self.lo > 1
                                                                      else None)
         if lo_w is None:
-            ci = f"{self.level * 100:.0f}% CI {pct(self.lo):.1f} % {'faster' if self.lo < 1 else 'slower'} to " \
+            ci = f"{self.level * 100:.0f} % CI {pct(self.lo):.1f} % {'faster' if self.lo < 1 else 'slower'} to " \
                  f"{pct(self.hi):.1f} % {'faster' if self.hi < 1 else 'slower'}"
         else:
             a, b = sorted((pct(self.lo), pct(self.hi)))
-            ci = f"{self.level * 100:.0f}% CI {a:.1f}-{b:.1f} % {lo_w}"
+            ci = f"{self.level * 100:.0f} % CI {a:.1f}-{b:.1f} % {lo_w}"
         return f"{a_name} is {pct(self.ratio):.1f} % {word} than {b_name} ({ci}, {self.rounds} interleaved rounds)"
 
 
@@ -183,6 +183,30 @@ def interleaved(measure_a: Callable[[], float | None], measure_b: Callable[[], f
     return round_fn
 
 
+def round_medians(res: Comparison) -> tuple[float | None, float | None]:
+    """The medians of A's and of B's per-round values (seconds; None without rounds): the
+    numbers the comparison itself rests on, as opposed to the DB's estimates of the configs,
+    which pool every record of each config, earlier ones included."""
+    import statistics
+
+    return (statistics.median(res.a) if res.a else None, statistics.median(res.b) if res.b else None)
+
+
+def decision_of(res: Comparison, target: dict, workload: dict, a: dict, b: dict, *, by: str,
+                kept: dict | None = None) -> dict:
+    """The stored form of a "sign" comparison of configs ``a`` and ``b`` of (target, workload)
+    (``tunedb.index.decisions.decision_summary``): its verdict, ratio, interval, level and
+    rounds; ``kept``: the config the deciding run kept (``tune-model``), None for ``compare``."""
+    from tunedb.index.decisions import decision_summary
+    from tunedb.index.keys import key_of
+
+    if res.question != "sign":
+        raise ValueError("only a 'sign' comparison is a decision between two configs")
+    return decision_summary(key_of(dict(target)), key_of(dict(workload)), a, b, res.verdict, by=by, kept=kept,
+                            ratio=res.ratio, lo=res.lo, hi=res.hi, level=res.level, rounds=len(res.a),
+                            margin=res.margin)
+
+
 def describe_costs(a: Sequence[float], b: Sequence[float]) -> str:
     """``A median 1.23 ms, B median 1.30 ms`` of a comparison's round values."""
     import statistics
@@ -192,4 +216,4 @@ def describe_costs(a: Sequence[float], b: Sequence[float]) -> str:
     return f"median {fmt_seconds(statistics.median(a))} vs {fmt_seconds(statistics.median(b))}"
 
 
-__all__ = ["Comparison", "compare", "interleaved", "ratio_interval", "describe_costs", "LOOKS", "MARGIN", "LEVEL"]
+__all__ = ["Comparison", "compare", "interleaved", "ratio_interval", "describe_costs", "round_medians", "decision_of", "LOOKS", "MARGIN", "LEVEL"]

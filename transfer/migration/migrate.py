@@ -26,7 +26,7 @@ device is DST, measurements are answered from the file, and the DST workload is 
 kernel (SRC's workloads of the same family and kernel migrate to it).
 
 Costs are seconds, and every cost the report gives is the one estimator's
-(``tunedb.index.estimate``: the median of the per-record medians of all of a config's records,
+(``tunedb.index.estimate``: the median of the values of all of a config's records, each the statistic its tuner computes,
 ``db.best_costs`` / ``db.cost``), never one record's cost or a minimum over records: a row's
 ``src_best`` (SRC's best config), ``dst_best`` (DST's best config after the run), ``default``
 and ``src_best_on_dst`` (those configs on DST; ``status`` is that of the candidate's record:

@@ -94,12 +94,20 @@ def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float =
             "saved_s": finite(saved_s) or 0.0, "origins": {}, "origin_split": {}}
 
 
+def is_tuning_run(summary: Mapping[str, Any]) -> bool:
+    """Whether a stored summary is a tuning run (not a stored decision between two configs,
+    ``tunedb.index.decisions``, which ``add_run`` stores beside the runs)."""
+    from tunedb.index.decisions import DECISION_KIND
+
+    return summary.get("kind") != DECISION_KIND
+
+
 def counted_runs(summaries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The tuning runs among stored ``summaries``, each counted once: a ``demo`` summary is a
     container of runs (its ``parts``) that are also stored as runs of their own, so it is left
     out, and its parts are counted where they are stored (a part whose run_id is not stored,
-    from an older demo, is taken from the container)."""
-    summaries = list(summaries)
+    from an older demo, is taken from the container).  Stored decisions are not runs."""
+    summaries = [s for s in summaries if is_tuning_run(s)]
     stored = {s.get("run_id") for s in summaries}
     out: list[Mapping[str, Any]] = []
     for s in summaries:
@@ -110,15 +118,47 @@ def counted_runs(summaries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, An
     return out
 
 
+def _int(x: Any) -> int:
+    v = finite(x)
+    return int(v) if v is not None and v >= 0 else 0
+
+
+def run_totals(summary: Mapping[str, Any]) -> tuple[int, int]:
+    """(evaluations, cache hits) of one tuning run: **the** numbers of the hit rate.
+
+    Definition (docs/runs.md, "Hit rate"): an *evaluation* is a config the search asked for;
+    it is a *cache hit* when the DB answered it instead of a measurement.  The hit rate is
+    cache hits / evaluations.  A run's counts are the sums over its ``tasks`` when it has any
+    (so a run's row adds up to its tasks' rows; references outside the search -- a model run's
+    default-config look-ups and tuned-vs-default rounds, confirmation re-measurements -- are
+    not evaluations), else over its ``parts`` (a demo), else its own ``evaluations`` /
+    ``cache_hits``.  A model run's hit *tasks* take no evaluations: their share is ``eta``,
+    a task share, not the hit rate."""
+    return run_count(summary, "evaluations"), run_count(summary, "cache_hits")
+
+
+def run_count(summary: Mapping[str, Any], field: str) -> int:
+    """A run's ``evaluations`` / ``measurements`` / ``cache_hits`` as :func:`run_totals` counts
+    them: the sum over its tasks when it has any, else over its parts, else its own field."""
+    tasks = [t for t in summary.get("tasks") or [] if isinstance(t, Mapping)]
+    if tasks:
+        return sum(_int(t.get(field)) for t in tasks)
+    parts = [q for q in summary.get("parts") or [] if isinstance(q, Mapping)]
+    if parts:
+        return sum(run_count(q, field) for q in parts)
+    return _int(summary.get(field))
+
+
 def run_hit_rate(summaries: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     """(cache hits, evaluations) summed over the tuning runs of ``summaries``, each counted
-    once (:func:`counted_runs`): the *evaluation hit rate* of all stored runs is hits /
-    evaluations (the share of evaluations the DB answered instead of a measurement).  A model
-    run's hit *tasks* take no evaluations; their share is the run's task hit rate (``eta``)."""
+    once (:func:`counted_runs`), each by :func:`run_totals`: the hit rate of all stored runs is
+    hits / evaluations (None without evaluations).  ``tunedb stats``, ``tunedb report``, the
+    dashboard and ``tune-model`` all count this way."""
     hits = evals = 0
     for s in counted_runs(summaries):
-        hits += int(s.get("cache_hits") or 0)
-        evals += int(s.get("evaluations") or 0)
+        e, h = run_totals(s)
+        hits += h
+        evals += e
     return hits, evals
 
 
@@ -247,4 +287,5 @@ class Stopwatch:
         return time.perf_counter() - self._t0
 
 
-__all__ = ["RUN_KINDS", "SPLIT_FIELDS", "finite", "task_summary", "origin_totals", "hit_task", "run_summary", "records_in", "save_run", "save_tuner_runs", "Stopwatch", "utc_now"]
+__all__ = ["RUN_KINDS", "SPLIT_FIELDS", "finite", "task_summary", "run_totals", "run_count", "run_hit_rate", "counted_runs",
+           "is_tuning_run", "origin_totals", "hit_task", "run_summary", "records_in", "save_run", "save_tuner_runs", "Stopwatch", "utc_now"]

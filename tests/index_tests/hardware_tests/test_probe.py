@@ -114,7 +114,9 @@ def test_cli_no_gpu_one_line(capsys: pytest.CaptureFixture, monkeypatch: pytest.
     monkeypatch.setenv("TUNEDB_SYSFS_ROOT", str(tmp_path / "empty"))
     assert cli_main(["targets", "--probe"]) == 0
     out = capsys.readouterr().out
-    assert out.count("\n") == 1 and out.startswith("no GPU found (NVML: ") and "; AMD: " in out
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("no GPU found (NVML: ") and "; AMD: " in lines[0]
+    assert lines[1].startswith("cpu: ") and "cores usable" in lines[1] and "vector " in lines[1]
     assert cli_main(["targets", "--probe", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["gpus"] == [] and doc["cpu"]["uarch"] and set(doc["reasons"]) >= {"nvml", "amd"}

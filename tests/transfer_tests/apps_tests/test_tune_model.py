@@ -223,7 +223,7 @@ def test_interrupt_keeps_what_was_measured_and_a_rerun_goes_on(tmp_path):
     # the rerun resumes: what the interrupted run measured comes back from the DB (tasks with two
     # configs or more are hits, a task with one has it answered as a cache hit); nothing twice
     assert done["cache_hits"] + done["tasks_hit"] >= 1
-    assert len(db) == n + done["measurements"] + done["remeasurements"]
+    assert len(db) == n + done["measurements"] + done["reference_measurements"] + done["remeasurements"]
 
 
 def _cli(*args, **kw):
@@ -270,7 +270,8 @@ def test_sigint_to_the_cli_keeps_records_and_rerun_resumes(tmp_path):
     # what the interrupted run measured answers the rerun from the DB; nothing is measured twice
     # except the leaders' deliberate re-measurements
     assert done["cache_hits"] + done["tasks_hit"] >= 1
-    assert len(tunedb.open(dbp)) == kept + done["measurements"] + done["remeasurements"]
+    assert len(tunedb.open(dbp)) == kept + done["measurements"] + done["reference_measurements"] \
+        + done["remeasurements"]
 
 
 def test_tune_api_and_cli_store_their_run_summaries(tmp_path):

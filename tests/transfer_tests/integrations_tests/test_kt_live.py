@@ -81,6 +81,35 @@ def test_warm_start_on_a_live_device_stores_real_measurements_then_answers_from_
     assert len(entry(db, 128)) == 4
 
 
+def test_best_config_is_the_same_measured_live_or_answered_from_the_db(tmp_path):
+    """Measured live on the device, then answered from the DB (a new handle: read back from
+    Parquet): Kernel Tuner's best_config has the same winner, key order and ``time`` (Kernel
+    Tuner's mean of the iterations, bit for bit); only the time this run spent on it (0 for an
+    answer, as for Kernel Tuner's own cache hits) and tunedb's provenance flag differ."""
+    from tunedb.kernel_tuner import WarmStart
+
+    skip = {"compile_time", "verification_time", "benchmark_time", "strategy_time", "framework_time", "tunedb"}
+    with tunedb.open(tmp_path / "db") as db:
+        first, env1 = tune_gemm(96, WarmStart(db), 8)
+    with tunedb.open(tmp_path / "db") as db:
+        ws = WarmStart(db)
+        again, env2 = tune_gemm(96, ws, 8)
+    assert ws.last_run.kt_fevals == 0 and ws.last_run.db_answers == 8
+    b1, b2 = env1["best_config"], env2["best_config"]
+    assert (b1["tunedb"], b2["tunedb"]) == ("measured", "db")
+    assert list(b1) == list(b2)
+    assert {k: v for k, v in b1.items() if k not in skip} == {k: v for k, v in b2.items() if k not in skip}
+    assert b2["time"] == b1["time"] == pytest.approx(sum(b1["times"]) / len(b1["times"]), rel=1e-9)
+    assert b2["tunedb_estimate"]["statistic"] == "mean"
+    # what tunedb shows for the winner is the same number
+    assert ws.last_run.best_time_s == pytest.approx(b1["time"] * 1e-3, rel=1e-12)
+    by_key = {json.dumps({k: r[k] for k in GEMM_PARAMS}): r for r in first}
+    for r in again:
+        m = by_key[json.dumps({k: r[k] for k in GEMM_PARAMS})]
+        assert list(r) == list(m)
+        assert {k: v for k, v in r.items() if k not in skip} == {k: v for k, v in m.items() if k not in skip}
+
+
 def test_configs_that_fail_to_compile_or_launch_are_stored_with_their_status(tmp_path):
     """Kernel Tuner's brute force over a space with configs the compiler refuses (tiles over the
     kernel's local-memory budget), configs the runtime refuses at launch (a local size other

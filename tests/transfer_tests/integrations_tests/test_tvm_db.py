@@ -164,9 +164,9 @@ def test_database_on_a_memory_store_serves_what_the_parquet_db_serves(tmp_path):
 
 @pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
 def test_top_k_ranks_configs_by_the_estimate_and_hands_tvm_its_value():
-    """Config A measured three times (1, 2 and 10 ms; the 2 ms one with repeats 1.9/2.0/3.1 ms)
-    costs 2 ms (n=3): config B at 1.5 ms ranks first, and TVM gets run_secs = [2 ms] for A (not
-    its minimum, not one record's repeats)."""
+    """Config A measured three times (1, 7/3 and 10 ms; the 7/3 ms one the mean of repeats
+    1.9/2.0/3.1 ms, as MetaSchedule counts run_secs) costs 7/3 ms (n=3): config B at 1.5 ms ranks
+    first, and TVM gets run_secs = [7/3 ms] for A (not its minimum, not one record's repeats)."""
     import dataclasses
 
     recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
@@ -178,7 +178,7 @@ def test_top_k_ranks_configs_by_the_estimate_and_hands_tvm_its_value():
         store.commit(dataclasses.replace(ra, costs=secs, record_id="", timestamp=None))
     store.commit(dataclasses.replace(rb, costs=[1.5e-3], record_id="", timestamp=None))
     est = store.cost(ra.target, ra.workload, ra.config)
-    assert est.value == pytest.approx(2e-3) and est.records == 3
+    assert est.value == pytest.approx(7e-3 / 3) and est.records == 3 and est.statistic == "mean"
     mod = matmul(128, 128, 128)
     db = TunedbDatabase(store, target=ZNVER4, warm_start=False)
     top = db.get_top_k(db.commit_workload(mod), 5)
@@ -187,7 +187,7 @@ def test_top_k_ranks_configs_by_the_estimate_and_hands_tvm_its_value():
         return decisions_of(ms_import.config_of(tr.as_json()[0]))
 
     assert [decisions_of_record(tr) for tr in top] == [decisions_of(rb.config), decisions_of(ra.config)]
-    assert [[float(x) for x in tr.run_secs] for tr in top] == [pytest.approx([1.5e-3]), pytest.approx([2e-3])]
+    assert [[float(x) for x in tr.run_secs] for tr in top] == [pytest.approx([1.5e-3]), pytest.approx([7e-3 / 3])]
     stored = db.get_all_tuning_records()  # the measurements themselves keep their own run_secs
     assert len(stored) == 4 and type(top[1].run_secs[0]) is type(stored[0].run_secs[0])
     best = db.query_tuning_record(mod, tvm.target.Target(ZNVER4), "main")
@@ -197,8 +197,51 @@ def test_top_k_ranks_configs_by_the_estimate_and_hands_tvm_its_value():
     store.commit(dataclasses.replace(rb, costs=[30e-3], record_id="", timestamp=None))
     top = db.get_top_k(db.commit_workload(mod), 5)
     assert [decisions_of_record(tr) for tr in top] == [decisions_of(ra.config), decisions_of(rb.config)]
-    assert [float(x) for x in top[0].run_secs] == pytest.approx([2e-3])
+    assert [float(x) for x in top[0].run_secs] == pytest.approx([7e-3 / 3])
     assert [float(x) for x in top[1].run_secs] == pytest.approx([15.75e-3])
+
+
+@pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
+def test_top_k_ranks_as_metaschedule_itself_by_the_mean_of_run_secs(tmp_path):
+    """Two configs whose mean and median of run_secs disagree (A: 1, 1, 10 ms -> mean 4 ms,
+    median 1 ms; B: 2, 2, 2 ms): MetaSchedule's own JSONDatabase ranks B first (mean), and so does
+    tunedb, in a Parquet store read back by a new handle, handing TVM run_secs = [mean]."""
+    import shutil
+
+    import tunedb
+
+    shutil.copytree(MS_DATA, tmp_path / "shipped")  # MetaSchedule may append to the files it opens
+    (tmp_path / "ms").mkdir()
+    own = JSONDatabase(work_dir=str(tmp_path / "shipped"))
+    mod = matmul(128, 128, 128)
+    wl = own.commit_workload(mod)
+    shipped = own.get_top_k(wl, 2)
+    assert len(shipped) == 2
+    runs = ([1e-3, 1e-3, 10e-3], [2e-3, 2e-3, 2e-3])
+    mine = JSONDatabase(work_dir=str(tmp_path / "ms"))
+    theirs_wl = mine.commit_workload(mod)
+    with tunedb.open(tmp_path / "db") as store:
+        db = TunedbDatabase(store, target=ZNVER4, warm_start=False)
+        ours_wl = db.commit_workload(mod)
+        for tr, secs in zip(shipped, runs):
+            mine.commit_tuning_record(ms.database.TuningRecord(tr.trace, theirs_wl, secs, tr.target, tr.args_info))
+            db.commit_tuning_record(ms.database.TuningRecord(tr.trace, ours_wl, secs, tr.target, tr.args_info))
+    ranked_by_tvm = [str(tr.trace) for tr in mine.get_top_k(theirs_wl, 2)]
+    assert ranked_by_tvm == [str(shipped[1].trace), str(shipped[0].trace)]  # B (mean 2 ms) before A (mean 4 ms)
+    with tunedb.open(tmp_path / "db") as store:
+        db = TunedbDatabase(store, target=ZNVER4, warm_start=False)
+        top = db.get_top_k(db.commit_workload(mod), 2)
+        assert [str(tr.trace) for tr in top] == ranked_by_tvm
+        assert [[float(x) for x in tr.run_secs] for tr in top] == [pytest.approx([2e-3]), pytest.approx([4e-3])]
+        est = [cc.estimate for cc in rank(store.entry_records(db.target, top_workload(store)))]
+        assert [e.statistic for e in est] == ["mean", "mean"] and est[0].tuner == "metaschedule"
+        assert "mean of 3 runs (MetaSchedule's mean run_secs)" in est[0].text()
+
+
+def top_workload(store) -> dict:
+    """The one workload of a store holding one entry."""
+    (w,) = {r for r in store.records().column("workload").to_pylist()}
+    return json.loads(w)
 
 
 # ------------------------------------------------------------------- real tuning runs

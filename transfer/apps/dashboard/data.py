@@ -48,7 +48,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,7 +207,8 @@ def _iso_us(text: Any) -> int | None:
 
 def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
     """(cache hits, evaluations) over run summaries (a demo counted by its parts; pass the
-    de-duplicated summaries, ``RunsData.summaries``, so each run counts once)."""
+    de-duplicated summaries, ``RunsData.summaries``, so each run counts once), each run by
+    ``runlog.run_totals`` (via ``report.part_totals``): the one hit rate of docs/runs.md."""
     from tunedb.transfer.apps.report import part_totals, run_parts
 
     hits = evals = 0
@@ -276,6 +277,21 @@ def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray, 
     return rows
 
 
+def decided_entries(db: Any, rows: Iterable[dict]) -> None:
+    """Set ``best`` / ``best_cost`` of every entry row (``target_key``, ``workload_key``) that has
+    a stored decision to the entry's answer (``tunedb.index.decisions.answer``: ``tunedb best``'s
+    first row); the other rows keep the estimator's best, the same answer read for all at once."""
+    from tunedb.index.decisions import answer, stored_decisions
+
+    decisions = stored_decisions(db) if hasattr(db, "runs") else []
+    decided = {(d.get("target_key"), d.get("workload_key")) for d in decisions}
+    for r in rows if decided else ():
+        if (r["target_key"], r["workload_key"]) in decided and r.get("best") is not None:
+            head = answer(db, r["target_key"], r["workload_key"], summaries=decisions).first()
+            if head is not None:
+                r["best"], r["best_cost"] = head.estimate, head.estimate.value
+
+
 def records_part(db: Any, t: pa.Table) -> dict:
     """The record-derived part of a snapshot from the live records ``t`` (at least the columns
     of :data:`SNAPSHOT_COLUMNS`; see :func:`read_snapshot_records`): overview counts, the
@@ -325,6 +341,7 @@ def records_part(db: Any, t: pa.Table) -> dict:
         r["best"] = None if row is None else estimate_of_row(row)
         r["best_cost"] = None if row is None else row["value"]
         r["label"] = figures.short_workload(json.loads(r["workload"]), 70)  # (only the rows shown)
+    decided_entries(db, shown)
     active = []
     for r in shown_active:
         cnt, failed = recent[(r["target_key"], r["workload_key"])]
@@ -382,6 +399,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
         run_parts,
         saturation,
     )
+    from tunedb.transfer.search.runlog import run_count
 
     data = RunsData()
     add_summaries(data, summaries, "database")
@@ -412,7 +430,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
                 "evaluations": evals, "lookup": hits,
                 "seeded_tasks": len(seeded), "seed_sources": sources,
                 "model": model if isinstance(model, int) else None,
-                "measured": part.get("measurements") if isinstance(part.get("measurements"), int) else None,
+                "measured": run_count(part, "measurements") if isinstance(part.get("measurements"), int) else None,
                 "failed": n_failed, "measure_s": _fnum(part.get("measure_s")), "query_s": _fnum(part.get("query_s")),
                 "wall_s": wall, "interrupted": bool(part.get("interrupted")),
             })
@@ -458,15 +476,17 @@ def _median(values: list[float]) -> float:
 
 def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict], k: int = K_BEST) -> dict | None:
     """The per-entry page's data (None when the store holds no live record of the entry): the
-    entry's counts, its ``k`` best configs by the estimator (``estimate_table`` over the entry's
-    live records, refuted ones left out: the same configs, order and numbers as
-    ``db.best_costs``/``tunedb best``), each with its estimate (``estimate``: value, n, interval,
+    entry's counts, its ``k`` best configs (``estimate_table`` over the entry's live records,
+    refuted ones left out, in the answer's order with the stored decisions,
+    ``tunedb.index.decisions.order``: the same configs, order and numbers as ``tunedb best``), each with its estimate (``estimate``: value, n, interval,
     noisy), the spread of its measurements, its provenance (of the record nearest the estimate:
     measured / imported / migrated, and the warm runs whose best it was with the entries that
     seeded them), the stored runs that tuned it (``runs``: each task's chosen config with its
     CURRENT estimate from the DB, ``estimate``, and what the run saw, ``best``: in-run), and the
     fastest-measurement-so-far curve with the best config's estimate as a line.  Reads only this
     entry's records."""
+    from tunedb.index.decisions import Candidate, decisions_of, stored_decisions
+    from tunedb.index.decisions import order as answer_order
     from tunedb.index.keys import key_of
     from tunedb.transfer.apps.report import cost_brief, not_refuted, refuted_ids, run_parts
 
@@ -479,7 +499,10 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
     used = t if keep is None else t.filter(pa.array(keep))
     est_of = {row["config_key"]: estimate_of_row(row) for row in
               estimate_table(used.select(["config_key", "status", "costs", "meta"]), by=("config_key",)).to_pylist()}
-    ranked = sorted(est_of, key=lambda ck: rank_key(est_of[ck], ck))[:k]
+    # in the answer's order, stored decisions included: the configs and order `tunedb best` gives
+    candidates = [Candidate(ck, est_of[ck]) for ck in sorted(est_of, key=lambda ck: rank_key(est_of[ck], ck))]
+    decided = answer_order(candidates, decisions_of(stored_decisions(db), target_key, workload_key))
+    ranked = [r.cost.config_key for r in decided.ranked][:k]
     ok = [r for r in rows if r["status"] == "ok" and r["costs"] and r["record_id"] not in refuted]
     by_cfg: dict[str, list[dict]] = {}
     for r in ok:

@@ -248,7 +248,7 @@ def overview(snap: Snapshot) -> html.Div:
               id="ov-active", numeric=(2, 3, 4)) if active else html.P("none", className="note", id="ov-active"),
         html.H3(f"Entries with the most records (top {len(snap.entries)})"),
         html.P("Costs: the estimate of each entry's best config (the median of its records' medians, as "
-               "'tunedb best' gives it), ± half its confidence interval, n = its records; 'noisy' when the interval "
+               "'tunedb best' gives it), ± half its 95 % CI (a lower level written beside it), n = its records; 'noisy' when the interval "
                "is wider than ±10%. Hover a cost for the interval.", className="note"),
         table(["target", "workload", "records", "ok", "best config's cost (estimate)", "last commit (UTC)"], biggest,
               id="ov-entries-table",

@@ -17,7 +17,9 @@ reported.
 
 ``tunedb export --format {autotvm,metaschedule,kernel-tuner,parquet,jsonl} OUT [--target T]``
 writes the DB's records (or one target's) in that format; ``--json`` prints
-``{exported, skipped, files, format, skipped_reasons}``.
+``{exported, skipped, files, format, skipped_reasons}``.  An export that would write no record
+(an empty DB or target, or none of the records in the format: "0 of 651 records are AutoTVM
+records: ...") writes nothing, says why in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ def run_export(args) -> int:
     db = _open_db(args, create=False)
     records = _records_of(db, args.target)
     out = Path(args.out)
+    if not records:
+        where = f"target {args.target!r} has" if args.target is not None else "the database holds"
+        raise UserError(f"0 records to export: {where} no records")
     try:
         rep = fmt.export(records, out)
     except ExportFormatError as e:

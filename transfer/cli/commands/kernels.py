@@ -73,10 +73,15 @@ def run_measure(args) -> int:
 
 def run_compare(args) -> int:
     """``tunedb compare``: A vs B by :func:`tunedb.transfer.measure.compare.compare` (question
-    "sign"); every round's two measurements are committed (``meta.origin = "compare"``)."""
+    "sign"); every round's two measurements are committed (``meta.origin = "compare"``), and a
+    decided verdict (faster, slower, equivalent) is stored (``tunedb.index.decisions``) for
+    ``tunedb best`` to follow.  The text gives the rounds' medians (what the test compared) apart
+    from the configs' DB estimates (all their records)."""
+    from tunedb.index.decisions import store_decision
     from tunedb.index.estimate import record_value
+    from tunedb.transfer.cli.commands.store import ci_text
     from tunedb.transfer.measure.backend import lookup_or_measure
-    from tunedb.transfer.measure.compare import LOOKS, compare, interleaved
+    from tunedb.transfer.measure.compare import LOOKS, compare, decision_of, interleaved, round_medians
     from tunedb.transfer.measure.jobs import local_job
 
     if len(args.config) != 2:
@@ -101,18 +106,27 @@ def run_compare(args) -> int:
     looks = tuple(x for x in LOOKS if x <= args.max_rounds) or (args.max_rounds,)
     res = compare(interleaved(lambda: measure_one(a), lambda: measure_one(b)), question="sign",
                   margin=args.margin, looks=looks)
+    decision_id = store_decision(db, decision_of(res, job.target, job.workload, a, b, by="compare")) \
+        if res.verdict != "inconclusive" else None
     ea, eb = db.cost(job.target, job.workload, a), db.cost(job.target, job.workload, b)
+    ma, mb = round_medians(res)
     payload = {"target": job.target.get("name", ""), "workload": job.workload, "a": a, "b": b,
-               "comparison": res.to_dict(), "a_estimate": ea and ea.to_dict(), "b_estimate": eb and eb.to_dict()}
+               "comparison": res.to_dict(), "round_median_a": ma, "round_median_b": mb,
+               "a_estimate": ea and ea.to_dict(), "b_estimate": eb and eb.to_dict(), "decision_id": decision_id}
     if res.ratio is None:
         human = f"inconclusive: {res.reason}"
     else:
         word = {"faster": "A is faster than B", "slower": "A is slower than B",
-                "equivalent": f"A and B are equivalent (within {args.margin:.0%})",
+                "equivalent": f"A and B are equivalent (within {args.margin * 100:g} %)",
                 "inconclusive": "inconclusive"}[res.verdict]
+        follows = {"faster": "A ranks above B", "slower": "B ranks above A",
+                   "equivalent": "A and B are shown as tied", "inconclusive": ""}[res.verdict]
         human = (f"{word}: {res.percent_text('A', 'B')}"
                  + (f"; {res.reason}" if res.reason else "")
-                 + f"\nA: {ea.text() if ea else '-'}\nB: {eb.text() if eb else '-'}"
+                 + f"\nthese rounds: A median {fmt_seconds(ma)}, B median {fmt_seconds(mb)} (what the test compared)"
+                 + "\nDB estimates (every record of the config, earlier measurements included): "
+                 + f"A {ci_text(ea) if ea else '-'}; B {ci_text(eb) if eb else '-'}"
+                 + (f"\ndecision stored: tunedb best follows it ({follows})" if decision_id else "")
                  + "\ntest: paired t-interval on the log ratios of interleaved rounds, "
                    f"{res.level * 100:.0f} % over all looks ({', '.join(map(str, looks))} rounds)")
     emit(args, payload, human)

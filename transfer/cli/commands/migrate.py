@@ -41,7 +41,7 @@ def register(sub, common) -> None:
                    help="where measurements run: here (default) or as Ray tasks")
     p.add_argument("--ray-address", metavar="ADDR", help="Ray cluster address (default: RAY_ADDRESS or a "
                                                          "local instance)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0): the same seed and history repeat the same run")
     p.set_defaults(func=run_migrate)
 
 

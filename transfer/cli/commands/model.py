@@ -28,7 +28,7 @@ def register(sub, common) -> None:
                    help="search evaluations over the tasks to tune (default 40; the default-config reference is extra)")
     p.add_argument("--cold", action="store_true",
                    help="no reuse, no seeds, no prior model: the comparison baseline (each task starts from its default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0): the same seed and history repeat the same run")
     p.add_argument("--round", type=int, default=2, help="evaluations per scheduler round (default 2)")
     p.add_argument("--confirm", type=int, default=2, metavar="K",
                    help="re-measure each task's K best configs interleaved before declaring a winner (0: off)")
@@ -86,7 +86,11 @@ def _est_cell(d: dict | None, fallback: float | None) -> str:
     if not d:
         return fmt_seconds(fallback)
     e = CostEstimate.from_dict(d)
+    from tunedb.index.estimate import LEVEL, ci_label
+
     pm = f" ±{e.rel_halfwidth * 100:.0f}%" if e.has_interval else ""
+    if e.has_interval and e.coverage < LEVEL - 1e-9:
+        pm += f" ({ci_label(e.coverage)})"
     return f"{fmt_seconds(e.value)}{pm} n={e.records}" + (" noisy" if e.noisy else "")
 
 
@@ -100,6 +104,11 @@ def _choice(t: dict) -> str:
     return {"stored": "stored best", "default": "default"}.get(c, c or "-")
 
 
+def hit_text(hits: int, evaluations: int) -> str:
+    """``12/36 = 33.3 %`` (``-`` without evaluations): the hit rate as docs/runs.md defines it."""
+    return f"{hits}/{evaluations} = {hits / evaluations * 100:.1f} %" if evaluations else "- (no evaluations)"
+
+
 def human_summary(out: dict) -> str:
     """The text the CLI prints for a tune-model result."""
     rows = [[t.get("name", ""), t["source"], t["evaluations"], t["measurements"], t["cache_hits"],
@@ -107,21 +116,21 @@ def human_summary(out: dict) -> str:
              _choice(t), t["weight"]] for t in out["tasks"]]
     table = table_text(["task", "source", "evals", "new", "answered by DB", "cost (chosen)", "default config",
                         "chosen", "weight"], rows)
-    pred = out.get("t_total_predicted_s")
-    hit_rate = (f"task hit rate {out['tasks_hit']}/{out['tasks_total']} ({out['eta'] * 100:.0f} %: tasks the DB "
-                "answered whole)") if out.get("eta") is not None else ""
+    hit_rate = (f"{out['tasks_hit']}/{out['tasks_total']} tasks answered whole by the DB ({out['eta'] * 100:.0f} %, "
+                "the task share)") if out.get("eta") is not None else ""
     lines = [table,
              f"model {out['model']} on {out['target']}: latency {fmt_seconds(out.get('latency'))} "
              f"(default configs {fmt_seconds(out.get('default_latency'))}); latency = sum of weight x each task's "
-             "chosen cost (median of its records; n, ±: 95% interval half-width)",
+             "chosen cost (median of its records; n, ±: 95 % CI half-width, a lower level written beside it)",
              f"tasks {out['tasks_total']}: {out['tasks_hit']} hit, {out['tasks_warm']} warm, {out['tasks_cold']} cold"
              + (f"; {hit_rate}" if hit_rate else ""),
-             f"measurements {out['measurements']} new (search, default references and tuned-vs-default rounds), "
-             f"{out['cache_hits']} answered by the DB, "
+             f"search: {out['evaluations']} evaluations = {out['measurements']} new + {out['cache_hits']} answered by "
+             f"the DB (the table's columns summed; hit rate {hit_text(out['cache_hits'], out['evaluations'])}), "
              f"{out['remeasurements']} leader re-measurements; search budget {out['search_evaluations']}/{out['budget']}",
-             f"time: measuring {fmt_seconds(out.get('measure_s'))}, T_query {fmt_seconds(out.get('query_s'))}; "
-             f"T_total {fmt_seconds(out.get('t_total_s'))} measured vs "
-             f"{fmt_seconds(pred) if pred is not None else '-'} predicted (T_full (1 - task hit rate) + T_query)"]
+             f"references outside the budget (default configs, tuned-vs-default rounds): "
+             f"{out.get('reference_measurements', 0)} new, {out.get('reference_cache_hits', 0)} answered by the DB",
+             f"time: {fmt_seconds(out.get('t_total_s'))} in all = measuring {fmt_seconds(out.get('measure_s'))} + "
+             f"the DB, the cost model and the search's own logic {fmt_seconds(out.get('query_s'))}"]
     if out.get("machine_check"):
         lines.append(machine_line(out["machine_check"]))
     if out.get("interrupted"):

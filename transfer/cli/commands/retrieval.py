@@ -66,6 +66,8 @@ def run_nearest(args) -> None:
     if args.min_similarity is not None and not -1.0 <= args.min_similarity <= 1.0:
         raise UserError("--min-similarity must be in [-1, 1]")
     db = open_db(args, must_exist=True)
+    if len(db) == 0:
+        raise UserError(f"no records in {args.db}: nothing to search (tunedb import or tunedb tune first)")
     target = resolve_target(args.target, db)
     workload = parse_workload(args.workload)
     from tunedb.index.retrieval.nearest import nearest
@@ -104,16 +106,17 @@ def _fmt(v, unit: str = "") -> str:
 
 
 def run_probe(args) -> None:
-    """``targets --probe``: a table of this machine's GPUs, then one CPU line (``--json``:
-    ``{"gpus", "reasons", "cpu"}``, see ``tunedb.index.hardware.probe``; the AMD sysfs fallback
-    reads ``$TUNEDB_SYSFS_ROOT`` instead of ``/sys`` when set).  Without a GPU the
-    text output is exactly one line, ``no GPU found (NVML: ...; AMD: ...)``; exit 0 either way."""
-    from tunedb.index.hardware.probe import no_gpu_line, probe
+    """``targets --probe``: a table of this machine's GPUs (or the line ``no GPU found (NVML:
+    ...; AMD: ...)``), then one CPU line (``tunedb.index.hardware.probe.cpu_line``: model,
+    usable cores, ISA level, vector width, SIMD flags, caches, microarchitecture, presets);
+    ``--json``: ``{"gpus", "reasons", "cpu"}``, see ``tunedb.index.hardware.probe``; the AMD
+    sysfs fallback reads ``$TUNEDB_SYSFS_ROOT`` instead of ``/sys`` when set.  Exit 0 either way."""
+    from tunedb.index.hardware.probe import cpu_line, no_gpu_line, probe
 
     got = probe(os.environ.get("TUNEDB_SYSFS_ROOT") or "/sys")  # another sysfs tree: tests, containers
     gpus, cpu = got["gpus"], got["cpu"]
     if not gpus:
-        emit(args, got, no_gpu_line(got["reasons"]))
+        emit(args, got, no_gpu_line(got["reasons"]) + "\n" + cpu_line(cpu))
         return
     from tunedb.transfer.cli.util import table_text
 
@@ -126,9 +129,7 @@ def run_probe(args) -> None:
             for g in gpus]
     table = table_text(["vendor", "#", "name", "architecture", "cc/isa", "SMs/CUs", "clock MHz (now/max)", "memory",
                         "bandwidth", "driver", "catalog"], rows)
-    line = (f"cpu: {cpu.get('model')}  uarch {cpu.get('uarch')} ({cpu.get('vendor')}, {cpu.get('features')} features)"
-            f"  {cpu.get('cores')} cores  vector {cpu.get('vector_bits')} bits")
-    emit(args, got, table + "\n" + line)
+    emit(args, got, table + "\n" + cpu_line(cpu))
 
 
 def run_targets(args) -> None:

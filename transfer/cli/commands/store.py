@@ -28,9 +28,10 @@ def register(sub, common) -> None:
     p = sub.add_parser("stats", parents=[common], help="records, targets, workloads, files, size")
     p.set_defaults(func=run_stats)
     p = sub.add_parser("best", parents=[common], help="the k best configs of a (target, workload)")
-    p.add_argument("--target", required=True)
-    p.add_argument("--workload", required=True)
-    p.add_argument("-k", type=int, default=1)
+    p.add_argument("--target", required=True, help="a target of the database: its name or key (tunedb workloads lists them)")
+    p.add_argument("--workload", required=True,
+                   help="family:key=value,..., a JSON object or a JSON file (tunedb workloads prints them)")
+    p.add_argument("-k", type=int, default=1, help="how many configs to show (default 1)")
     p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
     p.set_defaults(func=run_best)
     p = sub.add_parser("compact", parents=[common], help="merge small files per target")
@@ -38,12 +39,12 @@ def register(sub, common) -> None:
     p = sub.add_parser("dedup", parents=[common], help="remove repeated identical measurements")
     p.set_defaults(func=run_dedup)
     p = sub.add_parser("forget", parents=[common], help="retention: top-k, age, or a whole target")
-    p.add_argument("--keep-top", type=int)
-    p.add_argument("--older-than", type=float, metavar="DAYS")
-    p.add_argument("--target")
+    p.add_argument("--keep-top", type=int, metavar="K", help="keep only the K best configs of every entry")
+    p.add_argument("--older-than", type=float, metavar="DAYS", help="remove records older than DAYS days")
+    p.add_argument("--target", help="remove every record of this target (name or key)")
     p.set_defaults(func=run_forget)
     p = sub.add_parser("invalidate", parents=[common], help="mark a target stale (toolchain upgrade)")
-    p.add_argument("--target", required=True)
+    p.add_argument("--target", required=True, help="the target to mark stale (name or key)")
     p.set_defaults(func=run_invalidate)
 
 
@@ -69,6 +70,8 @@ def run_stats(args) -> None:
               "evaluations_all_runs": "evaluations (all runs)", "cache_hits_all_runs": "cache hits (all runs)"}
 
     def show(k: str, v: object) -> str:
+        if k == "hit_rate_all_runs":  # the hit rate of docs/runs.md: cache hits / evaluations of the searches
+            return "- (no evaluations)" if v is None else f"{v * 100:.1f} % ({hits}/{evals} evaluations)"
         if k.startswith("hit_rate"):
             return "-" if v is None else f"{v * 100:.1f} %"
         return str(v)
@@ -89,32 +92,123 @@ def _target_in_db(args, db, spec: str) -> dict:
     return t
 
 
+def ci_cell(est) -> str:
+    """An estimate's interval for a column headed "95 % CI": the range when it is a 95 %
+    interval, else the range with its own level (``185-263 us (72 % CI)``, the label of
+    ``tunedb.index.estimate.ci_label``), ``-`` without one."""
+    from tunedb.index.estimate import LEVEL, ci_label
+
+    if not est.has_interval:
+        return "-"
+    text = est.interval_text().split(" CI ", 1)[1]
+    return text if est.coverage >= LEVEL - 1e-9 else f"{text} ({ci_label(est.coverage)})"
+
+
+def ci_text(est) -> str:
+    """``202 us (95 % CI 185-263 us, n=2, confirmed, noisy)``: the estimate, its interval labelled by
+    ``tunedb.index.estimate.ci_label`` (95 % CI, or its own lower level), n and the flags."""
+    from tunedb.index.estimate import ci_label
+
+    n = f"n={est.records}" if est.records != 1 else f"n=1, {est.samples} repeats"
+    extra = ", confirmed" if est.basis == "confirmed" else ""
+    ci = f"{ci_label(est.coverage)} {ci_cell(est).split(' (')[0]}" if est.has_interval else "no interval"
+    return f"{fmt_seconds(est.value)} ({ci}, {n}{extra}" + (", noisy)" if est.noisy else ")")
+
+
+def compare_command(target: str, workload: str, a: dict, b: dict) -> str:
+    """The ``tunedb compare`` command line that decides A against B (shell-quoted)."""
+    import json
+    import shlex
+
+    def cfg(c: dict) -> str:
+        return shlex.quote(json.dumps(c, sort_keys=True, separators=(",", ":")))
+    return (f"tunedb compare --target {shlex.quote(target)} --workload {shlex.quote(workload)} "
+            f"--config {cfg(a)} --config {cfg(b)}")
+
+
 def run_best(args) -> None:
+    """``tunedb best``: the entry's configs in answer order (``tunedb.index.decisions.answer``:
+    stored decisions first, then intervals entirely below, then the estimator's ranking), the
+    first ``k`` plus the configs tied with the first and the first config's challenger when
+    they are below them."""
+    from tunedb.index.decisions import answer
+
     if args.k < 1:
         raise UserError("-k must be >= 1")
     db = trusted(args, lambda: open_db(args, must_exist=True))
-    target = _target_in_db(args, db, args.target)
+    target = resolve_target(args.target, db)
     workload = parse_workload(args.workload)
-    best = db.best_costs(target, workload, args.k)
-    if not best:
-        from tunedb.index.keys import key_of
+    from tunedb.index.keys import key_of
 
-        if not any(e == key_of(workload) for e in db.entries().column("workload_key").to_pylist()):
-            raise UserError(f"workload {args.workload!r} has no records in {args.db}")
-    rows = [{"config": c.config, "config_key": c.config_key, "cost": c.estimate.value,
-             "estimate": c.estimate.to_dict(), "source": c.record.source, "record_id": c.record.record_id}
-            for c in best]
-    human = table_text(["rank", "cost", "interval", "n", "", "source", "config"],
-                       [[i + 1, fmt_seconds(c.estimate.value), c.estimate.interval_text(), c.estimate.records,
-                         ("noisy" if c.estimate.noisy else "") + (" confirmed" if c.estimate.basis == "confirmed"
-                                                                   else ""),
-                         c.record.source, c.config] for i, c in enumerate(best)])
-    note = ("\ncost: median of the per-record medians of each config's ok records (n records); "
-            "interval: its confidence interval")
-    if any(c.estimate.basis == "confirmed" for c in best):
-        note += ("; confirmed configs (re-measured after they were chosen) rank first: a lower cost "
-                 "below them is a search's sample, not confirmed (tunedb compare decides)")
-    emit(args, {"target": target, "workload": workload, "configs": rows, "records": rows}, human + note)
+    in_db = any(x["target_key"] == key_of(target) for x in db.targets())
+    ans = answer(db, target, workload) if in_db else None
+    if ans is None or not ans.ranked:  # no record of this entry: the configs predicted for it
+        run_best_predicted(args, db, target, workload)
+        return
+    rank_of = {r.cost.config_key: i + 1 for i, r in enumerate(ans.ranked)}
+    shown = list(ans.top(args.k))
+    if ans.ranked:  # the configs tied with the first are shown with it, whatever -k
+        shown += [r for r in ans.ranked if r.cost.config_key in ans.ranked[0].tied and r not in shown]
+    ch = ans.challenger
+    if ch is not None and ch not in shown:
+        shown.append(ch)
+    head = ans.ranked[0] if ans.ranked else None
+
+    def flags(r) -> str:
+        e = r.cost.estimate
+        words = [w for w, on in (("noisy", e.noisy), ("confirmed", e.basis == "confirmed"),
+                                 ("kept by tune-model", r.kept), ("challenger", r is ch)) if on]
+        words += [f"tied with #{rank_of[k]}" for k in r.tied if k in rank_of]
+        return ", ".join(words)
+    rows = [{"rank": rank_of[r.cost.config_key], "config": r.cost.config, "config_key": r.cost.config_key,
+             "cost": r.cost.estimate.value, "estimate": r.cost.estimate.to_dict(), "source": r.cost.record.source,
+             "record_id": r.cost.record.record_id, "tied_with": sorted(rank_of[k] for k in r.tied if k in rank_of),
+             "kept": r.kept, "decided": list(r.decided), "challenger": r is ch} for r in shown]
+    human = table_text(["rank", "cost", "95 % CI", "n", "statistic", "", "source", "config"],
+                       [[rank_of[r.cost.config_key], fmt_seconds(r.cost.estimate.value), ci_cell(r.cost.estimate),
+                         r.cost.estimate.records, r.cost.estimate.statistic_text(), flags(r), r.cost.record.source,
+                         r.cost.config] for r in shown])
+    note = ("\ncost: each ok record's value is the statistic its tuner computes (Kernel Tuner, AutoTVM and "
+            "MetaSchedule records: the mean of their runs; tunedb's own measurements: the median), and a "
+            "config's cost is the median of its n records' values; 95 % CI: its "
+            "confidence interval (a lower level is written beside the range)"
+            "\norder: a stored decision (tunedb compare, tune-model's tuned-vs-default test) first, then an "
+            "interval entirely below another's, then confirmed configs (re-measured after they were chosen) "
+            "before the others, by cost")
+    for d in (head.decided if head is not None else []):
+        note += f"\n#1 stands by a stored decision: {d}"
+    settle = None
+    if ch is not None and head is not None:
+        settle = compare_command(args.target, args.workload, ch.cost.config, head.cost.config)
+        note += (f"\nunsettled: #{rank_of[ch.cost.config_key]} {ci_text(ch.cost.estimate)} has a lower estimate "
+                 f"than #1 {ci_text(head.cost.estimate)}, and no stored decision or non-overlapping interval "
+                 f"says which is faster; measure both again: {settle}")
+    payload = {"target": target, "workload": workload, "configs": rows, "records": rows,
+               "challenger": None if ch is None else {"rank": rank_of[ch.cost.config_key], "settle": settle},
+               "decisions": [vars(d) for d in ans.decisions]}
+    emit(args, payload, human + note)
+
+
+def run_best_predicted(args, db, target: dict, workload: dict) -> None:
+    """``tunedb best`` for an entry with no records: the configs predicted from the nearest
+    entries (``RecordStore.predict_best``), each marked predicted with where it came from; when
+    nothing near enough is stored, it says so (exit 0, no config).  UserError when no entry of
+    the workload's family is stored at all."""
+    pred = db.predict_best(target, workload, k=args.k)
+    if not pred.neighbours:
+        raise UserError(f"{args.target!r} has no records of {args.workload!r} in {args.db}, and no entry of the "
+                        f"family {workload.get('family')!r} is stored to predict from")
+    payload = {"target": target, "workload": workload, **pred.to_dict()}
+    head = (f"no records of this entry: configs predicted from the {len(pred.neighbours)} nearest entries "
+            "(not measured here; `tunedb tune` measures them first)")
+    if not pred.trusted:
+        emit(args, payload, f"no records of this entry, and no prediction: {pred.reason}")
+        return
+    human = table_text(["rank", "score", "", "predicted from", "config"],
+                       [[i + 1, f"{c.score:.3f}", "predicted", c.source, c.config] for i, c in enumerate(pred.configs)])
+    note = ("\nscore: the similarity-weighted mean, over the nearest entries, of each config's speed relative to "
+            "that entry's best config (1.000 = the best config on every one of them)")
+    emit(args, payload, head + "\n" + human + note)
 
 
 def run_compact(args) -> None:

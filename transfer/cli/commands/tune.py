@@ -32,8 +32,9 @@ def register(sub, common) -> None:
     p.add_argument("--replay", metavar="FILE", help="answer measurements from a Kernel Tuner cache file")
     p.add_argument("--device", help="device name of the replay file's target: overrides the file's "
                                     "device name, empty or not")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--wall-time", type=float, metavar="SECONDS")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0): the same seed and history repeat the same run")
+    p.add_argument("--wall-time", type=float, metavar="SECONDS",
+                   help="stop searching after SECONDS of wall time (default: no limit; the budget decides)")
     p.add_argument("--patience", type=int, default=None, metavar="ROUNDS",
                    help="stop after ROUNDS local-search rounds without improvement (default: off, the whole "
                         "--budget is spent)")
@@ -43,21 +44,21 @@ def register(sub, common) -> None:
     p.set_defaults(func=run_tune)
 
     p = sub.add_parser("warm-start", parents=[common], help="tune many workloads on a new target from history")
-    p.add_argument("--target", required=True)
+    p.add_argument("--target", required=True, help="the new target: preset, DB target, catalog device or JSON file")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--workloads", metavar="FILE", help="JSON list of workloads, or one workload spec per line")
     g.add_argument("--from-target", metavar="SRC", help="every workload SRC has in the DB")
-    p.add_argument("--budget", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cold", action="store_true")
+    p.add_argument("--budget", type=int, default=20, help="evaluations per workload (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the search (default 0): the same seed and history repeat the same run")
+    p.add_argument("--cold", action="store_true", help="no retrieval, random starts (for comparison)")
     p.add_argument("--trust", metavar="PATTERNS", help=TRUST_HELP)
     _confirm_args(p)
     p.set_defaults(func=run_warm_start)
 
     p = sub.add_parser("predict", parents=[common], help="the cost model's predicted time for a config")
-    p.add_argument("--target", required=True)
-    p.add_argument("--workload", required=True)
-    p.add_argument("--config", required=True, help="JSON object or file")
+    p.add_argument("--target", required=True, help="preset, DB target, catalog device or JSON file")
+    p.add_argument("--workload", required=True, help="family:key=value,..., a JSON object or a JSON file")
+    p.add_argument("--config", required=True, help="config: a JSON object, inline or a file")
     p.set_defaults(func=run_predict)
 
 
@@ -194,10 +195,14 @@ def run_warm_start(args) -> int:
     from tunedb.transfer.search import runlog
 
     _check_budget(args.budget)
-    db = trusted(args, lambda: open_db(args))
-    if args.workloads:
+    if args.workloads:  # read and checked before the DB is opened (and created)
+        from tunedb.transfer.cli.preflight import check_workloads
+
         workloads = workloads_from_file(args.workloads)
-    else:
+        check_workloads(args, workloads, f"workloads file {args.workloads}")
+    db = trusted(args, lambda: open_db(args, must_exist=args.workloads is None))
+    target = resolve_target(args.target, db)
+    if not args.workloads:
         src = resolve_target(args.from_target, db)
         from tunedb.index.keys import key_of
 
@@ -208,7 +213,6 @@ def run_warm_start(args) -> int:
         workloads = [json.loads(e["workload"]) for e in ents]
     if not workloads:
         raise UserError("no workloads to tune")
-    target = resolve_target(args.target, db)
     from tunedb.transfer.measure.jobs import local_job
 
     rows, results = [], []

@@ -1,0 +1,90 @@
+"""The house: the two-stage test run, the package list, the architecture tree and the contributor
+guide's claims stay true."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, TESTS
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+PACKAGE_DIRS = ("index", "transfer", "datasets")
+
+TWO_TESTS = '''
+import pytest
+
+@pytest.mark.slow
+def test_a_slow_one():
+    open("slow-ran", "w").close()
+
+def test_a_fast_one():
+    assert FAST_PASSES
+'''
+
+
+def _run_stages(tmp_path: Path, *, fast_passes: bool, gate: bool) -> subprocess.CompletedProcess:
+    (tmp_path / "test_two.py").write_text(f"FAST_PASSES = {fast_passes}\n" + TWO_TESTS)
+    env = {k: v for k, v in os.environ.items() if k != "TUNEDB_FAST_GATE"}
+    env["PYTHONPATH"] = str(TESTS)
+    if gate:
+        env["TUNEDB_FAST_GATE"] = "1"
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "stages", "-v", "-p", "no:cacheprovider",
+                           "-o", "markers=slow", "test_two.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_fast_tests_run_before_slow_ones(tmp_path):
+    p = _run_stages(tmp_path, fast_passes=True, gate=True)
+    assert p.returncode == 0, p.stdout
+    order = [m.group(1) for m in re.finditer(r"::(test_\w+) PASSED", p.stdout)]
+    assert order == ["test_a_fast_one", "test_a_slow_one"]
+
+
+def test_the_gate_stops_before_the_slow_stage_when_a_fast_test_failed(tmp_path):
+    p = _run_stages(tmp_path, fast_passes=False, gate=True)
+    assert p.returncode != 0 and "fast stage failed" in p.stdout
+    assert not (tmp_path / "slow-ran").exists()
+    p = _run_stages(tmp_path, fast_passes=False, gate=False)  # without the gate: everything runs
+    assert p.returncode == 1 and (tmp_path / "slow-ran").exists()
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    """A subpackage missing from ``[tool.setuptools] packages`` would be missing from the wheel
+    (the slow wheel test finds that too; this is the fast check)."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"tunedb"} | {"tunedb." + ".".join(f.parent.relative_to(ROOT).parts)
+                          for d in PACKAGE_DIRS for f in (ROOT / d).rglob("__init__.py")}
+    assert listed == found, (sorted(found - listed), sorted(listed - found))
+
+
+def _tree_block() -> str:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    m = re.search(r"```\ntunedb/.*?```", text, re.S)
+    assert m, "docs/architecture.md has no package tree"
+    return m.group(0)
+
+
+def test_the_architecture_tree_names_every_module():
+    tree = _tree_block()
+    named = set(re.findall(r"[\w]+\.py", tree)) | {w + ".py" for w in re.findall(r"\b\w+\b", tree)}
+    missing = sorted(str(f.relative_to(ROOT)) for d in ("index", "transfer") for f in (ROOT / d).rglob("*.py")
+                     if f.name != "__init__.py" and f.name not in named)
+    assert not missing, f"modules missing from the tree in docs/architecture.md: {missing}"
+
+
+def test_the_contributor_guide_is_linked_and_its_commands_exist():
+    guide = (ROOT / "CONTRIBUTING.md").read_text()
+    assert "CONTRIBUTING.md" in (ROOT / "README.md").read_text()
+    assert "docs/contracts.md" in guide and 'pytest -m "not slow"' in guide
+    for path in re.findall(r"`((?:index|transfer|tests|benchmarks|docs)/[\w/.]+\.(?:py|md))`", guide):
+        assert (ROOT / path).exists(), f"CONTRIBUTING.md names {path}, which does not exist"
