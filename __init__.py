@@ -33,7 +33,6 @@ _LAZY = {
     "StoreStats": ("tunedb.index.base", "StoreStats"),
     "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
     "ParquetStore": ("tunedb.index.parquet.store", "ParquetStore"),
-    "TuningDB": ("tunedb.index.parquet.store", "ParquetStore"),  # the Parquet backend's former name
     "PostgresStore": ("tunedb.index.postgres.store", "PostgresStore"),
     "LayeredStore": ("tunedb.index.layered", "LayeredStore"),
     "TrustedStore": ("tunedb.index.trust", "TrustedStore"),
@@ -54,7 +53,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "ParquetStore", "TuningDB", "PostgresStore",
+    "open", "RecordStore", "Entry", "StoreStats", "MemoryStore", "ParquetStore", "PostgresStore",
     "LayeredStore", "TrustedStore", "parse_trust",
     "Record", "RecordBatch", "STATUSES",
     "local_target", "resolve_target",
@@ -63,7 +62,9 @@ __all__ = [
 ]
 
 
-__getattr__ = lazy_getattr("tunedb", _LAZY, globals())
+#: former names, still resolved (with a DeprecationWarning)
+DEPRECATED = {"TuningDB": "ParquetStore"}
+__getattr__ = lazy_getattr("tunedb", _LAZY, globals(), DEPRECATED)
 
 
 class _SubmoduleAlias:
@@ -107,7 +108,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     from tunedb.index.hardware.targets import resolve_target
     from tunedb.index.layered import LayeredStore
     from tunedb.index.memory import MemoryStore
-    from tunedb.index.parquet.store import ParquetStore, TuningDB
+    from tunedb.index.parquet.store import ParquetStore
     from tunedb.index.postgres.store import PostgresStore
     from tunedb.index.record import STATUSES, Record
     from tunedb.index.stores import open_store as open

@@ -26,11 +26,11 @@ CHILD = r'''
 import json, shutil, sys, tempfile, time
 sys.path.insert(0, sys.argv[2])
 import bench_store as b
-from tunedb.index import Record, TuningDB
+from tunedb.index import Record, ParquetStore
 n = int(sys.argv[1])
 batches = list(b.stream_batches(n))
 d = tempfile.mkdtemp(dir=sys.argv[3])
-db = TuningDB.open(d + "/db")
+db = ParquetStore.open(d + "/db")
 t0 = time.perf_counter()
 for x in batches:
     db.commit(x)

@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tunedb.index import Record, RecordBatch, TuningDB  # noqa: E402
+from tunedb.index import ParquetStore, Record, RecordBatch  # noqa: E402
 from tunedb.index.keys import canonical_json  # noqa: E402
 
 
@@ -156,7 +156,7 @@ def queries(recs, n: int) -> list[Record]:
 def bench_tunedb(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     chunk = 250_000
     # bulk ingest of Record objects (into a scratch DB, removed)
-    db = TuningDB.open(work / "from_records")
+    db = ParquetStore.open(work / "from_records")
     t0 = time.perf_counter()
     for i in range(0, len(recs), chunk):
         db.commit(recs[i:i + chunk])
@@ -167,7 +167,7 @@ def bench_tunedb(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     batches = [make_batch(recs[i:i + chunk]) for i in range(0, len(recs), chunk)]
     batch_build = len(recs) / (time.perf_counter() - t0)
     path = work / "tunedb"
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     t0 = time.perf_counter()
     for b in batches:
         db.commit(b)
@@ -178,8 +178,8 @@ def bench_tunedb(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     first_query_s = time.perf_counter() - t0
     assert n_all == len(recs), (n_all, len(recs))
     db.compact()
-    open_s = time_opens(lambda: TuningDB.open(path))
-    db = TuningDB.open(path)
+    open_s = time_opens(lambda: ParquetStore.open(path))
+    db = ParquetStore.open(path)
     qs = queries(recs, n_queries)
     lat = time_calls(lambda r: db.lookup(r.target, r.workload, r.config), qs)
     blat = time_calls(lambda r: db.best(r.target, r.workload, 5), qs[: max(100, n_queries // 10)])
@@ -334,7 +334,7 @@ def probe(kind: str, store_path: str, qfile: str) -> dict:
     base = rss_mb()
     t0 = time.perf_counter()
     if kind == "tunedb":
-        db = TuningDB.open(store_path)
+        db = ParquetStore.open(store_path)
         open_s = time.perf_counter() - t0
         lookup, best = db.lookup, db.best
     else:
@@ -365,7 +365,7 @@ def bench_commits_interleaved(db_path: Path, log_path: Path, rounds: int = 30, p
     """Durable single-record commits, tunedb and a JSON-lines append with one fsync each,
     alternating in rounds on the same disk (its fsync rate moves a lot from second to second
     here, so separate runs cannot be compared).  Rates per round; the ratio per round pair."""
-    db = TuningDB.open(db_path)
+    db = ParquetStore.open(db_path)
     t, w = {"kind": "cpu", "name": "commit-target"}, {"family": "matmul", "M": 48}
     db.commit(Record(t, w, {"warm": 1}, [1e-3]))
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -397,7 +397,7 @@ def _writer(kind: str, path: str, seconds: float, go, wid: int, q) -> None:
     t = {"kind": "cpu", "name": f"writer-target-{wid % 2}"}
     w = {"family": "matmul", "M": 64, "N": 64, "K": 64}
     if kind == "tunedb":
-        db = TuningDB.open(path)
+        db = ParquetStore.open(path)
         db.commit(Record(t, w, {"warmup": wid}, [1e-3]))
         put = db.commit
     else:
@@ -440,7 +440,7 @@ def threads_rate(path: Path, k: int, seconds: float = 3.0) -> float:
     """Total durable single-record commits/s of ``k`` threads sharing one tunedb handle."""
     import threading
 
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     counts = [0] * k
     stop = time.perf_counter() + seconds
 
@@ -471,7 +471,7 @@ def bench_writers(work: Path, ks: tuple[int, ...] = (1, 2, 4, 8)) -> dict:
 def bench_streamed(n: int, work: Path, n_queries: int, n_commits: int) -> dict:
     """N records streamed in as RecordBatches; queries of two targets in a fresh process."""
     path = work / "tunedb"
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     build = ingest = 0.0
     for b in _timed_iter(stream_batches(n)):
         build += b[1]
@@ -492,7 +492,7 @@ def bench_streamed(n: int, work: Path, n_queries: int, n_commits: int) -> dict:
     write_queries(qfile, triples)
     opens = [run_probe("tunedb", path, qfile) for _ in range(3)]
     p = sorted(opens, key=lambda d: d["open_s"])[1]  # the median open
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     extra = [Record(t, w, dict(c, extra=i), [1e-3]) for i, (t, w, c) in enumerate(triples[:n_commits])]
     t0 = time.perf_counter()
     for r in extra:

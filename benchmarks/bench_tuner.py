@@ -85,7 +85,7 @@ def build_db(path: Path, kernel_dir: Path, held: str, n_records: int, seed: int 
     """Write the benchmark DB at ``path`` (see the module docstring); returns what it holds."""
     import numpy as np
 
-    from tunedb.index import RecordBatch, TuningDB
+    from tunedb.index import ParquetStore, RecordBatch
     from tunedb.index.hardware import catalog
 
     t0 = time.perf_counter()
@@ -93,7 +93,7 @@ def build_db(path: Path, kernel_dir: Path, held: str, n_records: int, seed: int 
 
     real = _real_devices(kernel_dir, held)
     held_target = ReplayData(kernel_dir / f"{held}.json.gz").target  # never synthesised: it is the one tuned
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     rng = np.random.default_rng(seed)
     n_real = 0
     for d in real.values():
@@ -146,14 +146,14 @@ def build_db(path: Path, kernel_dir: Path, held: str, n_records: int, seed: int 
 # ------------------------------------------------------------------------------ one run (a child)
 def one_run(db_path: str, replay: str, budget: int, seed: int, baseline: bool) -> dict:
     """Tune the replayed device once on ``db_path`` (in this process); the figures as JSON data."""
-    from tunedb.index import TuningDB
+    from tunedb.index import ParquetStore
     from tunedb.transfer.measure.jobs import replay_job
     from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
     t0 = time.perf_counter()
     job = replay_job(replay)
     load_s = time.perf_counter() - t0
-    db = TuningDB.open(db_path)
+    db = ParquetStore.open(db_path)
     tuner = Tuner(db, job.target, job.workload, job.space, job.backend,
                   TuneOptions(budget=budget, seed=seed, patience=10_000), **job.tuner_kwargs())
     timers = _wrap_baseline(tuner, db) if baseline else None
@@ -258,11 +258,11 @@ def _warm_derived(base: Path, replay: Path) -> None:
     """Build the DB's derived data a DB that has been used has: the nearest-entry index and the
     entries summary (``derived/``; rebuildable), so that every mode starts from a used DB.  The
     persisted cost model is left to the modes (cold cache: absent)."""
-    from tunedb.index import TuningDB
+    from tunedb.index import ParquetStore
     from tunedb.transfer.measure.jobs import replay_job
 
     job = replay_job(str(replay))
-    db = TuningDB.open(base)
+    db = ParquetStore.open(base)
     db.nearest(job.target, job.workload, k=9)
     db.entries()
     db.close()

@@ -20,7 +20,6 @@ from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 _LAZY = {
     "ParquetStore": ("tunedb.index.parquet.store", "ParquetStore"),
-    "TuningDB": ("tunedb.index.parquet.store", "ParquetStore"),  # the former name
     "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
     "RecordStore": ("tunedb.index.base", "RecordStore"),
     "open_store": ("tunedb.index.stores", "open_store"),
@@ -33,9 +32,11 @@ _LAZY = {
     "key_of": ("tunedb.index.keys", "key_of"),
 }
 
-__all__ = ["ParquetStore", "TuningDB", "MemoryStore", "RecordStore", "open_store", "parse_location",
+__all__ = ["ParquetStore", "MemoryStore", "RecordStore", "open_store", "parse_location",
            "Location", "Record", "STATUSES", "RecordBatch",
            "canonical_json", "key_of", "SCHEMA_VERSION", "TUNEDB_VERSION"]
 
 
-__getattr__ = lazy_getattr("tunedb.index", _LAZY, globals())
+#: former names, still resolved (with a DeprecationWarning)
+DEPRECATED = {"TuningDB": "ParquetStore"}
+__getattr__ = lazy_getattr("tunedb.index", _LAZY, globals(), DEPRECATED)

@@ -4,17 +4,25 @@ so importing the package itself loads nothing heavy."""
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_getattr(package: str, table: Mapping[str, tuple[str, str]], namespace: dict[str, Any]
-                 ) -> Callable[[str], Any]:
+def lazy_getattr(package: str, table: Mapping[str, tuple[str, str]], namespace: dict[str, Any],
+                 deprecated: Mapping[str, str] | None = None) -> Callable[[str], Any]:
     """A module ``__getattr__`` for ``package``: ``table`` maps a public name to (module,
     attribute); the first access imports it and caches it in ``namespace`` (the package's
-    globals).  Unknown names raise AttributeError."""
+    globals).  Unknown names raise AttributeError.  ``deprecated`` maps a former name to the name
+    that replaces it: such a name still resolves, with a DeprecationWarning on every access (it
+    is never cached)."""
+    old_names = dict(deprecated or {})
 
     def __getattr__(name: str) -> Any:
+        if name in old_names:
+            warnings.warn(f"{package}.{name} is deprecated; use {package}.{old_names[name]}", DeprecationWarning,
+                          stacklevel=2)
+            return __getattr__(old_names[name])
         try:
             module, attr = table[name]
         except KeyError:

@@ -38,9 +38,9 @@ def kernel_tuner_file(device: str, kernel: str = "convolution_milo") -> Path:
 def replay_history_db(path: Path, replays: dict, devices: tuple[str, ...], *, compact: bool = False) -> Path:
     """A Parquet DB at ``path`` holding every replayed record of ``devices`` (``replays``: device
     -> ReplayData), compacted or closed; returns ``path``."""
-    from tunedb.index import TuningDB
+    from tunedb.index import ParquetStore
 
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     for d in devices:
         db.commit(list(replays[d].results.values()))
     if compact:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.hardware.localcpu import preset
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
 from tunedb.transfer.measure.jobs import local_job
@@ -24,7 +24,7 @@ WORKLOADS = [{"family": "matmul", "M": 32, "N": 32, "K": 32}, {"family": "softma
 
 def build_source_db(path: Path, budget: int = 3) -> Path:
     """A DB at ``path`` holding SRC's records of WORKLOADS (``budget`` cold evaluations each)."""
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     for w in WORKLOADS:
         job = local_job(preset(SRC), w, LocalBackend(FAST))
         Tuner(db, job.target, job.workload, job.space, job.backend,

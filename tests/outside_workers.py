@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.index.parquet.upgrade import upgrade
 
 CALLS = ("rename", "unlink", "fsync", "link")
@@ -54,18 +54,18 @@ def arm(point: str) -> dict[str, int]:
 
 def main(op: str, path: str, point: str) -> None:
     if op == "abandon":  # leave a journal whose writer is gone
-        db = TuningDB.open(path)
+        db = ParquetStore.open(path)
         for i in range(12):
             db.commit(records(f"journal-{i}", 1, i))
         os._exit(0)
     if op == "churn":  # commits, compactions, then a forget: what a reader loop reads beside
-        db = TuningDB.open(path)
+        db = ParquetStore.open(path)
         for i in range(8):
             db.commit(records(f"w{i}", 300, i))
             db.compact()
         db.forget(target=TARGETS[1])
         os._exit(0)
-    db = None if op in ("upgrade", "recover") else TuningDB.open(path)
+    db = None if op in ("upgrade", "recover") else ParquetStore.open(path)
     if op == "fold":
         for i in range(12):  # small commits: the journal (acknowledged before anything is armed)
             db.commit(records(f"fold-{i}", 1, i))
@@ -75,7 +75,7 @@ def main(op: str, path: str, point: str) -> None:
     elif op == "fold":
         db.close()  # folds this handle's journal
     elif op == "recover":
-        TuningDB.open(path)  # folds the abandoned journal the test left
+        ParquetStore.open(path)  # folds the abandoned journal the test left
     elif op == "compact":
         db.compact()
     elif op == "dedup":

@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 
 DURABILITY_TARGETS = [{"kind": "cpu", "name": f"durable-{i}"} for i in range(3)]
 DURABILITY_WORKLOAD = {"family": "matmul", "M": 32, "N": 32, "K": 32}
@@ -83,7 +83,7 @@ def disk_full(path: str, ballast: str, seed: int) -> None:
     record, ``F <id>`` per record of a commit that raised, and ``E <kind> <errno>`` /
     ``C <outcome>`` lines."""
     rng = random.Random(seed)
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.JOURNAL_FOLD = rng.choice([25, 200, 10**9])  # folds on a full disk must not fail commits
     db.AUTO_COMPACT_FILES = rng.choice([4, 64])
     warm = durable_records(f"warm{seed}", 40, pad=100, rng=rng)
@@ -116,7 +116,7 @@ def disk_full(path: str, ballast: str, seed: int) -> None:
     _commit_after_freeing_then_die(db, seed)
 
 
-def _commit_after_freeing_then_die(db: TuningDB, seed: int) -> None:
+def _commit_after_freeing_then_die(db: ParquetStore, seed: int) -> None:
     """Space is back: five more acknowledged commits on the same handle, then SIGKILL ourselves."""
     print("FREED", flush=True)
     for i in range(5):
@@ -134,7 +134,7 @@ def file_size_limit(path: str, seed: int) -> None:
 
     rng = random.Random(seed)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.JOURNAL_FOLD = 10**9
     warm = durable_records(f"warm{seed}", 30, pad=100, rng=rng)
     db.commit(warm)
@@ -169,7 +169,7 @@ def threads_file_size_limit(path: str, seed: int, threads: int) -> None:
 
     rng = random.Random(seed)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.JOURNAL_FOLD = 10**9
     out_lock = threading.Lock()
     warm = durable_records(f"warm{seed}", 8, pad=100, rng=rng)
@@ -203,7 +203,7 @@ def threads_file_size_limit(path: str, seed: int, threads: int) -> None:
 def populate_parts(path: str, tag: str, commits: int, per_commit: int) -> None:
     """Commit ``commits`` times ``per_commit`` records over 3 targets, a Parquet file per
     commit and target; prints ``A <id>`` lines (acknowledged) and exits normally."""
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.JOURNAL_MAX = 0
     db.AUTO_COMPACT_FILES = 10**9
     for i in range(commits):
@@ -216,7 +216,7 @@ def populate_parts(path: str, tag: str, commits: int, per_commit: int) -> None:
 def compact_kill(path: str, point: str) -> None:
     """Open ``path`` and compact it; ``point`` ``rename:<k>`` / ``unlink:<k>`` / ``fsync:<k>``
     SIGKILLs this process right after that call (``none``: the parent kills it)."""
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     kill_at(point)
     print("ready", flush=True)
     db.compact()
@@ -226,7 +226,7 @@ def compact_kill(path: str, point: str) -> None:
 def fold_kill(path: str, tag: str, n: int, point: str) -> None:
     """Commit ``n`` records in small commits to this process's journal (over 3 targets), print
     them, then fold the journal (``close``) and get SIGKILLed at ``point`` (see compact_kill)."""
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.JOURNAL_FOLD = 10**9
     for i in range(0, n, 8):
         recs = durable_records(f"{tag}-{i}", min(8, n - i), targets=3)
@@ -243,7 +243,7 @@ def recover_kill(path: str, point: str) -> None:
     """Open ``path`` (which folds abandoned journals) and get SIGKILLed at ``point``."""
     kill_at(point)
     print("ready", flush=True)
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     print("done", len(db), flush=True)
     os._exit(0)
 
@@ -256,11 +256,11 @@ def verify(path: str) -> None:
 
     import pyarrow.dataset as ds
 
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     ids = db.records().column("record_id").to_pylist()
     n = len(db)
     db.close()
-    db2 = TuningDB.open(path)
+    db2 = ParquetStore.open(path)
     n2 = len(db2)
     snap = db2.snapshot_files()
     snap_t = ds.dataset([str(f) for f in snap], format="parquet").to_table(columns=["record_id"]) if snap else None
@@ -283,7 +283,7 @@ def race_open(base: str, rounds: int, barrier, results) -> None:
         barrier.wait()
         err = None
         try:
-            db = TuningDB.open(Path(base) / f"race{r}")
+            db = ParquetStore.open(Path(base) / f"race{r}")
             db.commit(Record(DURABILITY_TARGETS[0], DURABILITY_WORKLOAD, {"pid": os.getpid(), "round": r}, [1.0]))
             db.close()
         except Exception:
@@ -293,7 +293,7 @@ def race_open(base: str, rounds: int, barrier, results) -> None:
 
 def commit_loop(path: str, tag: str, n: int, batch: int) -> None:
     """Commit ``n`` batches; print each acknowledged record_id once commit returned."""
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     t = {"kind": "cpu", "name": f"crash-{tag}"}
     w = {"family": "matmul", "M": 64, "N": 64, "K": 64}
     for i in range(n):
@@ -305,7 +305,7 @@ def commit_loop(path: str, tag: str, n: int, batch: int) -> None:
 
 
 def writer(path: str, tag: str, n: int) -> None:
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     t = {"kind": "cpu", "name": "shared-target"}
     w = {"family": "matmul", "M": 8}
     for i in range(n):
@@ -314,7 +314,7 @@ def writer(path: str, tag: str, n: int) -> None:
 
 
 def reader_compactor(path: str, seconds: float) -> None:
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     end = time.time() + seconds
     n = 0
     while time.time() < end:

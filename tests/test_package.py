@@ -132,7 +132,11 @@ def test_import_is_light_and_public_api_resolves():
     for name in tunedb.__all__:
         assert getattr(tunedb, name) is not None, name
     assert tunedb.__version__ == tunedb.TUNEDB_VERSION
-    assert tunedb.TuningDB is tunedb.ParquetStore  # the Parquet backend's former name keeps working
+    # the Parquet backend's former name keeps working, with a DeprecationWarning naming its successor
+    for pkg in (tunedb, tunedb.index):
+        with pytest.warns(DeprecationWarning, match="use .*ParquetStore"):
+            assert pkg.TuningDB is tunedb.ParquetStore
+    assert "TuningDB" not in tunedb.__all__
     with pytest.raises(AttributeError):
         tunedb.no_such_name  # noqa: B018
 
@@ -142,7 +146,7 @@ def test_user_modules_named_index_or_transfer_do_not_shadow_ours(tmp_path):
     (tmp_path / "transfer").mkdir()
     (tmp_path / "transfer" / "__init__.py").write_text("raise SystemExit('the user transfer/ was imported')\n")
     code = ("import tunedb; db = tunedb.open('db'); "
-            "from tunedb.transfer.search.tuner import Tuner; from tunedb.index.parquet.store import TuningDB; "
+            "from tunedb.transfer.search.tuner import Tuner; from tunedb.index.parquet.store import ParquetStore; "
             "print(type(db).__name__)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "ParquetStore", r.stderr

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from tunedb.index.keys import canonical_json
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
     from tunedb.index.retrieval.nearest import Match
 
 #: weight of a neighbour of similarity s: exp(SHARPNESS * (s - 1)) (s = 1 -> 1; s = 0.9 -> 0.37)
@@ -100,11 +99,11 @@ class Prediction:
                                for m in self.neighbours]}
 
 
-def predict_best(store: RecordStore, target: Any, workload: Any, k: int = 3, *, neighbours: int = 5,
+def predict_best(store: Any, target: Any, workload: Any, k: int = 3, *, neighbours: int = 5,
                  top_n: int = 20, min_similarity: float = MIN_SIMILARITY, exclude_target: bool = False
                  ) -> Prediction:
     """The ``k`` configs predicted for (target, workload) from its nearest entries (see the
-    module docstring).  ``exclude_target``: leave the query's own target out (to predict for a
+    module docstring); ``store``: a ``RecordStore`` (its ``nearest`` and ``lookup_many``).  ``exclude_target``: leave the query's own target out (to predict for a
     device that has records, as if it had none).  ValueError for bad arguments (as
     ``nearest``)."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
@@ -120,7 +119,7 @@ def predict_best(store: RecordStore, target: Any, workload: Any, k: int = 3, *, 
     return Prediction(configs=_rank(store, matches, k), neighbours=matches)
 
 
-def _rank(store: RecordStore, matches: Sequence[Match], k: int) -> list[PredictedConfig]:
+def _rank(store: Any, matches: Sequence[Match], k: int) -> list[PredictedConfig]:
     from tunedb.index.estimate import estimate
 
     weights = [math.exp(SHARPNESS * (m.similarity - 1.0)) for m in matches]

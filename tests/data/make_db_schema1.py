@@ -38,7 +38,7 @@ from pathlib import Path
 
 
 def main(out_dir: Path) -> None:
-    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.parquet.store import ParquetStore
     from tunedb.index.record import Record
     from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
     from tunedb.transfer.interop import collect
@@ -70,7 +70,7 @@ def main(out_dir: Path) -> None:
         return Record(target, w, config(i), costs=costs, compile_s=round(rng.uniform(0.1, 2), 3),
                       wall_s=round(rng.uniform(0.5, 3), 3), session="gen", **kw)
 
-    db = TuningDB.open(db_dir)
+    db = ParquetStore.open(db_dir)
     # cpu-a: 3 workloads x 30 configs in one large commit (part file), some failed
     recs = [measured(cpu_a, w, i, fail=("compile_error" if i % 11 == 0 else None)) for w in workloads[:3]
             for i in range(30)]
@@ -92,7 +92,7 @@ def main(out_dir: Path) -> None:
     db.close()
     # cpu-a: invalidated; then newer measurements (small commits: journal, folded at close)
     time.sleep(0.01)
-    db = TuningDB.open(db_dir)
+    db = ParquetStore.open(db_dir)
     db.invalidate(cpu_a)
     time.sleep(0.01)
     for i in range(0, 30, 3):
@@ -100,18 +100,18 @@ def main(out_dir: Path) -> None:
     db.commit([measured(cpu_a, workloads[3], i) for i in range(20)])
     db.close()
     # re-measure one cpu-b config twice (the later one answers lookup)
-    db = TuningDB.open(db_dir)
+    db = ParquetStore.open(db_dir)
     again = [measured(cpu_b, workloads[1], 3) for _ in range(2)]
     db.commit(again[0])
     time.sleep(0.01)
     db.commit(again[1])
     db.close()
     # the last commit stays in this handle's journal (the process exits without closing it)
-    writer = TuningDB.open(db_dir)
+    writer = ParquetStore.open(db_dir)
     last = [measured(cpu_a, workloads[4], i) for i in range(12)]
     writer.commit(last)
 
-    reader = TuningDB.open(db_dir)  # a fresh handle: reads the live writer's journal in place
+    reader = ParquetStore.open(db_dir)  # a fresh handle: reads the live writer's journal in place
     ents = reader.entries().to_pylist()
     triples = [
         ("stale cpu-a record", cpu_a, workloads[1], config(7)),

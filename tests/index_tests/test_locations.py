@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.index.parquet.layout import MARKER
 from tunedb.index.stores import MEMORY, PARQUET, POSTGRES, REMOTE, SNAPSHOT, open_error_line, open_store, parse_location
 from tunedb.transfer.cli.main import main
@@ -56,7 +56,7 @@ def test_what_is_no_location(text):
 
 def test_a_file_url_and_its_path_are_one_store(tmp_path):
     d = tmp_path / "db"
-    TuningDB.open(d).commit([Record(T, W, {"tile": 1}, [1e-3])])
+    ParquetStore.open(d).commit([Record(T, W, {"tile": 1}, [1e-3])])
     url = "file://" + str(d)
     assert parse_location(url).same_store_as(parse_location(str(d)))
     assert len(open_store(url, create=False).best(T, W)) == 1
@@ -136,7 +136,7 @@ def test_an_unreachable_database_server_is_one_error_alike(capsys, fake_dash):
 
 def test_memory_and_directories_open_and_a_layer_given_twice_is_one_error(tmp_path, capsys):
     d = tmp_path / "db"
-    TuningDB.open(d).commit([Record(T, W, {"tile": 1}, [1e-3])])
+    ParquetStore.open(d).commit([Record(T, W, {"tile": 1}, [1e-3])])
     assert _cli(capsys, "stats", "--db", "memory:")[0] == 0
     assert _cli(capsys, "stats", "--db", str(d), "--also", "memory:", "--also", "memory:")[0] == 0
     rc, err = _cli(capsys, "stats", "--db", str(d), "--also", "file://" + str(d))

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.index.keys import canonical_json, key_of
 
 T = {"kind": "cpu", "name": "t"}
@@ -34,13 +34,13 @@ def test_keys_are_canonical_and_stable_across_processes():
     ({"source": "stolen"}, "source"),
 ])
 def test_validation_rejects_bad_field_and_writes_nothing(tmp_path, kwargs, field):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     good = Record(T, W, {"a": 1}, [1.0])
     bad = Record(T, W, {"a": 2}, **({"costs": [1.0]} | kwargs))
     with pytest.raises(ValueError) as e:
         db.commit([good, bad])
     assert f"'{field}'" in str(e.value) and bad.record_id in str(e.value)
-    assert len(db) == 0 and len(TuningDB.open(tmp_path / "db")) == 0
+    assert len(db) == 0 and len(ParquetStore.open(tmp_path / "db")) == 0
     assert not list((tmp_path / "db" / "records").rglob("*.parquet"))
 
 

@@ -22,7 +22,7 @@ import tunedb
 from tunedb.index.base import MAX_RUN_BYTES, RecordStore, RunWarning
 from tunedb.index.layered import LayeredStore
 from tunedb.index.memory import MemoryStore
-from tunedb.index.parquet.store import TuningDB
+from tunedb.index.parquet.store import ParquetStore
 from tunedb.index.postgres.store import PostgresStore
 from tunedb.index.trust import TrustedStore
 
@@ -38,7 +38,7 @@ DATA = TESTS / "data"
 
 def reopen(s: RecordStore) -> RecordStore | None:
     """Another handle on the same storage (None for an in-memory store: a new one is empty)."""
-    if isinstance(s, TuningDB):
+    if isinstance(s, ParquetStore):
         return tunedb.open(s.path)
     if isinstance(s, PostgresStore):
         return tunedb.open(s.location)
@@ -120,7 +120,7 @@ def test_invalid_summaries_raise_one_line_and_write_nothing(store, bad, why):
         store.add_run(bad)
     assert "\n" not in str(ei.value)
     assert store.runs() == before
-    if isinstance(store, TuningDB):
+    if isinstance(store, ParquetStore):
         assert sorted(os.listdir(store.path / "runs")) == [f"{HEX}.json"]
 
 
@@ -250,7 +250,7 @@ def test_schema1_db_refuses_add_run_like_commit(tmp_path):
     p = tmp_path / "old"
     shutil.copytree(DATA / "db-schema1", p)
     before = {str(f.relative_to(p)): f.read_bytes() for f in p.rglob("*") if f.is_file() and f.name != "_lock"}
-    db = TuningDB.open(p)
+    db = ParquetStore.open(p)
     assert db.runs() == []
     with pytest.raises(ValueError) as ei:
         db.add_run({"kind": "tune"})
@@ -275,9 +275,9 @@ time.sleep(120)
 
 
 def test_add_run_survives_sigkill_right_after_it_returns(store):
-    if not isinstance(store, (TuningDB, PostgresStore)):
+    if not isinstance(store, (ParquetStore, PostgresStore)):
         pytest.skip("the Parquet and PostgreSQL stores outlive their process (layered: its top is Parquet)")
-    where = str(store.path) if isinstance(store, TuningDB) else store.location
+    where = str(store.path) if isinstance(store, ParquetStore) else store.location
     child = subprocess.Popen([sys.executable, "-c", _CHILD, where], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
@@ -297,5 +297,5 @@ def test_add_run_survives_sigkill_right_after_it_returns(store):
         assert [r["run_id"] for r in got] == [rid] and got[0]["trials"] == 7 and len(got[0]["configs"]) == 1000
     finally:
         fresh.close()
-    if isinstance(store, TuningDB):
+    if isinstance(store, ParquetStore):
         assert not [n for n in os.listdir(store.path / "runs") if n.startswith("_tmp-")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import tunedb
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.base import RecordStore
 from tunedb.index.memory import MemoryStore
 from tunedb.index.record import Record
@@ -31,7 +31,7 @@ def rec(cfg: int, cost: float, source: str = "measured", **kw) -> Record:
 
 @pytest.fixture(params=["memory", "parquet"])
 def store(request, tmp_path) -> RecordStore:
-    return MemoryStore() if request.param == "memory" else TuningDB.open(tmp_path / "db")
+    return MemoryStore() if request.param == "memory" else ParquetStore.open(tmp_path / "db")
 
 
 # ------------------------------------------------------------------------------------ parsing

@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.parquet.journal import JournalWarning, encode_rows, read_contents
 from tunedb.index.parquet.journal_fold import journal_row
 
@@ -157,7 +157,7 @@ def test_compact_on_a_full_disk_raises_and_loses_nothing(tmp_path):
     with small_fs(mnt):
         db_path = mnt / "db"
         code = ("import os, sys; sys.path.insert(0, sys.argv[2]); from store_workers import durable_records;"
-                "from tunedb.index import TuningDB; db = TuningDB.open(sys.argv[1]);"
+                "from tunedb.index import ParquetStore; db = ParquetStore.open(sys.argv[1]);"
                 "[db.commit(durable_records(f'c{i}', 20, targets=3)) for i in range(10)]; os._exit(0)")
         subprocess.run([sys.executable, "-c", code, str(db_path), str(HERE)], check=True, timeout=120)
         assert len(list((db_path / "journal").glob("*.jsonl"))) == 1
@@ -166,7 +166,7 @@ def test_compact_on_a_full_disk_raises_and_loses_nothing(tmp_path):
         fill_disk(mnt / "ballast", 0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", JournalWarning)  # open could not fold it either: read in place
-            db = TuningDB.open(db_path)
+            db = ParquetStore.open(db_path)
         assert len(db) == 200
         with pytest.raises(OSError) as e:
             db.compact()
@@ -214,15 +214,15 @@ def test_fold_keeps_a_journal_it_could_not_read_whole(tmp_path):
     """An abandoned journal with a corrupt line in the middle: the opener folds its good rows
     (tunedb and pyarrow count them) and keeps the file as ``.corrupt`` instead of deleting it."""
     path = tmp_path / "db"
-    TuningDB.open(path).close()
+    ParquetStore.open(path).close()
     lines = _journal_lines("mid", 8)
     j = path / "journal" / "otherhost-1-0123456789ab.jsonl"
     j.write_bytes(b"".join(lines[:3]) + lines[3][:25] + b"".join(lines[4:]))  # line 4 glued to a torn 3
     with pytest.warns(JournalWarning):
-        db = TuningDB.open(path)
+        db = ParquetStore.open(path)
     assert len(db) == 7 and hive_rows(path) == 7
     assert not j.exists() and (path / "journal" / (j.name + ".corrupt")).exists()
-    assert len(TuningDB.open(path)) == 7  # the kept file is not read again
+    assert len(ParquetStore.open(path)) == 7  # the kept file is not read again
 
 
 # -------------------------------------------------------------------------- first-open race
@@ -247,7 +247,7 @@ def test_first_open_race(tmp_path):
     failures = [g for g in got if g[2] is not None]
     assert not failures, f"{len(failures)} of {len(got)} opens failed; first: {failures[0][2]}"
     for r in range(rounds):
-        assert len(TuningDB.open(tmp_path / f"race{r}", create=False)) == procs
+        assert len(ParquetStore.open(tmp_path / f"race{r}", create=False)) == procs
     print(f"first-open race: {procs} processes x {rounds} rounds, {len(failures)} failures")
 
 
@@ -395,13 +395,13 @@ def test_snapshot_files_is_consistent_mid_crash(tmp_path):
     assert hive_rows(path) > len(acked)  # the window a plain scan sees after the crash
     with read_only_view(path, tmp_path / "ro") as ro_ok:
         if ro_ok:
-            ro = TuningDB.open(tmp_path / "ro", create=False)
+            ro = ParquetStore.open(tmp_path / "ro", create=False)
             assert len(ro) == len(acked)
             files = ro.snapshot_files()
             assert ds.dataset([str(f) for f in files], format="parquet").count_rows() == len(acked)
             assert hive_rows(tmp_path / "ro") > len(acked)  # nothing could be deleted there
             del ro, files
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     files = db.snapshot_files()
     assert ds.dataset([str(f) for f in files], format="parquet").count_rows() == len(acked) == len(db)
     assert hive_rows(path) == len(acked)  # the opener finished the killed compaction's deletions
@@ -412,7 +412,7 @@ def test_cli_prints_a_journal_warning_as_one_line(tmp_path):
     """A command that folds a dead writer's damaged journal says so in one ``tunedb: warning:``
     line: no file name, no source line."""
     path = tmp_path / "db"
-    TuningDB.open(path).close()
+    ParquetStore.open(path).close()
     lines = _journal_lines("cli", 8)
     j = path / "journal" / "otherhost-1-0123456789ab.jsonl"
     j.write_bytes(b"".join(lines[:3]) + lines[3][:25] + b"".join(lines[4:]))

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.parquet import deltalog, parts
 from tunedb.index.parquet.deltalog import CorruptLogError, LogConflictError
 from tunedb.index.parquet.store import DeltaLogWarning
@@ -39,7 +39,7 @@ def make_db(root: Path) -> tuple[Path, set[str]]:
     """A DB with BASE records in 3 commits per target (9 files); returns it and their ids."""
     db = root / "db"
     ids: set[str] = set()
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         for i in range(3):
             rs = records(f"base-{i}", BASE // 3, i)
             h.commit(rs)
@@ -54,7 +54,7 @@ def delta_ids(db: Path, version: int | None = None) -> list[str]:
 
 
 def tunedb_ids(db: Path, **kw) -> list[str]:
-    with TuningDB.open(db, **kw) as h:
+    with ParquetStore.open(db, **kw) as h:
         return h.records(columns=["record_id"]).column("record_id").to_pylist()
 
 
@@ -81,7 +81,7 @@ def agree(db: Path) -> set[str]:
 def write_and_compact(db: Path, tag: str) -> set[str]:
     """A tunedb read, commit (journal and file) and compact; returns the ids committed."""
     new = records(tag, 300, 1) + records(f"{tag}-j", 5, 2)
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         assert h.best_costs(TARGETS[0], WORKLOAD, k=1)
         h.commit(new[:300])
         for r in new[300:]:
@@ -124,13 +124,13 @@ def test_outside_append_is_read(tmp_path):
     other = tmp_path / "other"
     extra = records("appended", 4, 3) + [r for r in records("appended-new-target", 3, 0)
                                          if r.target_name == TARGETS[0]["name"]]
-    with TuningDB.open(other) as h:
+    with ParquetStore.open(other) as h:
         h.commit(extra)
         table = h.records()
     deltalake.write_deltalake(str(db / "records"), table, mode="append")
     assert len(delta_ids(db)) == BASE + len(extra)
     assert agree(db) == ids | {r.record_id for r in extra}
-    with TuningDB.open(db) as h:  # the appended rows answer lookups
+    with ParquetStore.open(db) as h:  # the appended rows answer lookups
         r = extra[0]
         assert h.lookup(r.target, r.workload, r.config).record_id == r.record_id
     ids |= {r.record_id for r in extra} | write_and_compact(db, "after-append")
@@ -166,7 +166,7 @@ def test_hand_written_version_that_removes_every_file_is_followed_and_undone_by_
     assert delta_ids(db) == []
     assert agree(db) == set()  # tunedb follows the log ...
     assert files <= data_files(db), "tunedb deleted files a hand-written log version removed"
-    with TuningDB.open(db) as h:  # ... and writes and compacts on top of it
+    with ParquetStore.open(db) as h:  # ... and writes and compacts on top of it
         h.commit(records("on-top", 10, 0))
         h.compact()
     on_top = {r.record_id for r in records("on-top", 10, 0)}
@@ -257,7 +257,7 @@ def test_a_rewrite_racing_an_outside_delete_logs_nothing_and_keeps_every_file(tm
 
 def test_outside_rows_that_cannot_be_records_are_refused_in_one_line_and_change_nothing(tmp_path):
     db, ids = make_db(tmp_path)
-    with TuningDB.open(tmp_path / "other") as h:
+    with ParquetStore.open(tmp_path / "other") as h:
         h.commit(records("bad", 3, 0))
         table = h.records()
     table = table.set_column(table.schema.get_field_index("target_key"), "target_key",
@@ -268,7 +268,7 @@ def test_outside_rows_that_cannot_be_records_are_refused_in_one_line_and_change_
     files = data_files(db)
     log = sorted(os.listdir(db / "records" / "_delta_log"))
     with pytest.raises(ValueError) as e:
-        TuningDB.open(db)
+        ParquetStore.open(db)
     msg = str(e.value)
     assert "\n" not in msg and "no target_key" in msg and ".parquet" in msg, msg
     assert data_files(db) == files and sorted(os.listdir(db / "records" / "_delta_log")) == log
@@ -283,7 +283,7 @@ def test_outside_rows_that_cannot_be_records_are_refused_in_one_line_and_change_
 def test_a_commit_that_meets_a_log_corrupted_meanwhile_repairs_it_and_succeeds(tmp_path):
     db, ids = make_db(tmp_path)
     new = records("meanwhile", 500, 2)
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         newest = sorted((db / "records" / "_delta_log").glob("*.json"))[-1]
         newest.write_text(newest.read_text()[:40])
         os.utime(newest, (0, 0))
@@ -299,7 +299,7 @@ def test_outside_rows_a_commit_would_refuse_are_refused_and_change_nothing(tmp_p
     escapes a lone surrogate, which would make every later read fail, or an unknown status) is
     refused by the writable open in one line naming the file, and nothing changes."""
     db, ids = make_db(tmp_path)
-    with TuningDB.open(tmp_path / "other") as h:
+    with ParquetStore.open(tmp_path / "other") as h:
         h.commit(records("bad", 3, 0))
         table = h.records()
     table = table.set_column(table.schema.get_field_index(column), column,
@@ -309,7 +309,7 @@ def test_outside_rows_a_commit_would_refuse_are_refused_and_change_nothing(tmp_p
     files = data_files(db)
     log = sorted(os.listdir(db / "records" / "_delta_log"))
     with pytest.raises(ValueError) as e:
-        TuningDB.open(db)
+        ParquetStore.open(db)
     msg = str(e.value)
     assert "\n" not in msg and says in msg and ".parquet" in msg, msg
     assert data_files(db) == files and sorted(os.listdir(db / "records" / "_delta_log")) == log

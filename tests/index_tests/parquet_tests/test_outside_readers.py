@@ -24,7 +24,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.parquet.upgrade import upgrade
 
 from helpers import TESTS
@@ -63,7 +63,7 @@ def base_db(root: Path, op: str) -> Path:
     if op == "upgrade":
         shutil.copytree(SCHEMA1, db)
         return db
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         for i in range(3):
             h.commit(records(f"base-{i}", 300, i))
         h.commit(records("base-0", 300, 0, id_tag="again"))  # the same measurements again: dedup's work
@@ -89,7 +89,7 @@ def states(root: Path, op: str) -> tuple[Path, set[frozenset], dict]:
     if before is not None:
         allowed.add(frozenset(before))
     if op == "upgrade":  # its first step logs the old layout's files (the journal folds next)
-        with TuningDB.open(SCHEMA1, read_only=True) as old:
+        with ParquetStore.open(SCHEMA1, read_only=True) as old:
             files = {r for r in old.records().column("record_id").to_pylist()}
         allowed |= {frozenset(files), frozenset(after)}
         from tunedb.index.parquet import journal_fold
@@ -120,7 +120,7 @@ def check_point(root: Path, base: Path, op: str, point: str, allowed: set[frozen
     # and every engine read the same records
     if op == "upgrade":
         upgrade(db)
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         mine = sorted(h.records().column("record_id").to_pylist())
     again = outside_ids(db)
     for engine, ids in again.items():
@@ -161,7 +161,7 @@ def test_reader_of_a_changing_db_never_sees_a_duplicate(tmp_path):
     """Readers in a loop while a writer commits, compacts and forgets: every read of every
     engine is duplicate-free and never holds a forgotten record."""
     db = tmp_path / "db"
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         h.commit(records("start", 300))
     writer = subprocess.Popen([sys.executable, str(WORKER), "churn", str(db), "none"], cwd=HERE)
     reads = 0
@@ -177,7 +177,7 @@ def test_reader_of_a_changing_db_never_sees_a_duplicate(tmp_path):
     finally:
         writer.wait(timeout=120)
     assert writer.returncode == 0
-    with TuningDB.open(db) as h:
+    with ParquetStore.open(db) as h:
         mine = sorted(h.records().column("record_id").to_pylist())
         assert "outside-1" not in set(h.records().column("target_name").to_pylist())
     assert sorted(outside_ids(db)["polars"]) == mine

@@ -18,7 +18,7 @@ import pyarrow.dataset as ds
 import pytest
 
 import tunedb
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.index.testing import store_tests as contract
 
 from helpers import TESTS
@@ -34,13 +34,13 @@ def recs(n, target=T1, workload=W, base=1e-3):
 
 
 def test_lookup_best_and_reopen(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     rs = recs(20)
     assert db.commit(rs) == 20
     assert db.commit(rs) == 0  # idempotent by record_id
     failed = Record(T1, W, {"tile": 99}, [], status="runtime_error", error="segfault")
     db.commit(failed)
-    for d in (db, TuningDB.open(tmp_path / "db")):
+    for d in (db, ParquetStore.open(tmp_path / "db")):
         assert len(d) == 21
         hit = d.lookup(T1, W, {"tile": 3})
         assert hit is not None and hit.record_id == rs[3].record_id and hit.costs == rs[3].costs
@@ -50,18 +50,18 @@ def test_lookup_best_and_reopen(tmp_path):
         best = d.best(T1, W, k=3)
         assert [r.config["tile"] for r in best] == [0, 1, 2]
         assert all(r.status == "ok" for r in best)
-    s = TuningDB.open(tmp_path / "db").stats().to_dict()
+    s = ParquetStore.open(tmp_path / "db").stats().to_dict()
     assert (s["records"], s["targets"], s["workloads"], s["entries"]) == (21, 1, 1, 1)
     assert s["size_bytes"] > 0 and s["files"] >= 1
 
 
 def test_lookup_latest_measurement_wins_and_hit_rate(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.commit(Record(T1, W, {"tile": 1}, [2.0]))
     time.sleep(0.01)
     db.commit(Record(T1, W, {"tile": 1}, [1.0]))
     assert db.lookup(T1, W, {"tile": 1}).cost == 1.0
-    db2 = TuningDB.open(tmp_path / "db")
+    db2 = ParquetStore.open(tmp_path / "db")
     assert db2.lookup(T1, W, {"tile": 1}).cost == 1.0
     assert db2.lookup(T1, W, {"tile": 2}) is None
     s = db2.stats().to_dict()
@@ -70,8 +70,8 @@ def test_lookup_latest_measurement_wins_and_hit_rate(tmp_path):
 
 
 def test_other_process_commits_seen_after_refresh(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
-    code = ("from tunedb.index import TuningDB, Record; db = TuningDB.open(r'%s');"
+    db = ParquetStore.open(tmp_path / "db")
+    code = ("from tunedb.index import ParquetStore, Record; db = ParquetStore.open(r'%s');"
             "db.commit(Record({'kind':'cpu','name':'p'}, {'family':'f'}, {'x': 1}, [0.5]))" % (tmp_path / "db"))
     subprocess.run([sys.executable, "-c", code], check=True)
     assert db.lookup({"kind": "cpu", "name": "p"}, {"family": "f"}, {"x": 1}) is None
@@ -80,7 +80,7 @@ def test_other_process_commits_seen_after_refresh(tmp_path):
 
 
 def test_records_filter_and_hive_dataset(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.commit(recs(5) + recs(3, target={"kind": "gpu", "name": "g"}))
     t = db.records(target=T1)
     assert t.num_rows == 5 and set(t.column("target_key").to_pylist()) == {Record(T1, W, {}, [1]).target_key}
@@ -95,7 +95,7 @@ def test_records_filter_and_hive_dataset(tmp_path):
 
 
 def test_compact_dedup_forget_invalidate(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     for i in range(5):
         db.commit(recs(4, base=1e-3 * (i + 1)))  # same configs, other costs
     dup = Record(T1, W, {"tile": 0}, [1e-3, 1.1e-3])
@@ -116,16 +116,16 @@ def test_compact_dedup_forget_invalidate(tmp_path):
     assert key == dup.target_key
     assert db.lookup(T1, W, {"tile": 7}) is None and db.best(T1, W) == []
     db.commit(Record(T1, W, {"tile": 7}, [0.5]))
-    assert TuningDB.open(tmp_path / "db").lookup(T1, W, {"tile": 7}).cost == 0.5
-    assert TuningDB.open(tmp_path / "db").stats().stale_targets == [key]
+    assert ParquetStore.open(tmp_path / "db").lookup(T1, W, {"tile": 7}).cost == 0.5
+    assert ParquetStore.open(tmp_path / "db").stats().stale_targets == [key]
     db.forget(target=T1)
-    assert len(TuningDB.open(tmp_path / "db")) == 0
+    assert len(ParquetStore.open(tmp_path / "db")) == 0
 
 
 def test_forget_older_than(tmp_path):
     import datetime as dt
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     old = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)
     db.commit([Record(T1, W, {"tile": 1}, [1.0], timestamp=old), Record(T1, W, {"tile": 2}, [1.0])])
     assert db.forget(older_than_days=7)["removed"] == 1
@@ -133,7 +133,7 @@ def test_forget_older_than(tmp_path):
 
 
 def test_automatic_compaction_past_threshold(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.AUTO_COMPACT_FILES = 8
     db.JOURNAL_MAX = 0  # a Parquet file per commit (the path a journal fold or a larger commit takes)
     for r in recs(40):
@@ -147,7 +147,7 @@ def test_crash_mid_compaction_never_double_counts(tmp_path):
     """Simulate the crash window: the compacted file is in place, the sources are not yet deleted."""
     import shutil
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.JOURNAL_MAX = 0  # a Parquet file per commit
     for r in recs(6):
         db.commit(r)
@@ -159,7 +159,7 @@ def test_crash_mid_compaction_never_double_counts(tmp_path):
         shutil.copy(f, part / f.name)
     assert ds.dataset(tmp_path / "db" / "records", partitioning="hive").count_rows() == 12  # the crash window
     assert deltalake.DeltaTable(str(tmp_path / "db" / "records")).to_pyarrow_dataset().count_rows() == 6
-    db2 = TuningDB.open(tmp_path / "db", create=False)
+    db2 = ParquetStore.open(tmp_path / "db", create=False)
     assert len(db2) == 6 and db2.records().num_rows == 6
     assert len(list(part.glob("part-*.parquet"))) == 0  # cleaned up on open (by a reader too)
     assert ds.dataset(tmp_path / "db" / "records", partitioning="hive").count_rows() == 6
@@ -169,15 +169,15 @@ def test_unreadable_or_foreign_directory(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "file.txt").write_text("hello")
     with pytest.raises(ValueError):
-        TuningDB.open(tmp_path / "x")
+        ParquetStore.open(tmp_path / "x")
     with pytest.raises(FileNotFoundError):
-        TuningDB.open(tmp_path / "missing", create=False)
+        ParquetStore.open(tmp_path / "missing", create=False)
 
 
 @pytest.mark.slow
 def test_sigkill_never_loses_acknowledged_commits(tmp_path):
     path = tmp_path / "db"
-    TuningDB.open(path)
+    ParquetStore.open(path)
     acked: set[str] = set()
     rng = random.Random(1234)
     for run in range(20):
@@ -191,7 +191,7 @@ def test_sigkill_never_loses_acknowledged_commits(tmp_path):
             lines = lines[:-1]  # a torn last line: not acknowledged
         acked.update(lines)
     assert len(acked) > 100
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     ids = set(db.records().column("record_id").to_pylist())
     assert acked <= ids
     assert len(db) == len(ids)
@@ -201,7 +201,7 @@ def test_sigkill_never_loses_acknowledged_commits(tmp_path):
 @pytest.mark.slow
 def test_four_writers_and_a_compacting_reader(tmp_path):
     path = tmp_path / "db"
-    TuningDB.open(path)
+    ParquetStore.open(path)
     writers = [subprocess.Popen([sys.executable, str(HERE / "store_workers.py"), "writer", str(path), f"w{i}",
                                  "2000"], stdout=subprocess.PIPE, text=True) for i in range(4)]
     reader = subprocess.Popen([sys.executable, str(HERE / "store_workers.py"), "reader", str(path), "20"],
@@ -211,7 +211,7 @@ def test_four_writers_and_a_compacting_reader(tmp_path):
         assert w.returncode == 0 and "done" in out
     out, _ = reader.communicate(timeout=600)
     assert reader.returncode == 0, out
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     t = db.records()
     assert t.num_rows == 8000 and len(db) == 8000
     ids = t.column("record_id").to_pylist()
@@ -229,7 +229,7 @@ def test_best_costs_from_columns_equals_the_estimator_over_records(tmp_path, see
     from tunedb.index.estimate import rank
 
     rng = random.Random(seed)
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     t, w = {"kind": "cpu", "name": "rank"}, {"family": "matmul", "M": 8}
     for batch in range(4):
         recs = []
@@ -257,7 +257,7 @@ def test_best_costs_from_columns_equals_the_estimator_over_records(tmp_path, see
 def test_a_batch_lookup_read_after_a_compaction_gives_the_same_records(tmp_path):
     """``lookup_batch`` builds answers when they are read: a file merged away between the
     look-up and the read is no error, the answer is the same record (looked up again)."""
-    db = TuningDB(tmp_path / "db")
+    db = ParquetStore(tmp_path / "db")
     t, w = {"kind": "cpu", "name": "x"}, {"family": "f", "n": 1}
     rs = []
     for part in range(3):  # three part files
@@ -267,7 +267,7 @@ def test_a_batch_lookup_read_after_a_compaction_gives_the_same_records(tmp_path)
     got = db.lookup_batch(t, w, [r.config for r in rs[::7]] + [{"i": -5}])
     assert got.hits == len(rs[::7])
     db.compact()
-    other = TuningDB(tmp_path / "db")
+    other = ParquetStore(tmp_path / "db")
     other.compact()  # another handle merges the files this handle's answers point at
     assert [r.record_id for r in got[:-1]] == [r.record_id for r in rs[::7]] and got[-1] is None
 
@@ -334,11 +334,11 @@ def test_parquet_projection_of_a_schema1_db_reads_missing_columns_as_unknown(tmp
     (unknown), as the full read does, without failing on the missing column."""
     import shutil
 
-    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.parquet.store import ParquetStore
 
     src = TESTS / "data" / "db-schema1"
     shutil.copytree(src, tmp_path / "db")
-    with TuningDB.open(tmp_path / "db") as db:
+    with ParquetStore.open(tmp_path / "db") as db:
         assert db.schema_version == 1
         full = db.records()
         assert full.num_rows > 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tunedb.index import Record, RecordBatch, TuningDB
+from tunedb.index import ParquetStore, Record, RecordBatch
 
 from helpers import ROOT
 
@@ -48,11 +48,11 @@ def test_batch_has_the_keys_of_records_and_answers_lookups(tmp_path):
         ref = Record(t, W, c, r.costs)
         assert (r.target_key, r.workload_key, r.config_key, r.lookup_key, r.entry_key) == \
             (ref.target_key, ref.workload_key, ref.config_key, ref.lookup_key, ref.entry_key)
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     assert db.commit(batch) == 3000          # large: written per target, indexed at the next query
     assert db.commit(batch) == 0             # idempotent by record_id
     assert len(parquet_files(tmp_path / "db")) == 2
-    for d in (db, TuningDB.open(tmp_path / "db")):
+    for d in (db, ParquetStore.open(tmp_path / "db")):
         assert len(d) == 3000
         hit = d.lookup(T2, W, {"tile": 7, "unroll": 3})
         assert hit is not None and hit.record_id == recs[7].record_id and hit.costs == recs[7].costs
@@ -63,7 +63,7 @@ def test_batch_has_the_keys_of_records_and_answers_lookups(tmp_path):
 
 
 def test_batch_validation_names_field_and_row_and_writes_nothing(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     n = 10
     bad = {
         "status": dict(status=["ok"] * 5 + ["exploded"] + ["ok"] * 4),
@@ -91,14 +91,14 @@ def test_batch_validation_names_field_and_row_and_writes_nothing(tmp_path):
 def test_repeated_ids_within_one_commit_are_written_once(tmp_path):
     cols = columns(2500)
     cols["record_id"] = [f"{i % 2400:032x}" for i in range(2500)]
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     assert db.commit(RecordBatch.from_columns(**cols)) == 2400
-    assert TuningDB.open(tmp_path / "db").records().num_rows == 2400
+    assert ParquetStore.open(tmp_path / "db").records().num_rows == 2400
 
 
 def test_small_commits_go_to_a_journal_that_other_processes_read_and_close_folds(tmp_path):
     path = tmp_path / "db"
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     rs = [Record(T1, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(5)]
     for r in rs:
         db.commit(r)
@@ -106,8 +106,8 @@ def test_small_commits_go_to_a_journal_that_other_processes_read_and_close_folds
     assert len(journals) == 1 and parquet_files(path) == []
     p = child("""
         import sys
-        from tunedb.index import TuningDB
-        db = TuningDB.open(sys.argv[1])
+        from tunedb.index import ParquetStore
+        db = ParquetStore.open(sys.argv[1])
         print(len(db), db.lookup({"kind": "cpu", "name": "alpha", "compiler": "gcc 12"},
               {"family": "matmul", "M": 64, "N": 64, "K": 64}, {"tile": 3}).record_id)
         """, str(path))
@@ -121,20 +121,20 @@ def test_small_commits_go_to_a_journal_that_other_processes_read_and_close_folds
 
 
 def test_journal_folds_past_its_threshold(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.JOURNAL_FOLD = 10
     for i in range(25):
         db.commit(Record(T1, W, {"tile": i}, [1e-3]))
     assert len(parquet_files(tmp_path / "db")) == 2  # two folds of 10
-    assert len(db) == 25 and len(TuningDB.open(tmp_path / "db")) == 25
+    assert len(db) == 25 and len(ParquetStore.open(tmp_path / "db")) == 25
 
 
 def test_torn_journal_tail_after_a_crash_is_ignored_and_the_journal_folded(tmp_path):
     path = tmp_path / "db"
     p = child("""
         import os, sys
-        from tunedb.index import Record, TuningDB
-        db = TuningDB.open(sys.argv[1])
+        from tunedb.index import Record, ParquetStore
+        db = ParquetStore.open(sys.argv[1])
         for i in range(3):
             db.commit(Record({"kind": "cpu", "name": "alpha"}, {"family": "f"}, {"i": i}, [1.0]))
         sys.stdout.flush()
@@ -145,7 +145,7 @@ def test_torn_journal_tail_after_a_crash_is_ignored_and_the_journal_folded(tmp_p
     (journal,) = (path / "journal").glob("*.jsonl")
     with open(journal, "ab") as f:
         f.write(b'{"record_id":"0123456789abcdef0123456789abcdef","sta')  # a torn append
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     assert len(db) == 3 and db.records().num_rows == 3
     assert not journal.exists() and len(parquet_files(path)) == 1  # folded by the opener
 
@@ -157,7 +157,7 @@ def test_folding_a_journal_again_adds_no_copies(tmp_path):
     import shutil
 
     path = tmp_path / "db"
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     for i in range(6):
         db.commit([Record(T1, W, {"tile": i}, [1e-3]), Record(T2, W, {"tile": i}, [1e-3])])
     (journal,) = (path / "journal").glob("*.jsonl")
@@ -166,30 +166,30 @@ def test_folding_a_journal_again_adds_no_copies(tmp_path):
     files = parquet_files(path)
     assert len(files) == 2 and not journal.exists()
     shutil.copy(tmp_path / "saved.jsonl", journal)
-    db2 = TuningDB.open(path)
+    db2 = ParquetStore.open(path)
     assert len(db2) == 12 and not journal.exists() and parquet_files(path) == files
     assert ds.dataset(path / "records", partitioning="hive").count_rows() == 12
     db2.compact()  # once merged into a compacted file, a third fold is recognised too
     shutil.copy(tmp_path / "saved.jsonl", journal)
-    assert len(TuningDB.open(path)) == 12 and not journal.exists()
+    assert len(ParquetStore.open(path)) == 12 and not journal.exists()
     assert ds.dataset(path / "records", partitioning="hive").count_rows() == 12
 
 
 @pytest.mark.slow
 def test_journal_of_a_killed_writer_is_folded_by_the_next_reader(tmp_path):
     path = tmp_path / "db"
-    TuningDB.open(path)
+    ParquetStore.open(path)
     p = child("""
         import sys, time
-        from tunedb.index import Record, TuningDB
-        db = TuningDB.open(sys.argv[1])
+        from tunedb.index import Record, ParquetStore
+        db = ParquetStore.open(sys.argv[1])
         for i in range(4):
             db.commit(Record({"kind": "cpu", "name": "alpha"}, {"family": "f"}, {"i": i}, [1.0]))
         print("committed", flush=True)
         time.sleep(120)
         """, str(path))
     assert p.stdout.readline().strip() == "committed"
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     assert len(db) == 4 and len(list((path / "journal").glob("*.jsonl"))) == 1  # live: read, kept
     os.kill(p.pid, signal.SIGKILL)
     p.communicate()
@@ -202,7 +202,7 @@ def test_journal_of_a_killed_writer_is_folded_by_the_next_reader(tmp_path):
 
 
 def test_journaled_records_obey_invalidate_and_forget(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     for i in range(5):
         db.commit(Record(T1, W, {"tile": i}, [1e-3 * (i + 1)]))
     db.refresh()  # the journal is now read back like a record file
@@ -211,6 +211,6 @@ def test_journaled_records_obey_invalidate_and_forget(tmp_path):
     assert db.lookup(T1, W, {"tile": 1}) is None and db.records(include_stale=False).num_rows == 0
     db.commit(Record(T1, W, {"tile": 1}, [5e-3]))  # a new measurement answers again
     assert db.lookup(T1, W, {"tile": 1}).cost == 5e-3
-    assert TuningDB.open(tmp_path / "db").lookup(T1, W, {"tile": 1}).cost == 5e-3
+    assert ParquetStore.open(tmp_path / "db").lookup(T1, W, {"tile": 1}).cost == 5e-3
     assert db.forget(target=T1)["removed"] == 6  # the handle's journal is folded first
-    assert len(db) == 0 and len(TuningDB.open(tmp_path / "db")) == 0
+    assert len(db) == 0 and len(ParquetStore.open(tmp_path / "db")) == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tunedb.index import Record, RecordBatch, TuningDB
+from tunedb.index import ParquetStore, Record, RecordBatch
 
 W = {"family": "matmul", "M": 64, "N": 64, "K": 64}
 
@@ -24,7 +24,7 @@ def _targets(n: int) -> list[dict]:
 
 
 def _fill(path: Path, targets: list[dict], per_target: int) -> None:
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.commit(RecordBatch.from_columns(
         target=[t for t in targets for _ in range(per_target)], workload=[W] * (len(targets) * per_target),
         config=[{"tile": j} for _ in targets for j in range(per_target)],
@@ -47,7 +47,7 @@ def test_open_reads_no_partition_until_a_query_needs_it(tmp_path):
     assert bad
     for f in bad:
         f.write_bytes(b"not parquet" * 100)
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     for t in targets[:3]:
         assert db.lookup(t, W, {"tile": 7}).cost == pytest.approx(3e-3)
         best = [r.config["tile"] for r in db.best(t, W, k=2)]  # ten configs tie at 1 ms
@@ -66,15 +66,15 @@ def test_lazy_partitions_see_other_processes_commits_and_compactions(tmp_path):
     it and to a target it never loaded, and a compaction that merged them away."""
     targets = _targets(3)
     _fill(tmp_path / "db", targets, 20)
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     assert db.lookup(targets[0], W, {"tile": 3}) is not None
-    other = TuningDB.open(tmp_path / "db")
+    other = ParquetStore.open(tmp_path / "db")
     other.commit([Record(targets[0], W, {"tile": 100}, [1e-7]), Record(targets[2], W, {"tile": 100}, [1e-7])])
     other.close()  # folds its journal into part files
     db.refresh()
     assert db.best(targets[0], W)[0].config == {"tile": 100}
     assert db.best(targets[2], W)[0].config == {"tile": 100}
-    TuningDB.open(tmp_path / "db").compact()
+    ParquetStore.open(tmp_path / "db").compact()
     db.refresh()
     assert len(db) == 62 and len(db.records(targets[2])) == 21
     assert sum(t["records"] for t in db.targets()) == 62
@@ -84,7 +84,7 @@ def test_threads_share_fsyncs_and_every_acknowledged_commit_survives(tmp_path, m
     """8 threads commit one record at a time to one handle while each fsync takes 20 ms (a slow
     disk): they share journal fsyncs (far fewer fsyncs than commits), every commit returns only
     once durable, and a fresh process finds all of them."""
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.commit(Record(_targets(1)[0], W, {"warm": 1}, [1e-3]))  # the journal exists
     journal_fd = db._journal.fd
     real_fsync = os.fsync
@@ -115,7 +115,7 @@ def test_threads_share_fsyncs_and_every_acknowledged_commit_survives(tmp_path, m
     assert calls["journal"] < total / 2, calls  # shared: 2-8 commits per fsync here, by the machine's load
     assert len(db) == total + 1
     monkeypatch.setattr(os, "fsync", real_fsync)
-    code = ("import sys, json; from tunedb.index import TuningDB; db = TuningDB.open(sys.argv[1]); "
+    code = ("import sys, json; from tunedb.index import ParquetStore; db = ParquetStore.open(sys.argv[1]); "
             "print(json.dumps([len(db), len(set(db.records().column('record_id').to_pylist()))]))")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "db")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -134,7 +134,7 @@ def test_built_partition_indexes_are_cached_in_derived_and_never_used_stale(tmp_
     cache = tmp_path / "db" / "derived" / "index"
 
     def answers() -> tuple:
-        db = TuningDB.open(tmp_path / "db")
+        db = ParquetStore.open(tmp_path / "db")
         out = tuple((db.lookup(t, W, {"tile": 9}).record_id, tuple(r.record_id for r in db.best(t, W, k=3)),
                      len(db.records(t))) for t in targets)
         return out, len(db)
@@ -155,11 +155,11 @@ def test_built_partition_indexes_are_cached_in_derived_and_never_used_stale(tmp_
     for f in files:  # a damaged cache: rebuilt from Parquet, same answers
         f.write_bytes(b"garbage")
     assert answers() == built
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     for _ in range(2):  # two new records of tile 9 outvote its old one (a median of three)
         db.commit(Record(targets[0], W, {"tile": 9}, [1e-9]))
     db.close()
-    TuningDB.open(tmp_path / "db").compact()
+    ParquetStore.open(tmp_path / "db").compact()
     (lk0, best0, n0) = answers()[0][0]
     assert lk0 != built[0][0][0] and best0[0] == lk0 and n0 == 42  # the new measurements answer
     assert sorted(cache.glob("*.npz")) != files and len(list(cache.glob("*.npz"))) == 2
@@ -170,7 +170,7 @@ def test_entries_are_remembered_until_the_db_changes(tmp_path, monkeypatch):
     handle gets the same table; after a commit (journal) or an invalidation it is recomputed."""
     targets = _targets(3)
     _fill(tmp_path / "db", targets, 10)
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     first = db.entries()
     assert len(list((tmp_path / "db" / "derived").glob("entries2-*.parquet"))) == 1
     from tunedb.index import tables
@@ -179,8 +179,8 @@ def test_entries_are_remembered_until_the_db_changes(tmp_path, monkeypatch):
         raise AssertionError("entries were recomputed although derived/ holds them for this token")
     with monkeypatch.context() as m:
         m.setattr(tables, "entries", no_summary)
-        assert TuningDB.open(tmp_path / "db").entries().equals(first)  # read from derived/
-    other = TuningDB.open(tmp_path / "db")
+        assert ParquetStore.open(tmp_path / "db").entries().equals(first)  # read from derived/
+    other = ParquetStore.open(tmp_path / "db")
     other.commit(Record(targets[1], W, {"tile": 77}, [1e-9]))
     db.refresh()
     e = db.entries().to_pylist()

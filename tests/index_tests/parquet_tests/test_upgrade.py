@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tunedb.index.estimate import estimate, rank
-from tunedb.index.parquet.store import TuningDB
+from tunedb.index.parquet.store import ParquetStore
 from tunedb.index.record import Record
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
@@ -52,7 +52,7 @@ def _old_keys(new: dict, old: dict) -> dict:
     return {k: new[k] for k in old}
 
 
-def assert_answers_like_010(db: TuningDB) -> None:
+def assert_answers_like_010(db: ParquetStore) -> None:
     """Every answer that the expected file records, exactly as tunedb 0.1.0 gave it."""
     exp = EXPECTED
     assert len(db) == exp["len"]
@@ -109,7 +109,7 @@ def test_fixture_was_written_by_010() -> None:
 
 def test_new_code_reads_schema1_db_as_010_did(tmp_path: Path) -> None:
     p = _copy(tmp_path)
-    with TuningDB.open(p) as db:
+    with ParquetStore.open(p) as db:
         assert db.schema_version == 1 and not db.writable_schema
         assert_answers_like_010(db)
         t = db.records()
@@ -123,7 +123,7 @@ def test_new_code_reads_schema1_db_as_010_did(tmp_path: Path) -> None:
 def test_writes_to_schema1_db_fail_with_one_line_and_write_nothing(tmp_path: Path) -> None:
     p = _copy(tmp_path)
     before = _tree(p)
-    db = TuningDB.open(p)
+    db = ParquetStore.open(p)
     msg = f"{p} is a tunedb schema 1 database; run `tunedb upgrade --db {p}` to write to it"
     for write in (lambda: db.commit(_new_record()), lambda: db.commit([_new_record()] * 1),
                   lambda: db.invalidate("cpu-b"), db.compact, db.dedup, lambda: db.forget(keep_top=1),
@@ -144,7 +144,7 @@ def _check_upgraded(p: Path) -> None:
     m = _marker(p)
     assert m["schema_version"] == SCHEMA_VERSION == 2 and m["written_by"] == TUNEDB_VERSION
     assert m["created_by"] == "0.1.0"
-    with TuningDB.open(p) as db:
+    with ParquetStore.open(p) as db:
         assert db.writable_schema
         assert_answers_like_010(db)
         t = db.records()
@@ -167,7 +167,7 @@ def test_cli_upgrade_then_same_answers_provenance_and_commits(tmp_path: Path) ->
     _check_upgraded(p)
     imported = {v for v in EXPECTED["origins"].values()}
     assert {"titanx-slice.log", "epyc-replay.json.gz"} <= imported
-    with TuningDB.open(p) as db:
+    with ParquetStore.open(p) as db:
         rec = _new_record()
         assert db.commit(rec) == 1
         got = db.lookup(rec, rec, rec.config)
@@ -190,7 +190,7 @@ def test_newer_schema_refused_with_one_line(tmp_path: Path) -> None:
         assert "tunedb 9.0.0 (schema 99)" in lines[0]
         assert f"this is tunedb {TUNEDB_VERSION} (schema <= {SCHEMA_VERSION}): upgrade tunedb" in lines[0]
     with pytest.raises(ValueError, match="schema 99"):
-        TuningDB.open(p)
+        ParquetStore.open(p)
 
 
 def test_upgrade_errors_are_one_line(tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def _kill_runs(tmp_path: Path, runs: int, seed: int) -> dict:
         proc.wait()
         counts["runs"] += 1
         counts[_state(p)] += 1
-        with TuningDB.open(p) as db:  # opens and reads everything exactly, whatever the moment
+        with ParquetStore.open(p) as db:  # opens and reads everything exactly, whatever the moment
             assert_answers_like_010(db)
         counts["exact_after_kill"] += 1
         r = run_cli("upgrade", "--db", str(p))

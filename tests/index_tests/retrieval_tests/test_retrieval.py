@@ -1,4 +1,4 @@
-"""db.nearest / index.retrieval on a real TuningDB, the derived index files, and the CLI."""
+"""db.nearest / index.retrieval on a real ParquetStore, the derived index files, and the CLI."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.index.hardware.localcpu import preset
 from tunedb.index.hardware.targets import resolve_target
 from tunedb.index.retrieval import features, vectors
@@ -32,7 +32,7 @@ def _mm(m: int) -> dict:
 CONV = {"family": "conv2d", "N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3}
 
 
-def _fill(db: TuningDB) -> list[dict]:
+def _fill(db: ParquetStore) -> list[dict]:
     targets = [preset("cpu-native-t1"), preset("cpu-x86-64-t1"), A100, A6000, TX2]
     recs = []
     for ti, t in enumerate(targets):
@@ -49,7 +49,7 @@ def _fill(db: TuningDB) -> list[dict]:
 @pytest.fixture()
 def db(tmp_path):
     vectors.clear_cache()
-    d = TuningDB.open(tmp_path / "db")
+    d = ParquetStore.open(tmp_path / "db")
     _fill(d)
     return d
 
@@ -204,7 +204,7 @@ def test_new_entries_are_found_without_a_full_rebuild(db):
     assert _index_file(db).name == idx_before  # same FAISS file: the entry went in incrementally
     assert man["n_total"] == man["n_main"] + 1 and len(man["parts"]) == 2
     # another process sees it too (and loads rather than rebuilds)
-    code = ("import json,sys; from tunedb.index import TuningDB; db=TuningDB.open(sys.argv[1]); "
+    code = ("import json,sys; from tunedb.index import ParquetStore; db=ParquetStore.open(sys.argv[1]); "
             "m=db.nearest({'kind':'gpu','name':'NVIDIA A100-PCIE-40GB'}, json.loads(sys.argv[2]), k=1)[0]; "
             "print(json.dumps([m.workload, m.similarity]))")
     out = subprocess.run([sys.executable, "-c", code, str(db.path), json.dumps(new_w)], capture_output=True,
@@ -258,7 +258,7 @@ def test_cli_nearest_reports_the_estimate_not_a_record(tmp_path):
     reported as 2 ms with n=3 (not 1 ms, not one record's 2.33 ms mean) and ranks after a 1.5 ms
     config; the text output shows the estimate's text."""
     vectors.clear_cache()
-    d = TuningDB.open(tmp_path / "db")
+    d = ParquetStore.open(tmp_path / "db")
     w = _mm(333)
     for costs in ([1.9e-3, 2.0e-3, 3.1e-3], [10e-3], [1e-3]):
         d.commit([Record(A100, w, {"tile": 8}, costs=costs)])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.index.retrieval import features, vectors
 
 from helpers import ROOT
@@ -204,8 +204,8 @@ A100 = {"kind": "gpu", "name": "NVIDIA A100-PCIE-40GB"}
 TX2 = {"target": "cuda -model=tx2"}
 
 
-def _small_db(path: Path) -> TuningDB:
-    db = TuningDB.open(path)
+def _small_db(path: Path) -> ParquetStore:
+    db = ParquetStore.open(path)
     recs = []
     for t in (A100, TX2):
         for m in (64, 128, 256, 512, 1024, 2048):

@@ -442,10 +442,10 @@ os.kill(os.getpid(), signal.SIGKILL)  # its journal stays unfolded: a crashed wr
 def test_a_crashed_writers_journal_is_read_in_place_not_folded(tmp_path):
     """Read-only means read-only even after a crash: the dashboard shows a SIGKILLed writer's
     acknowledged record without folding its journal (which any writable open would do)."""
-    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.parquet.store import ParquetStore
 
     path = tmp_path / "db"
-    TuningDB.open(path).close()
+    ParquetStore.open(path).close()
     p = subprocess.run([sys.executable, "-c", COMMIT_AND_DIE, str(path)], capture_output=True, text=True, timeout=60)
     assert p.returncode == -signal.SIGKILL and "committed" in p.stdout, p.stderr
     before = tree_state(path)
@@ -457,11 +457,11 @@ def test_a_crashed_writers_journal_is_read_in_place_not_folded(tmp_path):
         proc.terminate()
         proc.wait(timeout=10)
     assert tree_state(path) == before  # nothing folded, removed or added
-    ro = TuningDB.open(path, read_only=True)
+    ro = ParquetStore.open(path, read_only=True)
     assert len(ro.records()) == 1
     with pytest.raises(ValueError, match="read-only"):
         ro.commit(Record({"kind": "gpu", "name": "x"}, {"family": "matmul", "m": 8}, {"i": 2}, [1e-3]))
-    TuningDB.open(path).close()  # a writable open finishes what the crash left
+    ParquetStore.open(path).close()  # a writable open finishes what the crash left
     assert tree_state(path) != before
 
 
@@ -518,10 +518,10 @@ def test_postgres_is_served_read_only_by_the_server_itself(filled, postgres_url)
 def test_layers_are_served_read_only(filled, tmp_path):
     """``--db A --also B``: both layers open read-only: the top layer's crashed writer's journal
     is read in place, not folded (a writable open of the top layer would fold it)."""
-    from tunedb.index.parquet.store import TuningDB
+    from tunedb.index.parquet.store import ParquetStore
 
     top = tmp_path / "top"
-    TuningDB.open(top).close()
+    ParquetStore.open(top).close()
     p = subprocess.run([sys.executable, "-c", COMMIT_AND_DIE, str(top)], capture_output=True, text=True, timeout=60)
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert any(k.startswith("journal") for k in tree_state(top))

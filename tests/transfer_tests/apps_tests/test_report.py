@@ -11,7 +11,7 @@ import pytest
 
 import tunedb
 from tunedb.datasets import convolution_files, dataset_path
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.apps.report import (
     build_report,
     entry_curves,
@@ -37,7 +37,7 @@ def filled(tmp_path_factory) -> tuple[Path, Path, list[dict]]:
     """A DB with two GPUs' imported convolution records, two TopHub GPUs, and replayed warm/cold
     tuning runs on a third GPU (run outputs saved as JSON lines, the way `tunedb tune --json` writes them)."""
     base = tmp_path_factory.mktemp("report")
-    db = TuningDB.open(base / "db")
+    db = ParquetStore.open(base / "db")
     files = convolution_files()
     recs, rep = collect("kernel-tuner", [files["A100"], files["W6600"]])
     assert rep.imported == len(recs) > 8000
@@ -106,7 +106,7 @@ def test_report_of_a_memory_store_equals_the_parquet_db(filled, tmp_path):
     from tunedb.index.memory import MemoryStore
 
     path, runs, _ = filled
-    db = TuningDB.open(path, create=False)
+    db = ParquetStore.open(path, create=False)
     mem = MemoryStore("report")
     mem.commit(list(db.iter_records()))
     data = load_runs([runs])
@@ -126,7 +126,7 @@ def test_report_of_a_memory_store_equals_the_parquet_db(filled, tmp_path):
 
 
 def test_entry_curves_match_the_store(filled):
-    db = TuningDB.open(filled[0], create=False)
+    db = ParquetStore.open(filled[0], create=False)
     curves = entry_curves(db.records(include_stale=False))
     assert len(curves) == db.entries().num_rows
     target_of = {t["target_key"]: t["target"] for t in db.targets()}

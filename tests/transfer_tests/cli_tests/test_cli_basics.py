@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 
 from helpers import kernel_tuner_file
 
@@ -53,7 +53,7 @@ def one_error(p: subprocess.CompletedProcess) -> str:
 @pytest.fixture(scope="module")
 def db_path(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("basics") / "db"
-    db = TuningDB.open(p)
+    db = ParquetStore.open(p)
     db.commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(3)]
               + [Record(T, W_EXTRA, {"tile": 4}, [2e-3]), Record(T2, W_FOREIGN, {"tile": 1}, [5e-3])])
     db.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 
 VENV_TUNEDB = Path(sys.executable).with_name("tunedb")
 T = {"kind": "cpu", "name": "err-target"}
@@ -109,11 +109,11 @@ def _tree(path: Path) -> dict[str, tuple[int, int]]:
 @pytest.fixture(scope="module")
 def places(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("errs")
-    db = TuningDB.open(base / "db")
+    db = ParquetStore.open(base / "db")
     db.commit([Record(T, {"family": "matmul", "M": 8, "N": 8, "K": 8}, {"tile": i}, [1e-3 * (i + 1)])
                for i in range(3)])
     db.close()
-    TuningDB.open(base / "empty").close()
+    ParquetStore.open(base / "empty").close()
     unreadable = base / "unreadable.json"  # a directory where a file belongs: unreadable as a file, even by root
     unreadable.mkdir()
     bad = base / "workloads.txt"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 
 from helpers import kernel_tuner_file, run_cli
 
@@ -109,7 +109,7 @@ def test_error_paths_mask_the_password(password_db):
 def test_success_paths_and_stored_runs_hold_no_password(password_db, tmp_path):
     url = password_db["url"]
     src = tmp_path / "src"
-    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(6)])
+    ParquetStore.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(6)])
     # copy into the database: the success line names the destination, password masked
     p = run_cli("copy", str(src), url, timeout=300)
     assert p.returncode == 0, p.stderr

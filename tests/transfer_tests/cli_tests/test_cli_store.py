@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 
 from helpers import ROOT, run_cli, small_fs
 
@@ -26,7 +26,7 @@ W = {"family": "matmul", "M": 8, "N": 8, "K": 8}
 @pytest.fixture()
 def db_path(tmp_path):
     p = tmp_path / "db"
-    TuningDB.open(p).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(5)])
+    ParquetStore.open(p).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(5)])
     return p
 
 
@@ -78,10 +78,10 @@ def test_maintenance_commands(db_path):
         r = run_cli(*cmd, "--db", str(db_path), "--json")
         assert r.returncode == 0, r.stderr
         json.loads(r.stdout)
-    assert len(TuningDB.open(db_path)) == 2
+    assert len(ParquetStore.open(db_path)) == 2
     r = run_cli("invalidate", "--db", str(db_path), "--target", "cli-target", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["invalidated"] is True
-    assert TuningDB.open(db_path).best(T, W) == []
+    assert ParquetStore.open(db_path).best(T, W) == []
 
 
 # ------------------------------------------------------------------ global options, --version
@@ -130,7 +130,7 @@ def test_os_error_from_the_store_is_one_line_exit_2(tmp_path):
     # 100 records: more than the journal takes, so the commit writes a Parquet file into the
     # target's partition folder -- which here is a plain file (NotADirectoryError)
     src = tmp_path / "src"
-    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(100)])
+    ParquetStore.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)]) for i in range(100)])
     (partition,) = [d.name for d in (src / "records").glob("target_slug=*") if d.is_dir()]
     dump = tmp_path / "records.jsonl"
     assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
@@ -145,7 +145,7 @@ def test_disk_full_is_one_line_exit_2_and_writes_nothing(tmp_path):
     # a real full disk: the DB lives on a 2 MB file system, the import is larger than that
     rng = random.Random(0)
     src = tmp_path / "src"
-    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)], meta={"pad": rng.randbytes(150).hex()})
+    ParquetStore.open(src).commit([Record(T, W, {"tile": i}, [1e-3 * (i + 1)], meta={"pad": rng.randbytes(150).hex()})
                                for i in range(8000)])
     dump = tmp_path / "records.jsonl"
     assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
@@ -165,11 +165,11 @@ def test_full_disk_with_a_dead_writers_journal_is_one_line(tmp_path):
     not a warning with its source line before it."""
     dump = tmp_path / "records.jsonl"
     src = tmp_path / "src"
-    TuningDB.open(src).commit([Record(T, W, {"tile": i}, [1e-3]) for i in range(50)])
+    ParquetStore.open(src).commit([Record(T, W, {"tile": i}, [1e-3]) for i in range(50)])
     assert run_cli("export", "--format", "jsonl", str(dump), "--db", str(src)).returncode == 0
     with small_fs(tmp_path / "mnt") as _kind:
         full = tmp_path / "mnt" / "db"
-        code = ("import os, sys; from tunedb.index import TuningDB, Record; db = TuningDB.open(sys.argv[1]); "
+        code = ("import os, sys; from tunedb.index import ParquetStore, Record; db = ParquetStore.open(sys.argv[1]); "
                 "[db.commit(Record({'kind': 'cpu', 'name': 'dead'}, {'family': 'matmul', 'M': 1}, {'t': i}, [1e-3])) "
                 "for i in range(20)]; os._exit(0)")
         p = subprocess.run([sys.executable, "-c", code, str(full)], capture_output=True, text=True, timeout=120)

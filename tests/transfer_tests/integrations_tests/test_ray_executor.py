@@ -9,7 +9,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
 
-from tunedb.index import TuningDB  # noqa: E402
+from tunedb.index import ParquetStore  # noqa: E402
 from tunedb.index.hardware.localcpu import preset  # noqa: E402
 from tunedb.transfer.integrations.ray_executor import RayExecutor, target_resource  # noqa: E402
 from tunedb.transfer.measure.backend import LocalBackend  # noqa: E402
@@ -46,7 +46,7 @@ def ray_cluster(source_db):
 
 
 def test_migration_through_ray(source_db, ray_cluster, tmp_path):
-    db = TuningDB.open(copy_db(source_db[0], tmp_path / "db"))
+    db = ParquetStore.open(copy_db(source_db[0], tmp_path / "db"))
     ex = RayExecutor()
     rep = migrate(db, SRC, DST, top_k=2, budget=1, executor=ex, measure_options=FAST)
     assert rep.executor == "ray" and not rep.interrupted
@@ -61,16 +61,16 @@ def test_migration_through_ray(source_db, ray_cluster, tmp_path):
     assert len(migrated) == rep.totals["measurements"]
     assert {r.source for r in recs} == {f"migrated:{SRC}", "measured"}
     # rerun through Ray: all cache hits, nothing new committed
-    again = migrate(TuningDB.open(db.path), SRC, DST, top_k=2, budget=1, executor=ex, measure_options=FAST)
+    again = migrate(ParquetStore.open(db.path), SRC, DST, top_k=2, budget=1, executor=ex, measure_options=FAST)
     assert again.totals["measurements"] == 0 and again.totals["search_measurements"] == 0
-    assert len(list(TuningDB.open(db.path).iter_records(preset(DST)))) == len(recs)
+    assert len(list(ParquetStore.open(db.path).iter_records(preset(DST)))) == len(recs)
     ex.close()
     assert ray.is_initialized()  # the executor did not start this instance, so it leaves it running
 
 
 def test_retried_task_commits_once(ray_cluster, tmp_path):
     """A retry produces the same record_id; the driver's commit skips the duplicate."""
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     ex = RayExecutor()
     fin = Finalise(new_run_id(), source=f"migrated:{SRC}")
     w = {"family": "matmul", "M": 16, "N": 16, "K": 16}
@@ -105,7 +105,7 @@ def test_target_no_node_owns_is_a_clear_error(ray_cluster):
 def test_replay_migration_through_ray(ray_cluster, tmp_path):
     from tunedb.transfer.interop import collect
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
     db.commit(recs)
     rep = migrate(db, recs[0].target_name, CONV_DIR / "A4000.json.gz", top_k=2, executor=RayExecutor())
@@ -129,5 +129,5 @@ def test_cli_executor_ray_starts_its_own_instance(source_db, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     assert out["executor"] == "ray" and out["totals"]["measurements"] == 2
-    recs = list(TuningDB.open(path).iter_records(preset(DST)))
+    recs = list(ParquetStore.open(path).iter_records(preset(DST)))
     assert len(recs) == 2 and all(r.meta["executor"] == "ray" for r in recs)

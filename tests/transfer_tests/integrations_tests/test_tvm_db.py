@@ -18,7 +18,7 @@ from tvm import te  # noqa: E402
 from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.database import JSONDatabase  # noqa: E402
 
-from tunedb.index import TuningDB  # noqa: E402
+from tunedb.index import ParquetStore  # noqa: E402
 from tunedb.index.estimate import rank  # noqa: E402
 from tunedb.index.memory import MemoryStore  # noqa: E402
 from tunedb.transfer.integrations.tvm_db import (  # noqa: E402
@@ -117,7 +117,7 @@ def test_strip_postproc_and_target_normalisation():
 @pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
 def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
     recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
-    store = TuningDB.open(tmp_path / "db")
+    store = ParquetStore.open(tmp_path / "db")
     store.commit(recs)
     mod = matmul(128, 128, 128)  # structurally identical to the sample's first workload
     ranked = rank(r for r in recs if r.workload.get("M") == 128)  # the one estimator, per config
@@ -149,7 +149,7 @@ def test_imported_jsondatabase_is_served_only_for_its_target(tmp_path):
 @pytest.mark.skipif(not MS_DATA.is_dir(), reason=f"shared MetaSchedule data not found at {MS_DATA}")
 def test_database_on_a_memory_store_serves_what_the_parquet_db_serves(tmp_path):
     recs = [r for r in ms_import.parse(MS_DATA) if not isinstance(r, ms_import.ImportIssue)]
-    store, mem = TuningDB.open(tmp_path / "db"), MemoryStore()
+    store, mem = ParquetStore.open(tmp_path / "db"), MemoryStore()
     store.commit(recs)
     mem.commit(recs)
     mod = matmul(128, 128, 128)
@@ -257,7 +257,7 @@ def tuned(tmp_path_factory):
 
 @pytest.mark.slow
 def test_tuning_writes_records_to_the_store(tuned):
-    store = TuningDB.open(tuned / "db")
+    store = ParquetStore.open(tuned / "db")
     t = store.records()
     assert t.num_rows == TRIALS
     assert list((tuned / "db" / "records").rglob("*.parquet")), "no Parquet files written"
@@ -288,7 +288,7 @@ def test_reopened_db_compiles_the_best_schedule(tuned):
     db = TunedbDatabase(tuned / "db")  # no current target: compile_tir passes one
     sch = ms.tir_integration.compile_tir(db, mod, TARGET_A)
     assert sch is not None
-    store = TuningDB.open(tuned / "db")
+    store = ParquetStore.open(tuned / "db")
     best = store.best(db.target_dict(TARGET_A), next(store.iter_records()).workload, 1)[0]
     assert decisions(sch, db, mod) == decisions_of(best.config)
     check_numerics(sch.mod, 64, 64, 64)
@@ -345,7 +345,7 @@ def test_unseen_workload_gets_adapted_nearest_traces(tuned):
     db.last_warm_start = []
     tune(mod, db, tuned / "work128", 8)
     assert db.last_warm_start and all(s["from_workload"]["K"] == 64 for s in db.last_warm_start)
-    store = TuningDB.open(tuned / "db")
+    store = ParquetStore.open(tuned / "db")
     new = [r for r in store.iter_records() if r.workload.get("K") == 128]
     assert len(new) == 8 and any(r.ok for r in new)
     measured = db.get_top_k(db.commit_workload(mod), 8)

@@ -16,7 +16,7 @@ pytest.importorskip("tvm.s_tir.meta_schedule", reason="this TVM has no tvm.s_tir
 
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: E402
 
-from tunedb.index import TuningDB  # noqa: E402
+from tunedb.index import ParquetStore  # noqa: E402
 from tunedb.transfer.integrations import tvm_models  # noqa: E402
 from tunedb.transfer.integrations.tvm_db import TunedbDatabase, strip_postproc  # noqa: E402
 from tunedb.transfer.integrations.tvm_search import pretrain_cost_model  # noqa: E402
@@ -88,7 +88,7 @@ def test_model_a_lands_in_the_db(tuned_a):
     # history: nothing to inject for A's tasks (an empty DB), the strategy says so
     assert all(t["warm"]["offered"] == 0 and t["warm"]["injected"] == 0 for t in res["tasks"])
     assert res["db_timings"]["commit_tuning_record"][0] == 2 * TRIALS
-    store = TuningDB.open(base / "db")
+    store = ParquetStore.open(base / "db")
     recs = list(store.iter_records())
     assert len(recs) == 2 * TRIALS and all(r.source == "measured" for r in recs)
 
@@ -101,7 +101,7 @@ def test_history_pretrains_the_xgb_cost_model(tuned_a):
     base, _ = tuned_a
     db = TunedbDatabase(base / "db", target=TARGET)
     mods = [t.dispatched[0] for t in tvm_models.extract_tasks(model_b(), TARGET)]
-    ok = sum(1 for r in TuningDB.open(base / "db").iter_records() if r.ok)
+    ok = sum(1 for r in ParquetStore.open(base / "db").iter_records() if r.ok)
     model = XGBModel(num_tuning_cores=2)
     fed = pretrain_cost_model(model, db, mods, TARGET)
     assert fed == ok  # every ok record of both of A's workloads, each workload once
@@ -123,7 +123,7 @@ def test_model_b_measures_a_s_adapted_traces_as_offered_then_answers_from_the_db
 
     res = tune(model_b(), db, tmp_path / "work_b")
     assert res["trials"] == 2 * TRIALS
-    store = TuningDB.open(tmp_path / "db")
+    store = ParquetStore.open(tmp_path / "db")
     by_wl: dict[str, list] = {}
     for r in store.iter_records():
         by_wl.setdefault(r.workload_key, []).append(r)
@@ -152,4 +152,4 @@ def test_model_b_measures_a_s_adapted_traces_as_offered_then_answers_from_the_db
     again = tune(model_b(), TunedbDatabase(tmp_path / "db", target=TARGET), tmp_path / "work_b2")
     assert again["trials"] == 0 and all(t["reused"] and t["trials"] == 0 for t in again["tasks"])
     assert again["latency_s"] == pytest.approx(res["latency_s"])
-    assert len(list(TuningDB.open(tmp_path / "db").iter_records())) == 4 * TRIALS
+    assert len(list(ParquetStore.open(tmp_path / "db").iter_records())) == 4 * TRIALS

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import Record, TuningDB
+from tunedb.index import ParquetStore, Record
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, Prepared, collect, make_record
 from tunedb.transfer.interop.autotvm import family_of_task, parse_target_string
@@ -178,7 +178,7 @@ def test_cli_round_trip_and_reimport(tmp_path: Path, capsys) -> None:
     assert cli_main(["import", "autotvm", str(src), "--db", str(db), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["imported"] == n and again["new"] == 0
-    assert len(TuningDB.open(db)) == n
+    assert len(ParquetStore.open(db)) == n
     log = tmp_path / "out.log"
     assert cli_main(["export", "--format", "autotvm", str(log), "--db", str(db), "--json"]) == 0
     exp = json.loads(capsys.readouterr().out)
@@ -195,7 +195,7 @@ def test_cli_device_override_and_target_filter(tmp_path: Path, capsys) -> None:
     p = _write(tmp_path, _lines("cuda_v0.10.log")[:4])
     assert cli_main(["import", "autotvm", str(p), "--db", str(db), "--device", "mygpu", "--json"]) == 0
     capsys.readouterr()
-    tab = TuningDB.open(db).records()
+    tab = ParquetStore.open(db).records()
     targets = {json.loads(t)["model"] for t in tab.column("target").to_pylist()}
     assert targets == {"mygpu"}
     name = tab.column("target_name")[0].as_py()
@@ -212,7 +212,7 @@ def test_cli_strict_writes_nothing(tmp_path: Path, capsys) -> None:
     rc = cli_main(["import", "autotvm", str(p), "--db", str(db), "--strict", "--json"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "slice.log:3" in err and "Traceback" not in err
-    assert len(TuningDB.open(db)) == 0
+    assert len(ParquetStore.open(db)) == 0
     # without --strict the good lines go in and the bad one is reported with its line number
     assert cli_main(["import", "autotvm", str(p), "--db", str(db), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

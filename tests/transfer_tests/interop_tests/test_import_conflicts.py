@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.estimate import record_value
 from tunedb.index.keys import canonical_json
 from tunedb.transfer.cli.main import main as cli_main
@@ -125,7 +125,7 @@ def test_cli_reports_conflicts(mislabelled: dict[str, Path], tmp_path: Path, cap
     assert cli_main(["import", "kernel-tuner", *files, "--db", str(db), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [c["target_used"] for c in out["conflicts"]] == ["A100", "W6600"]
-    assert {t["target_name"] for t in TuningDB.open(db).targets()} == {"A100", "W6600"}
+    assert {t["target_name"] for t in ParquetStore.open(db).targets()} == {"A100", "W6600"}
     assert cli_main(["import", "kernel-tuner", *files, "--device", "X", "--db", str(tmp_path / "db2")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("tunedb: warning: ") for line in err)
@@ -156,10 +156,10 @@ def test_replay_answers_only_from_its_file(mislabelled: dict[str, Path], tmp_pat
     assert again["best"]["cost"] == pytest.approx(record_value(best), rel=1e-12)
     assert again["best"]["cost"] <= record_value(own)
     # the view's every hit is a record of the file: its replay records, never an import of another
-    view = ReplayStore(TuningDB.open(db), data)
+    view = ReplayStore(ParquetStore.open(db), data)
     cfgs = [r.config for r in list(data.results.values())[:300]]
     hits = [h for h in view.lookup_many(data.target, data.workload, cfgs) if h is not None]
-    raw = [h for h in TuningDB.open(db).lookup_many(data.target, data.workload, cfgs) if h is not None]
+    raw = [h for h in ParquetStore.open(db).lookup_many(data.target, data.workload, cfgs) if h is not None]
     assert len(raw) > len(hits) and all(h.meta.get("replay_file") == "A100.json.gz" for h in hits)
 
 
@@ -186,7 +186,7 @@ def test_migrate_to_a_replay_answers_only_from_its_file(mislabelled: dict[str, P
     assert cli_main(["import", "kernel-tuner", *others, "--device", "X", "--db", str(db), "--json"]) == 0
     capsys.readouterr()
     data = ReplayData(mislabelled["A100"], device="X")
-    with TuningDB.open(db) as s:
+    with ParquetStore.open(db) as s:
         src = next(t for t in s.targets() if t["target_name"] != "X")["target_name"]
         rep = migrate(s, src, data, top_k=3)
         assert rep.totals["migrated"] == 1 and rep.totals["cache_hits"] == 0 < rep.totals["measurements"], rep.totals

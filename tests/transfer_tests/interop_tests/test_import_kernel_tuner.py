@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
 from tunedb.transfer.interop.kernel_tuner import cache_key, load_cache, space_from_cache
@@ -196,7 +196,7 @@ def test_cli_round_trip_and_reimport(tmp_path: Path, conv: dict, capsys) -> None
     assert json.loads(capsys.readouterr().out)["new"] == len(doc["cache"])
     assert cli_main(["import", "kernel-tuner", str(src), "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["new"] == 0
-    assert len(TuningDB.open(db)) == len(doc["cache"])
+    assert len(ParquetStore.open(db)) == len(doc["cache"])
     out = tmp_path / "back.json"
     assert cli_main(["export", "--format", "kernel-tuner", str(out), "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exported"] == len(doc["cache"])

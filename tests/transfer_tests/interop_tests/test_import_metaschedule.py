@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
 from tunedb.transfer.interop.metaschedule import RECORD_FILE, WORKLOAD_FILE, config_of, workload_of
@@ -122,7 +122,7 @@ def test_cli_round_trip(tmp_path: Path, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["imported"] == 48
     assert cli_main(["import", "metaschedule", str(MS / RECORD_FILE), "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["new"] == 0
-    assert len(TuningDB.open(db)) == 48
+    assert len(ParquetStore.open(db)) == 48
     out = tmp_path / "out"
     assert cli_main(["export", "--format", "metaschedule", str(out), "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["exported"] == 48

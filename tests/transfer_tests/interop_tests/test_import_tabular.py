@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
 
@@ -24,7 +24,7 @@ COMPARED = ("record_id", "target_key", "target_name", "target", "workload_key", 
 
 
 def _rows(db: Path) -> list[dict]:
-    t = TuningDB.open(db).records()
+    t = ParquetStore.open(db).records()
     return sorted(t.select(list(COMPARED)).to_pylist(), key=lambda r: r["record_id"])
 
 
@@ -99,7 +99,7 @@ def test_jsonl_bad_lines_reported(small_db: Path, tmp_path: Path, capsys) -> Non
     assert [r.record_id for r in again] == [r.record_id for r in recs]  # missing id -> deterministic id
     db = tmp_path / "strict"
     assert cli_main(["import", "jsonl", str(p), "--db", str(db), "--strict"]) == 2
-    assert len(TuningDB.open(db)) == 0
+    assert len(ParquetStore.open(db)) == 0
 
 
 def test_parquet_wrong_schema(tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_record_counts_of_every_shared_file(tmp_path: Path, capsys) -> None:
         assert out["imported"] == n and out["new"] == n, p
         total += n
     t_all = time.perf_counter() - t_all
-    assert total == len(TuningDB.open(db)) == 2121 + 48 + 7 * 4362 + 6 * 11130
+    assert total == len(ParquetStore.open(db)) == 2121 + 48 + 7 * 4362 + 6 * 11130
     print(f"\nparsed {parsed} records at {parsed / t_parse:.0f} rec/s; parse+commit of all at "
           f"{total / (t_all - t_parse):.0f} rec/s")
 
@@ -206,7 +206,7 @@ def test_a_gzip_bomb_is_refused_in_seconds_in_bounded_memory(tmp_path):
                        capture_output=True, text=True, timeout=300, preexec_fn=limit)
     line = _one_line_refusal(p)
     assert "over the import cap" in line and time.perf_counter() - t0 < 60
-    assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0
+    assert not (tmp_path / "db" / "records").exists() or len(ParquetStore.open(tmp_path / "db")) == 0
 
 
 def test_a_record_line_over_the_cap_refuses_the_file(tmp_path, capsys):
@@ -220,7 +220,7 @@ def test_a_record_line_over_the_cap_refuses_the_file(tmp_path, capsys):
     assert cli_main(["import", "jsonl", str(path), "--db", str(tmp_path / "db")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "line 2" in err[0] and "over the import cap" in err[0]
-    assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0
+    assert not (tmp_path / "db" / "records").exists() or len(ParquetStore.open(tmp_path / "db")) == 0
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "kernel-tuner"])
@@ -244,4 +244,4 @@ def test_a_record_over_the_record_size_cap_refuses_the_import(tmp_path, capsys, 
     assert cli_main([*args, "--db", str(tmp_path / "db")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "4 MiB" in err[0] and "nothing is imported" in err[0], err
-    assert not (tmp_path / "db" / "records").exists() or len(TuningDB.open(tmp_path / "db")) == 0
+    assert not (tmp_path / "db" / "records").exists() or len(ParquetStore.open(tmp_path / "db")) == 0

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.interop import collect
 
 from helpers import ROOT, run_cli
@@ -20,13 +20,13 @@ def tophub_db(tmp_path_factory):
         pytest.skip("datasets/tophub/cuda_v0.10.log not shipped")
     recs, rep = collect("autotvm", [CUDA_LOG])
     path = tmp_path_factory.mktemp("tophub") / "db"
-    TuningDB.open(path).commit(recs)
+    ParquetStore.open(path).commit(recs)
     return path, recs
 
 
 def test_v100_conv2d_neighbours_include_titanx_and_1080ti(tophub_db):
     path, recs = tophub_db
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     v100 = [r for r in recs if r.target.get("model") == "v100" and r.family == "conv2d"]
     assert len(v100) > 50
     found = set()

@@ -62,9 +62,9 @@ def test_each_variant_and_target_gets_its_own_path(cc_log):
 
 
 def test_two_targets_two_keys_two_builds(cc_log, tmp_path):
-    from tunedb.index import TuningDB
+    from tunedb.index import ParquetStore
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     cfg = get_family("matmul").default_config(W)
     r1, c1 = measure(preset("cpu-native"), W, cfg, db=db, backend=LocalBackend(FAST))
     r2, c2 = measure(preset("cpu-x86-64-v3"), W, cfg, db=db, backend=LocalBackend(FAST))
@@ -76,9 +76,9 @@ def test_two_targets_two_keys_two_builds(cc_log, tmp_path):
 
 
 def test_injection_rejected_before_any_compiler_runs(cc_log, tmp_path):
-    from tunedb.index import TuningDB
+    from tunedb.index import ParquetStore
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     cfg = {**get_family("matmul").default_config(W), "mr": INJECTION}
     cache = Path(os.environ["TUNEDB_CACHE_DIR"])
     before = sorted(p.name for p in cache.rglob("*")) if cache.exists() else []

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.hardware.localcpu import cpu_info, preset
 from tunedb.transfer.kernels import FAMILIES_ENV, get_family
 from tunedb.transfer.measure.backend import (
@@ -109,7 +109,7 @@ def test_record_meta_and_threads():
 
 
 def test_cached_measurement_is_not_rerun(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     t = preset("cpu-native")
     cfg = get_family("matmul").default_config(MM)
     r1, cached1 = measure(t, MM, cfg, db=db, backend=LocalBackend(FAST))
@@ -117,7 +117,7 @@ def test_cached_measurement_is_not_rerun(tmp_path):
     r2, cached2 = measure(t, MM, cfg, db=db, backend=ExplodingBackend())
     assert cached2 and r2.record_id == r1.record_id and r2.costs == r1.costs
     # another process sees the committed record too
-    db2 = TuningDB.open(tmp_path / "db")
+    db2 = ParquetStore.open(tmp_path / "db")
     r3, cached3 = measure(t, dict(MM), dict(cfg), db=db2, backend=ExplodingBackend())
     assert cached3 and r3.record_id == r1.record_id
     # force re-measures and commits a newer record
@@ -128,7 +128,7 @@ def test_cached_measurement_is_not_rerun(tmp_path):
 
 def test_workload_normalised_before_lookup(tmp_path):
     """conv2d without a layout is the same triple as layout NCHW (defaults are filled first)."""
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     w = {"family": "conv2d", "N": 1, "C": 2, "H": 5, "W": 5, "K": 3, "R": 3, "S": 3, "stride": 1, "pad": 1}
     cfg = get_family("conv2d").default_config(w)
     r1, _ = measure(preset("cpu-native"), w, cfg, db=db, backend=LocalBackend(FAST))
@@ -138,7 +138,7 @@ def test_workload_normalised_before_lookup(tmp_path):
 
 
 def test_measure_many_builds_then_runs_and_caches(tmp_path):
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     t = preset("cpu-native")
     fam = get_family("matmul")
     base = fam.default_config(MM)
@@ -218,7 +218,7 @@ def test_foreign_family_passes_through_to_a_non_local_backend(tmp_path):
 
             return Record(target, workload, config, costs=[1e-3], source="replay")
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     w = {"family": "kt_gemm", "n": 4}
     rec, cached = measure({"kind": "gpu", "name": "a100"}, w, {"b": 1}, db=db, backend=Constant())
     assert rec.workload == w and not cached

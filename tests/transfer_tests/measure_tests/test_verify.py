@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.estimate import estimate
 from tunedb.index.hardware.localcpu import preset
 from tunedb.index.memory import MemoryStore
@@ -128,7 +128,7 @@ def test_poisoned_cache_is_refuted_and_stops_answering(tmp_path, poisoned_cache)
     assert res["best"]["cost"] >= optimum and res["best"]["config"] not in poisoned_cfgs
 
     # the verification measurements are stored: real replay records that say what they verify
-    s = TuningDB.open(db)
+    s = ParquetStore.open(db)
     mine = [r for r in s.iter_records(data.target, data.workload) if r.meta.get("verifies")]
     assert {r.meta["verifies"] for r in mine} == set(verdicts) and {r.source for r in mine} == {"replay"}
     assert s.verdicts() == {**verdicts}
@@ -160,13 +160,13 @@ def test_interrupt_keeps_verdicts_and_a_rerun_goes_on(tmp_path, poisoned_cache):
     from tunedb.transfer.interop import collect
 
     records, _ = collect("kernel-tuner", [str(poisoned)])
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.commit(records)
     data = ReplayData(real)
     first = verify(db, data.target, backend=InterruptingReplay(data, 3), top_k=3)
     assert first.interrupted and [c.verdict for c in first.checks] == ["refuted", "refuted"]
     assert set(db.verdicts()) == {c.record_id for c in first.checks}
-    second = verify(TuningDB.open(tmp_path / "db"), data.target, backend=KernelTunerReplayBackend(data), top_k=3)
+    second = verify(ParquetStore.open(tmp_path / "db"), data.target, backend=KernelTunerReplayBackend(data), top_k=3)
     assert not second.interrupted
     assert not {c.record_id for c in first.checks} & {c.record_id for c in second.checks}
     assert sum(c.verdict == "refuted" for c in first.checks + second.checks) == N_POISONED
@@ -194,7 +194,7 @@ def _three_claims_of_one_config(path):
     claims = {name: Record(data.target, data.workload, true.config, costs=[c * f for c in true.costs],
                            source="imported:jsonl", origin="colleague.jsonl")
               for name, f in (("copy", 1.0), ("slower", 1.1), ("lie", 1e-3))}
-    db = TuningDB.open(path)
+    db = ParquetStore.open(path)
     db.commit(list(claims.values()))
     db.commit(Record(data.target, data.workload, ok[-1].config, costs=ok[-1].costs, source="replay"))
     return db, data, true, claims
@@ -251,7 +251,7 @@ def test_local_measurements_refute_a_lie_and_verify_a_true_copy(tmp_path):
                   host="colleagues-laptop")
     lie = Record(t, w, lie_cfg, costs=[c / 1000 for c in lie_base.costs], source="imported:jsonl",
                  origin="colleague.jsonl")
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     db.commit([copy, lie])
     assert [r.record_id for r in db.best(t, w, 2)] == [lie.record_id, copy.record_id]
 
@@ -300,7 +300,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, poisoned_cache):
     for args, text in cases:
         _one_line_error(run_cli("verify", "--db", db, *args), text)
     db2 = tmp_path / "db2"
-    s = TuningDB.open(db2)
+    s = ParquetStore.open(db2)
     t = preset("cpu-native-t1")
     s.commit(Record(t, local_job(t, MM).workload, local_job(t, MM).defaults, [1e-3], source="imported:jsonl"))
     _one_line_error(run_cli("verify", "--db", str(db2), "--target", "cpu-native-t1", "--workload", "matmul:M=9"),

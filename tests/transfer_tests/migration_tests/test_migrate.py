@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tunedb
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.estimate import estimate
 from tunedb.index.hardware.localcpu import preset
 from tunedb.index.keys import canonical_json, key_of
@@ -35,7 +35,7 @@ def source_db(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def db(source_db, tmp_path):
-    return TuningDB.open(copy_db(source_db, tmp_path / "db"))
+    return ParquetStore.open(copy_db(source_db, tmp_path / "db"))
 
 
 def _dst_records(db, workload=None):
@@ -96,10 +96,10 @@ def test_migrate_local_presets_then_rerun_is_resumable(db):
 
     # rerun: nothing new is measured, every candidate is a cache hit, same answer
     before = len(_dst_records(db))
-    again = migrate(TuningDB.open(db.path), SRC, DST, top_k=2, measure_options=FAST)
+    again = migrate(ParquetStore.open(db.path), SRC, DST, top_k=2, measure_options=FAST)
     assert again.totals["measurements"] == 0
     assert again.totals["cache_hits"] == n
-    assert len(_dst_records(TuningDB.open(db.path))) == before
+    assert len(_dst_records(ParquetStore.open(db.path))) == before
     assert [r["dst_best"] for r in again.rows] == [r["dst_best"] for r in rep.rows]
 
 
@@ -142,13 +142,13 @@ def test_interrupt_keeps_measurements_and_rerun_finishes(db):
     rep = migrate(db, SRC, DST, top_k=2, measure_options=FAST, progress=progress)
     assert rep.interrupted and rep.totals["interrupted"]
     assert rep.rows[0]["status"] == "interrupted"
-    kept = _dst_records(TuningDB.open(db.path))
+    kept = _dst_records(ParquetStore.open(db.path))
     assert len(kept) == 2
-    done = migrate(TuningDB.open(db.path), SRC, DST, top_k=2, measure_options=FAST)
+    done = migrate(ParquetStore.open(db.path), SRC, DST, top_k=2, measure_options=FAST)
     assert not done.interrupted and done.totals["cache_hits"] == 2
     total = sum(r["candidates"] for r in done.rows)
     assert done.totals["measurements"] + 2 == total
-    assert len(_dst_records(TuningDB.open(db.path))) == total
+    assert len(_dst_records(ParquetStore.open(db.path))) == total
 
 
 def test_migrate_rejects_bad_arguments(db):
@@ -172,7 +172,7 @@ def test_migrate_between_replay_devices(tmp_path):
     from tunedb.transfer.interop import collect
     from tunedb.transfer.measure.replay import ReplayData
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
     db.commit(recs)
     src_name = recs[0].target_name
@@ -242,7 +242,7 @@ def test_migrate_on_a_memory_store_equals_the_parquet_db(tmp_path):
     from tunedb.transfer.interop import collect
 
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
-    pq_db = TuningDB.open(tmp_path / "db")
+    pq_db = ParquetStore.open(tmp_path / "db")
     pq_db.commit(recs)
     mem = MemoryStore()
     mem.commit(list(pq_db.iter_records()))  # the same records in the same order
@@ -272,7 +272,7 @@ def test_importing_executors_does_not_import_ray():
 def test_cli_migrate_replay_json(tmp_path):
     from tunedb.transfer.interop import collect
 
-    db = TuningDB.open(tmp_path / "db")
+    db = ParquetStore.open(tmp_path / "db")
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])
     db.commit(recs)
     p = run_cli("migrate", "--db", str(tmp_path / "db"), "--from", recs[0].target_name,
@@ -333,4 +333,4 @@ def test_cli_executor_ray_without_ray_is_one_line(db):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs Ray" in lines[0] and "pip install" in lines[0], p.stderr
-    assert _dst_records(TuningDB.open(db.path)) == []  # nothing was measured
+    assert _dst_records(ParquetStore.open(db.path)) == []  # nothing was measured
