@@ -168,12 +168,13 @@ def snapshot_options(args, location: str) -> dict:
     return out
 
 
-def resolve_target(spec: str, db=None) -> dict:
-    """A target spec (DB target_name/key, preset, catalog device, JSON file) -> target dict."""
-    from tunedb.index.hardware.targets import resolve_target as _resolve
+def target_arg(spec: str, db=None) -> dict:
+    """A ``--target`` argument (DB target_name/key, preset, catalog device, JSON file) -> target dict
+    (``tunedb.index.hardware.targets.resolve_target``); an unknown one is a UserError (one line)."""
+    from tunedb.index.hardware.targets import resolve_target
 
     try:
-        return _resolve(spec, db)
+        return resolve_target(spec, db)
     except (ValueError, KeyError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
 

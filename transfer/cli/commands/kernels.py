@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, parse_config, parse_workload, resolve_target
+from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, parse_config, parse_workload, target_arg
 
 
 def register(sub, common) -> None:
@@ -42,7 +42,7 @@ def run_measure(args) -> int:
     workload = parse_workload(args.workload)
     config = parse_config(args.config)
     db = open_db(args)
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     opts = MeasureOptions(protocol=TimingProtocol(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms),
                           build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout)
     try:
@@ -91,7 +91,7 @@ def run_compare(args) -> int:
     workload = parse_workload(args.workload)
     a, b = (parse_config(c) for c in args.config)
     db = open_db(args)
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     try:
         job = local_job(target, workload)
         a, b = job.space.validate(a), job.space.validate(b)

@@ -18,8 +18,8 @@ from tunedb.transfer.cli.util import (
     open_db,
     progress_bar,
     progress_to,
-    resolve_target,
     table_text,
+    target_arg,
 )
 
 
@@ -96,7 +96,7 @@ def run_migrate(args) -> int:
     if args.replay and not os.path.isfile(args.replay):
         raise UserError(f"replay file {args.replay} does not exist")
     db = open_db(args, must_exist=True)
-    src = resolve_target(args.src, db)
+    src = target_arg(args.src, db)
     from tunedb.index.keys import key_of
 
     if key_of(src) not in set(db.entries().column("target_key").to_pylist()):
@@ -105,7 +105,7 @@ def run_migrate(args) -> int:
     if args.replay:
         dst = Path(args.replay)
     else:
-        dst = resolve_target(args.dst, db)
+        dst = target_arg(args.dst, db)
     try:
         executor = make_executor(args.executor, address=args.ray_address)
     except ExecutorUnavailable as e:

@@ -11,8 +11,8 @@ from tunedb.transfer.cli.util import (
     open_db,
     progress_bar,
     progress_to,
-    resolve_target,
     table_text,
+    target_arg,
 )
 
 MODEL_HELP = ("a shipped model (resnet18, resnet34, mobilenet_v2, bert_block_256, bert_block_512; NAME@SIZE for "
@@ -57,7 +57,7 @@ def run_tune_model(args) -> int:
         raise UserError("--confirm must be >= 0")
     model = load_model_arg(args.model)
     db = trusted(args, lambda: open_db(args))
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     opts = ModelOptions(budget=args.budget, cold=args.cold, seed=args.seed, round=args.round,
                         confirm_top=args.confirm, label=args.label)
     bar = progress_bar(args, args.budget, f"{model.name} on {target.get('name', '')}", unit="eval")

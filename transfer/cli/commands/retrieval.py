@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 
-from tunedb.transfer.cli.util import UserError, emit, open_db, parse_workload, resolve_target
+from tunedb.transfer.cli.util import UserError, emit, open_db, parse_workload, target_arg
 
 
 def register(sub, common) -> None:
@@ -68,7 +68,7 @@ def run_nearest(args) -> None:
     db = open_db(args, must_exist=True)
     if len(db) == 0:
         raise UserError(f"no records in {args.db}: nothing to search (tunedb import or tunedb tune first)")
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     workload = parse_workload(args.workload)
     from tunedb.index.retrieval.nearest import nearest
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, parse_workload, resolve_target, table_text
+from tunedb.transfer.cli.util import UserError, emit, fmt_seconds, open_db, parse_workload, table_text, target_arg
 
 TRUST_HELP = ("only records these patterns trust answer: measured, replay, imported[:FORMAT], "
               "migrated[:TARGET], verified, host:NAME (comma-separated)")
@@ -83,7 +83,7 @@ def run_stats(args) -> None:
 
 
 def _target_in_db(args, db, spec: str) -> dict:
-    t = resolve_target(spec, db)
+    t = target_arg(spec, db)
     from tunedb.index.keys import key_of
 
     tkey = key_of(t)
@@ -136,7 +136,7 @@ def run_best(args) -> None:
     if args.k < 1:
         raise UserError("-k must be >= 1")
     db = trusted(args, lambda: open_db(args, must_exist=True))
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     workload = parse_workload(args.workload)
     from tunedb.index.keys import key_of
 

@@ -17,8 +17,8 @@ from tunedb.transfer.cli.util import (
     parse_workload,
     progress_bar,
     progress_to,
-    resolve_target,
     table_text,
+    target_arg,
 )
 
 
@@ -96,14 +96,14 @@ def make_job(args, db, target_spec, workload_spec, replay: str | None = None):
     if replay:
         if not os.path.isfile(replay):
             raise UserError(f"replay file {replay} does not exist")
-        target = resolve_target(target_spec, db) if target_spec else None
+        target = target_arg(target_spec, db) if target_spec else None
         try:
             return replay_job(replay, target, workload, device=getattr(args, "device", None))
         except (ValueError, OSError) as e:
             raise UserError(f"cannot replay {replay}: {str(e).splitlines()[0]}") from None
     if not target_spec or not workload_spec:
         raise UserError("--target and --workload are required (or --replay FILE)")
-    target = resolve_target(target_spec, db)
+    target = target_arg(target_spec, db)
     try:
         return local_job(target, workload)
     except ValueError as e:
@@ -201,9 +201,9 @@ def run_warm_start(args) -> int:
         workloads = workloads_from_file(args.workloads)
         check_workloads(args, workloads, f"workloads file {args.workloads}")
     db = trusted(args, lambda: open_db(args, must_exist=args.workloads is None))
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     if not args.workloads:
-        src = resolve_target(args.from_target, db)
+        src = target_arg(args.from_target, db)
         from tunedb.index.keys import key_of
 
         skey = key_of(src)
@@ -247,7 +247,7 @@ def run_warm_start(args) -> int:
 
 def run_predict(args) -> int:
     db = open_db(args, must_exist=True)
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     workload = parse_workload(args.workload)
     config = parse_config(args.config)
     from tunedb.transfer.search.costmodel import default_model, training_data

@@ -29,8 +29,8 @@ from tunedb.transfer.cli.util import (
     parse_workload,
     progress_bar,
     progress_to,
-    resolve_target,
     table_text,
+    target_arg,
 )
 
 
@@ -96,7 +96,7 @@ def run_verify(args) -> int:
     if args.device is not None and not args.replay:
         raise UserError("--device applies to --replay only")
     db = open_db(args, must_exist=True)
-    target = resolve_target(args.target, db)
+    target = target_arg(args.target, db)
     from tunedb.index.keys import key_of
 
     if not any(t["target_key"] == key_of(target) for t in db.targets()):
