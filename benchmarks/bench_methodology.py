@@ -61,6 +61,8 @@ KERNELS = ("convolution_milo", "dedispersion_milo")
 GPUS = ("A100", "A4000", "A6000", "MI250X", "W6600", "W7800")
 KT_DEFAULT = ("genetic_algorithm", "random_sample", "greedy_ils", "simulated_annealing")
 WARM, UNION = "tunedb_warmstart", "union_of_bests"
+#: WarmStart with the guard against misleading history off (``--guard-off``): a row beside, never a rival
+NOGUARD = "tunedb_warmstart_noguard"
 POINTS = (0.25, 0.5, 0.75, 1.0)
 #: Kernel Tuner error strings in a cache -> T4 invalidity
 INVALIDITY = {"InvalidConfig": "constraints", "CompilationFailedConfig": "compile", "RuntimeFailedConfig": "runtime"}
@@ -186,11 +188,15 @@ def prepare_bests(work: Path, cases: list[tuple[str, str]]) -> None:
 
 
 # -------------------------------------------------------------------------- experiment
-def strategies_for(template: dict, kt: list[str], work: Path) -> list[dict]:
-    """The template's strategies: the two custom ones, then the Kernel Tuner ones in ``kt``."""
+def strategies_for(template: dict, kt: list[str], work: Path, guard_off: bool = False) -> list[dict]:
+    """The template's strategies: the two custom ones (and, with ``guard_off``, WarmStart with the
+    guard off), then the Kernel Tuner ones in ``kt``."""
     by_name = {s["name"]: s for s in template["search_strategies"]}
+    if guard_off:
+        by_name[NOGUARD] = dict(by_name[WARM], name=NOGUARD, search_method="TunedbWarmStartNoGuard",
+                                display_name="tunedb WarmStart (guard off)")
     out = []
-    for name in [WARM, UNION, *kt]:
+    for name in [WARM, *([NOGUARD] if guard_off else []), UNION, *kt]:
         s = dict(by_name.get(name) or {"name": name, "search_method": name, "autotuner": "KernelTuner",
                                         "display_name": name.replace("_", " ").title()})
         if "custom_search_method_path" in s:
@@ -359,7 +365,7 @@ def goal(result: dict) -> dict:
     import numpy as np
 
     agg = result["aggregate"]
-    others = [n for n in agg if n != WARM]
+    others = [n for n in agg if n not in (WARM, NOGUARD)]
     points = {}
     for p in [*(f"{round(x * 100)}%" for x in POINTS), "mean"]:
         best = max(others, key=lambda n: agg[n][p])
@@ -381,7 +387,7 @@ def goal(result: dict) -> dict:
         for gpu, case in by_gpu.items():
             st = case["strategies"]
             for p in [*(f"{round(x * 100)}%" for x in POINTS), "mean"]:
-                best = max((n for n in st if n != WARM), key=lambda n: st[n][p])
+                best = max((n for n in st if n not in (WARM, NOGUARD)), key=lambda n: st[n][p])
                 if st[best][p] >= st[WARM][p]:
                     phase = "mean" if p == "mean" else ("early" if float(p[:-1]) <= 50 else "late")
                     losses.append({"kernel": kernel, "gpu": gpu, "point": p, "phase": phase, "winner": best,
@@ -389,6 +395,40 @@ def goal(result: dict) -> dict:
                                    "deficit": st[best][p] - st[WARM][p]})
     out["case_losses"] = losses
     return out
+
+
+def guard_table(result: dict, kt: list[str]) -> list[dict]:
+    """Per search space and point of the time range: WarmStart (guard on), WarmStart with the
+    guard off (when run), the best history-free strategy (the Kernel Tuner ones in ``kt``) and
+    the union of bests; ``holds`` when WarmStart (guard on) scores at least the best
+    history-free strategy."""
+    rows = []
+    for kernel, by_gpu in result["per_case"].items():
+        for gpu, case in by_gpu.items():
+            st = case["strategies"]
+            free = [n for n in kt if n in st]
+            for p in (f"{round(x * 100)}%" for x in POINTS):
+                best = max(free, key=lambda n: st[n][p]) if free else None
+                row = {"kernel": kernel, "gpu": gpu, "point": p, "warmstart": st[WARM][p],
+                       "guard_off": st[NOGUARD][p] if NOGUARD in st else None,
+                       "best_history_free": best, "best_history_free_score": st[best][p] if best else None,
+                       "union_of_bests": st[UNION][p] if UNION in st else None}
+                row["holds"] = best is None or row["warmstart"] >= row["best_history_free_score"]
+                rows.append(row)
+    return rows
+
+
+def format_guard_table(rows: list[dict]) -> str:
+    """The per-space table of ``guard_table`` as text."""
+    lines = [f"{'kernel':<18}{'GPU':<8}{'point':>6}{'guard on':>10}{'guard off':>10}{'best free':>10}  "
+             f"{'(strategy)':<20}{'union':>7}"]
+    for r in rows:
+        off = "" if r["guard_off"] is None else f"{r['guard_off']:.3f}"
+        free = "" if r["best_history_free_score"] is None else f"{r['best_history_free_score']:.3f}"
+        uni = "" if r["union_of_bests"] is None else f"{r['union_of_bests']:.3f}"
+        lines.append(f"{r['kernel']:<18}{r['gpu']:<8}{r['point']:>6}{r['warmstart']:10.3f}{off:>10}{free:>10}  "
+                     f"{(r['best_history_free'] or ''):<20}{uni:>7}" + ("" if r["holds"] else "  LOSES"))
+    return "\n".join(lines)
 
 
 def warmstart_accounting(work: Path) -> dict:
@@ -466,6 +506,10 @@ def table(result: dict) -> str:
             lines.append(f"    {x['kernel']:<18} {x['gpu']:<7} {x['point']:>5} ({x['phase']}): "
                          f"{agg[x['winner']]['display_name']} {x['winner_score']:.3f} vs {x['warmstart']:.3f} "
                          f"(-{x['deficit']:.3f})")
+    if result.get("guard_table"):
+        lines += ["", "Per search space: WarmStart (guard on / off) vs the best history-free strategy "
+                      "and the union of bests, at fractions of the time range",
+                  format_guard_table(result["guard_table"])]
     lines += ["", "Per kernel / held-out GPU: mean score over the time range (time limit s)"]
     lines.append(f"{'kernel':<18}{'GPU':<8}{'limit':>7}" + "".join(f"{agg[n]['display_name'][:12]:>13}"
                                                             for n in order))
@@ -502,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-work", action="store_true", help="keep the temporary work folder")
     ap.add_argument("--quick", action="store_true", help="smoke run: convolution_milo, A100 and W6600, 3 repeats")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--guard-off", action="store_true",
+                    help="also run WarmStart with the guard against misleading history off (a row, not a rival)")
     ap.add_argument("--aggregate-only", action="store_true",
                     help="only aggregate the finished run kept in --work (same settings)")
     ap.add_argument("--run-experiment", default=None, help=argparse.SUPPRESS)
@@ -547,12 +593,13 @@ def main(argv: list[str] | None = None) -> int:
             prepare_caches(work, kernels)
             say("caches gunzipped and converted to T4")
             t4 = check_t4(work)
-            imports = prepare_dbs(work, cases, repeats + 2)
+            copies = repeats * (2 if args.guard_off else 1) + 2
+            imports = prepare_dbs(work, cases, copies)
             (work / "imports.json").write_text(json.dumps(imports), encoding="utf-8")
-            say(f"{len(cases)} DBs imported with the tunedb CLI, {repeats + 2} copies each")
+            say(f"{len(cases)} DBs imported with the tunedb CLI, {copies} copies each")
             prepare_bests(work, cases)
             template = json.loads(TEMPLATE.read_text(encoding="utf-8"))
-            strategies = strategies_for(template, kt, work)
+            strategies = strategies_for(template, kt, work, args.guard_off)
             files = []
             big_first = sorted(cases, key=lambda c: (c[0] != "dedispersion_milo", GPUS.index(c[1])))
             for kernel, gpu in big_first:
@@ -570,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         say("aggregating (the methodology's Visualize)")
         result = analyse(work, full, out)
         result["goal"] = goal(result)
+        result["guard_table"] = guard_table(result, kt)
         result["warmstart_accounting"] = warmstart_accounting(work)
         result.pop("curves")
         if args.figure:

@@ -19,6 +19,9 @@ reaches 95% of the optimum, each source's best fraction among its own top 10 and
 (0-based) the held-out optimum has in each source's order, and the best fraction among the 1-
 and 2-knob neighbours of the union's best of its first 10.
 
+and, with ``--agreement``, whether any other device resembles the held-out one (``agreement``:
+hardware similarity, rank correlations of the config times, where the optimum ranks);
+
 and, with ``--local``, one check on this CPU: does a preset's optimum carry over to another?
 
   local seeds        each source preset tunes one matmul shape (64 measurements from the family
@@ -28,6 +31,7 @@ and, with ``--local``, one check on this CPU: does a preset's optimum carry over
 
     python benchmarks/transfer_diagnostics.py --kernel convolution_milo --device A100 --json
     python benchmarks/transfer_diagnostics.py --all                 # transfer_ceiling of all 12, ~30 s
+    python benchmarks/transfer_diagnostics.py --agreement --kernel convolution_milo --device A100
     python benchmarks/transfer_diagnostics.py --local --json        # about 2 minutes
 """
 
@@ -81,6 +85,42 @@ def transfer_ceiling(datas: dict, device: str) -> dict:
             near[dist] = max(near[dist], opt / c)
     return {"union_evaluations_to_95": to95, "union_at_10": round(float(max(fr[:10])), 4),
             "sources": sources, "neighbours_of_union_best": {str(k): round(v, 4) for k, v in near.items()}}
+
+
+def agreement(datas: dict, device: str) -> dict:
+    """Does any other device resemble ``device``?  Per other device: its hardware similarity to
+    ``device`` as the DB's nearest-entry search scores it (cosine of the hardware and workload
+    vectors; the entries of a memory store holding the other devices' records), the Spearman
+    rank correlation of the two devices' times over every config both measured ok
+    (``spearman_all``) and over the other device's 200 fastest of them (``spearman_top200``: the
+    configs a transfer would try), the rank (0-based) of ``device``'s optimum in the other
+    device's order and the fraction of ``device``'s optimum that the other's 10 best reach."""
+    import tunedb
+
+    hd = datas[device]
+    ok = {k: r.cost for k, r in hd.results.items() if r.status == "ok" and r.cost}
+    opt = min(ok.values())
+    opt_key = min(ok, key=ok.get)
+    db = tunedb.open("memory:")
+    for dev, d in datas.items():
+        if dev != device:
+            db.commit(list(d.results.values()))
+    sims = {m.target_name: round(float(m.similarity), 4)
+            for m in db.nearest(hd.target, hd.workload, k=len(datas), exclude_target=True)}
+    out = {}
+    for dev, d in datas.items():
+        if dev == device:
+            continue
+        other = {k: r.cost for k, r in d.results.items() if r.status == "ok" and r.cost}
+        common = [k for k in other if k in ok]
+        top = sorted(common, key=other.get)[:200]
+        ranked = sorted(other, key=other.get)
+        out[dev] = {"similarity": sims.get(str(d.target.get("name", dev))),
+                    "spearman_all": round(spearman([ok[k] for k in common], [other[k] for k in common]), 4),
+                    "spearman_top200": round(spearman([ok[k] for k in top], [other[k] for k in top]), 4),
+                    "optimum_rank": ranked.index(opt_key) if opt_key in other else None,
+                    "top10_fraction": round(max(opt / ok.get(k, np.inf) for k in ranked[:10]), 4)}
+    return out
 
 
 def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: int = 50) -> dict:
@@ -147,7 +187,7 @@ def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, 
 
     from bench_transfer import tune_source  # the local benchmark's way of tuning a source preset
 
-    from tunedb.index import TuningDB
+    from tunedb.index import ParquetStore
     from tunedb.index.hardware.localcpu import preset
     from tunedb.transfer.measure.jobs import local_job
     from tunedb.transfer.search.adapt import adapt_config, hardware_scale
@@ -155,7 +195,7 @@ def local_seeds(workload: dict, sources: list[str], new: str, budget: int = 64, 
     work = Path(tempfile.mkdtemp(prefix="tunedb_seedcheck_"))
     out = {"workload": workload, "new_preset": new, "sources": {}}
     try:
-        db = TuningDB.open(work / "db")
+        db = ParquetStore.open(work / "db")
         dst = local_job(preset(new), workload)
         for src in sources:
             tuned = tune_source(db, preset(src), workload, budget)
@@ -181,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", default="cpu-x86-64-t1,cpu-x86-64-v3-t1,cpu-native-t2,cpu-native-t1")
     ap.add_argument("--new-preset", default="cpu-native-t1")
     ap.add_argument("--all", action="store_true", help="transfer_ceiling of every device of both kernels")
+    ap.add_argument("--agreement", action="store_true",
+                    help="how much each other device resembles --device (similarity, rank correlations)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -190,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             datas = load_devices(Path(a.data) / kernel)
             for dev in datas:
                 res[f"{kernel}/{dev}"] = transfer_ceiling(datas, dev)
+    elif a.agreement:
+        res = {"kernel": a.kernel, "device": a.device,
+               "others": agreement(load_devices(Path(a.data) / a.kernel), a.device)}
     elif a.local:
         res = local_seeds({"family": "matmul", "M": 192, "N": 192, "K": 192}, a.sources.split(","), a.new_preset)
     else:

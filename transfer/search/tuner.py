@@ -29,6 +29,13 @@ Order of candidates
      ``TuneResult.surrogate`` holds the sources, the weights after every fit and (ei) the
      Gaussian process's fitted calibration and kernel (``gp``).
 
+Guard (warm, ``guard=True``, default): before every round, once the run has ``guard_after`` ok
+evaluations, ``proposals.guard.HistoryGuard`` measures how well the history predicts this target
+(the rank correlation between the sources' costs and this run's, and which of the history-led
+picks and its own history-free explorer's picks improve the run) and gives the explorer a share
+of each round between ``guard_min_share`` (history predicts well) and ``guard_max_share`` (it
+misleads); ``TuneResult.surrogate["guard"]`` reports it.
+
 The run spends its whole budget: ``patience`` (rounds without improvement before stopping) is
 off unless set.
 
@@ -129,6 +136,10 @@ class TuneOptions:
     consensus_seeds: int = 0      # (rgpe) this many seeds first that the sources agree on most (similarity-weighted)
     acquisition: str = "ei"       # (rgpe) "ei": expected improvement under the ensemble-prior GP posterior; "mean": the ensemble's prediction
     surrogate_pool: str = "local"  # (rgpe) candidates: "local" (neighbours of the best, seeds, random draws) or "space" (all untried configs of a finite space)
+    guard: bool = True            # (warm) the guard against misleading history (proposals/guard.py): a history-free explorer gets a share of each round
+    guard_after: int = 8          # (guard) own ok evaluations before the guard judges the history
+    guard_min_share: float = 0.1  # (guard) the explorer's share of each round when the history predicts well
+    guard_max_share: float = 0.75  # (guard) its share when the history misleads
 
 
 @dataclass
@@ -155,7 +166,8 @@ class TuneResult:
     #: seconds the records answering this run's cache hits took when they were measured
     saved_s: float = 0.0
     #: the transfer surrogate (rgpe): ``sources`` (target names), ``weights`` (last fit, the
-    #: target model last) and ``trace`` ([own evaluations, weights...] per fit); {} when unused
+    #: target model last) and ``trace`` ([own evaluations, weights...] per fit); {} when unused;
+    #: ``guard``: the guard against misleading history (``proposals.guard``: rho, share, fired, trace)
     surrogate: dict = field(default_factory=dict)
     #: evaluations per origin (``ORIGINS``; only origins that occurred): the values other than
     #: ``runoff`` and ``confirm`` sum to ``evaluations``; those two (when present) sum to

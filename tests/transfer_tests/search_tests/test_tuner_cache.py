@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.index.memory import MemoryStore
 from tunedb.transfer.measure.backend import lookup_or_measure
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
@@ -37,9 +37,9 @@ def db_copy(tmp_path, base_path):
     """A fresh copy of the two-device DB (no model cached), and the in-process cache emptied."""
     modelcache.clear_memory()
 
-    def make(name: str = "db") -> TuningDB:
+    def make(name: str = "db") -> ParquetStore:
         shutil.copytree(base_path, tmp_path / name)
-        return TuningDB.open(tmp_path / name)
+        return ParquetStore.open(tmp_path / name)
     yield make
     modelcache.clear_memory()
 
@@ -93,7 +93,7 @@ def test_tuning_results_are_identical_with_and_without_the_cache(db_copy, replay
     assert off["model"]["base"]["source"] == fresh["model"]["base"]["source"] == "fitted"
     # a third copy with the persisted model file in its cache dir: loaded from disk, same run
     c = db_copy("c")
-    b_dir = TuningDB.open(c.path.parent / "b").cache_dir() / modelcache.SUBDIR
+    b_dir = ParquetStore.open(c.path.parent / "b").cache_dir() / modelcache.SUBDIR
     shutil.copytree(b_dir, c.cache_dir() / modelcache.SUBDIR)
     modelcache.clear_memory()
     loaded = _tune(c, replay)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tunedb.index import TuningDB
+from tunedb.index import ParquetStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search import proposals
 from tunedb.transfer.search.proposals import ProposalSource, Round, register, unregister
@@ -36,7 +36,7 @@ def db(tmp_path, history_path):
     import shutil
 
     shutil.copytree(history_path, tmp_path / "db")
-    return TuningDB.open(tmp_path / "db")
+    return ParquetStore.open(tmp_path / "db")
 
 
 class SmallestThreads(ProposalSource):
@@ -65,7 +65,7 @@ class SmallestThreads(ProposalSource):
 
 def test_built_in_sources_run_in_their_order_one_fresh_instance_each():
     got = proposals.sources()
-    assert [s.name for s in got] == ["exact", "resume", "transferred_seeds", "surrogate", "model",
+    assert [s.name for s in got] == ["exact", "resume", "transferred_seeds", "guard", "surrogate", "model",
                                      "default_first", "random"]
     assert [s.order for s in got] == sorted(s.order for s in got)
     again = proposals.sources()

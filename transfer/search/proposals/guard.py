@@ -1,0 +1,267 @@
+"""The guard against misleading history (``guard``): while a warm run searches, it measures how
+well the history predicts this target and gives a share of every round to a history-free
+explorer accordingly.
+
+History is the seeds' sources (the nearest entries).  Two signals, recomputed before every
+round once the run has ``guard_after`` ok evaluations of its own:
+
+``rho``
+    the Spearman rank correlation, over this run's ok evaluations that the sources measured
+    too, between the sources' prior (per source the standardised log cost of the config; the
+    sources' similarity-weighted mean) and the log cost measured here.  Near 1: the sources
+    rank this target's configs as it does; 0 or below: they do not.
+``arms``
+    each of this run's evaluations is credited to the *history* arm (seeds, the surrogate's and
+    the cost model's picks: everything the guard did not propose) or to the *explorer* arm (the
+    guard's own picks), with the gain it brought: ``log(best before / cost)`` when it improved
+    on the run's best, else 0.  Per arm: the mean gain over its last 16 evaluations and its
+    best cost.
+
+From them a *misfit* in [0, 1]: half from ``rho`` (0 at ``rho >= 0.5``, 1 at ``rho <= 0.1``,
+0.5 while it is undefined) and half from the arms (1 when the explorer holds the run's best, 0.75
+when its recent gain is higher, else 0; before the explorer has 4 evaluations: 0.5 when the
+history arm's last 8 evaluations improved nothing and ``rho`` is below 0.5, else 0).  The
+explorer's share of each round is ``guard_min_share + (guard_max_share - guard_min_share) x
+misfit`` (0 before ``guard_after`` ok evaluations); fractional places carry over to the next
+round, so over a run the explorer gets that share of the evaluations.  The guard proposes
+before the surrogate and the cost model, which fill the places it leaves.
+
+The explorer uses nothing but this run's own measurements: a neighbour of one of the three best
+configs so far (40 %), a uniform crossover of two of the eight best, mutated one knob in half
+of the cases (40 %), or a uniform draw (20 %); it has a random generator of its own, so a guard
+that stays quiet leaves the other sources' choices unchanged.  Its picks are tagged ``random``
+(history-free exploration).
+
+``TuneResult.surrogate["guard"]`` reports ``rho`` and ``share`` (last round), ``fired``
+(whether the share ever reached 0.5: the history was judged misleading), ``explorer_best``
+and ``history_best`` (seconds) and ``trace`` (``[evaluations, rho, history gain, explorer gain,
+share]`` per round).  Off in cold runs, with ``guard=False``, and without seed sources.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import numpy as np
+
+from tunedb.transfer.search.costmodel import spearman
+from tunedb.transfer.search.proposals.base import ProposalSource, Round, SearchState, Tagged, register, sig
+from tunedb.transfer.search.seeds import similarity_weights
+
+__all__ = ["HistoryGuard", "arm_gains", "explore", "misfit", "prior_table"]
+
+#: evaluations per arm that its recent gain is averaged over
+WINDOW = 16
+#: the explorer's picks the arm signal waits for before comparing the arms
+MIN_EXPLORER = 4
+#: rho at or above which the history counts as predictive (misfit 0) / at or below which it does not (1)
+RHO_GOOD, RHO_BAD = 0.5, 0.1
+
+
+def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, float]:
+    """Config signature -> the sources' prior: per source, the standardised log of the config's
+    best ok cost there; averaged over the sources that measured it with weights
+    ``similarity ** similarity_power`` (renormalised per config).  Lower = predicted faster."""
+    srcs = state.seed_sources
+    if state.db is None or not srcs:
+        return {}
+    weights = similarity_weights([s["similarity"] for s in srcs], state.opt.similarity_power)
+    num: dict[str, float] = {}
+    den: dict[str, float] = {}
+    for src, w in zip(srcs, weights):
+        if w <= 0:
+            continue
+        m = src["match"]
+        try:
+            t = state.db.records(m.target, m.workload, columns=["config", "cost", "status"])
+        except (ValueError, TypeError):
+            continue
+        best: dict[str, float] = {}
+        for c, v, st in zip(t.column("config").to_pylist(), t.column("cost").to_pylist(),
+                            t.column("status").to_pylist()):
+            if st == "ok" and v is not None and 0 < v < math.inf:
+                best[c] = min(best.get(c, math.inf), float(v))
+            if len(best) >= max_configs:
+                break
+        if len(best) < 3:
+            continue
+        y = np.log(np.fromiter(best.values(), np.float64, len(best)))
+        sd = float(y.std()) or 1.0
+        z = (y - float(y.mean())) / sd
+        for c, zi in zip(best, z.tolist()):
+            try:
+                s = sig(json.loads(c))
+            except (ValueError, TypeError):
+                continue
+            num[s] = num.get(s, 0.0) + w * zi
+            den[s] = den.get(s, 0.0) + w
+    return {s: num[s] / den[s] for s in num if den[s] > 0}
+
+
+def arm_gains(evaluated: dict[str, float], explorer: set[str], window: int = WINDOW) -> dict[str, Any]:
+    """Per arm (``history``: signatures not in ``explorer``; ``explorer``): ``gain`` (mean over its
+    last ``window`` evaluations of ``log(best before / cost)`` when the evaluation improved the
+    run's best, else 0), ``n`` (its evaluations), ``best`` (its lowest cost, inf when none ok) and
+    ``stale`` (how many of its latest evaluations in a row improved nothing).  ``evaluated`` is
+    in evaluation order (signature -> cost, inf for a failure)."""
+    arms = {a: {"gains": [], "best": math.inf, "stale": 0} for a in ("history", "explorer")}
+    best = math.inf
+    for s, c in evaluated.items():
+        a = arms["explorer" if s in explorer else "history"]
+        g = math.log(best / c) if (math.isfinite(best) and 0 < c < best) else 0.0
+        if not math.isfinite(best) and 0 < c < math.inf:
+            g = 0.0  # the run's first ok result: no "before" to improve on
+        a["gains"].append(g)
+        a["stale"] = 0 if g > 0 else a["stale"] + 1
+        if 0 < c < a["best"]:
+            a["best"] = c
+        if 0 < c < best:
+            best = c
+    out = {}
+    for name, a in arms.items():
+        recent = a["gains"][-window:]
+        out[name] = {"gain": float(np.mean(recent)) if recent else 0.0, "n": len(a["gains"]),
+                     "best": a["best"], "stale": a["stale"]}
+    return out
+
+
+def misfit(rho: float | None, arms: dict[str, Any]) -> float:
+    """How misleading the history looks, in [0, 1] (module docstring): half from ``rho`` (None or
+    nan: undefined), half from the arms (``arm_gains``)."""
+    if rho is None or rho != rho:
+        m_rho = 0.5
+    else:
+        m_rho = min(max((RHO_GOOD - rho) / (RHO_GOOD - RHO_BAD), 0.0), 1.0)
+    h, e = arms["history"], arms["explorer"]
+    if e["n"] >= MIN_EXPLORER:
+        if e["best"] < h["best"]:
+            m_arm = 1.0
+        elif e["gain"] > h["gain"]:
+            m_arm = 0.75
+        else:
+            m_arm = 0.0  # the history holds the best and the explorer gains no more
+    else:
+        # a history arm that stopped improving is suspect only when the ranking is too
+        # (with a predictive ranking it has most likely found the optimum)
+        m_arm = 0.5 if h["stale"] >= 8 and m_rho > 0 else 0.0
+    return 0.5 * m_rho + 0.5 * m_arm
+
+
+def explore(state: SearchState, n: int, exclude: set[str], rng: random.Random,
+            members: set[str] | None = None) -> list[dict]:
+    """Up to ``n`` untried configs, not in ``exclude``, proposed from this run's own evaluations
+    alone (module docstring).  ``members``: the signatures of a finite space's configs (a child
+    outside it is not proposed); None: any config the space validates."""
+    ranked = sorted((c, s) for s, c in state.evaluated.items() if 0 < c < math.inf)
+    top = [state.configs[s] for _, s in ranked[:8]]
+    space = state.space
+    out: list[dict] = []
+    taken = set(exclude)
+
+    def ok(c: dict) -> bool:
+        s = sig(c)
+        if s in state.tried or s in taken:
+            return False
+        return s in members if members is not None else space.is_valid(c)
+
+    near_of: dict[int, list[dict]] = {}  # the neighbours of the three best, computed once per call
+    tries = 0
+    while len(out) < n and tries < 60 * max(n, 1):
+        tries += 1
+        r = rng.random()
+        cand: dict | None = None
+        if top and r < 0.4:
+            i = rng.randrange(min(3, len(top)))
+            near = near_of[i] if i in near_of else near_of.setdefault(i, state.neighbours(top[i]))
+            cand = near[rng.randrange(len(near))] if near else None
+        elif len(top) >= 2 and r < 0.8:
+            a, b = rng.sample(top, 2)
+            cand = {k: (a[k] if rng.random() < 0.5 else b[k]) for k in space.names}
+            if rng.random() < 0.5:
+                k = space.knobs[rng.randrange(len(space.knobs))]
+                cand[k.name] = k.values[rng.randrange(len(k.values))]
+        else:
+            try:
+                cand = space.sample(rng)
+            except RuntimeError:
+                cand = None
+        if cand is not None and ok(cand):
+            out.append(cand)
+            taken.add(sig(cand))
+    return out
+
+
+@register
+class HistoryGuard(ProposalSource):
+    """Measures how well the history predicts this target and gives the history-free explorer a
+    share of each round accordingly (module docstring)."""
+
+    name = "guard"
+    origin = "random"
+    order = 35
+
+    def __init__(self) -> None:
+        self.active = False
+        self.prior: dict[str, float] = {}
+        self.picked: set[str] = set()
+        self.share = 0.0
+        self.credit = 0.0
+        self.rng = random.Random(0)
+        self.members: set[str] | None = None
+        self.info: dict[str, Any] = {}
+
+    def start(self, state: SearchState) -> list[Tagged]:
+        """Warm runs with seed sources and ``guard`` on: read the sources' prior (``prior_table``)."""
+        opt = state.opt
+        self.active = bool(getattr(opt, "guard", True)) and not opt.cold and bool(state.seed_sources)
+        if not self.active:
+            return []
+        self.rng = random.Random(opt.seed * 7919 + 17)
+        self.prior = prior_table(state)
+        if state.space.finite is not None:
+            self.members = {sig(c) for c in state.space.finite}
+        self.info = {"rho": None, "share": 0.0, "fired": False, "explorer_best": None, "history_best": None,
+                     "trace": []}
+        state.surrogate_info["guard"] = self.info
+        return []
+
+    def before_round(self, state: SearchState) -> None:
+        """Recompute ``rho``, the arms' gains and the explorer's share (module docstring)."""
+        if not self.active:
+            return
+        opt = state.opt
+        ok = [(s, c) for s, c in state.evaluated.items() if 0 < c < math.inf]
+        if len(ok) < opt.guard_after:
+            self.share = 0.0
+            return
+        pairs = [(self.prior[s], math.log(c)) for s, c in ok if s in self.prior]
+        rho = spearman([p for p, _ in pairs], [y for _, y in pairs]) if len(pairs) >= 6 else None
+        arms = arm_gains(state.evaluated, self.picked)
+        m = misfit(rho, arms)
+        lo, hi = opt.guard_min_share, opt.guard_max_share
+        self.share = lo + (hi - lo) * m
+        rho_out = None if rho is None or rho != rho else round(rho, 4)
+        self.info.update({"rho": rho_out, "share": round(self.share, 4),
+                          "fired": self.info["fired"] or self.share >= 0.5,
+                          "explorer_best": None if not math.isfinite(arms["explorer"]["best"])
+                          else arms["explorer"]["best"],
+                          "history_best": None if not math.isfinite(arms["history"]["best"])
+                          else arms["history"]["best"]})
+        self.info["trace"].append([len(state.evaluated), rho_out, round(arms["history"]["gain"], 5),
+                                   round(arms["explorer"]["gain"], 5), round(self.share, 4)])
+
+    def propose(self, state: SearchState, rnd: Round) -> None:
+        """The explorer's places of this round: the share times the round's size, fractions carried over."""
+        if not self.active or self.share <= 0 or rnd.claimed:
+            return
+        self.credit += self.share * rnd.size
+        n = min(int(self.credit), rnd.free)
+        if n <= 0:
+            return
+        got = explore(state, n, rnd.sigs(), self.rng, self.members)
+        self.credit -= n
+        self.picked.update(sig(c) for c in got)
+        rnd.add(got, [self.origin] * len(got))
