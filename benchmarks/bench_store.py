@@ -9,10 +9,11 @@ Baselines
 Figures (per store): ingest_rec_per_s (bulk; for tunedb a columnar ``RecordBatch`` per 250,000
 records, with ingest_records_rec_per_s the same for lists of ``Record`` objects and
 index_after_ingest_s the deferred indexing that the first query after a bulk commit pays),
-commit_per_s (durable single-record commits,
-fsync'ed), open_s (median of 3), lookup_us_p50 (hits, random order), best_us_p50 (k=5),
-size_bytes.  Record construction (canonical JSON + keys) is timed once for all as
-record_build_per_s.  In a fresh process per store (``probe``): open_s, resident memory after
+commit_per_s (durable single-record commits, fsync'ed), open_s (median of 3), lookup_us_p50
+(hits, random order), best_us_p50 and best_us_p99 (k=5, entries in random order, so most are
+asked for the first time: tunedb ranks every entry of a target at once when a second one is
+asked, which is the p99), size_bytes.  Record construction (canonical JSON + keys) is timed
+once for all as record_build_per_s.  In a fresh process per store (``probe``): open_s, resident memory after
 opening (rss_open_mb) and after 10,000 lookups (rss_mb), lookup and best percentiles there.
 ``writers``: K processes (and, for tunedb, K threads sharing one handle) each committing one
 record at a time, durably, for a few seconds: total commits/s per K (group commit: the rate
@@ -193,7 +194,7 @@ def bench_tunedb(recs, work: Path, n_queries: int, n_commits: int) -> dict:
             "batch_build_per_s": batch_build, "index_after_ingest_s": first_query_s,
             "commit_per_s": commit, "open_s": open_s,
             "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
-            "best_us_p50": pct(blat, 0.5) * 1e6, "size_bytes": size}
+            "best_us_p50": pct(blat, 0.5) * 1e6, "best_us_p99": pct(blat, 0.99) * 1e6, "size_bytes": size}
 
 
 # ------------------------------------------------------------------------------ jsonl
@@ -253,7 +254,7 @@ def bench_jsonl(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     commit = n_commits / (time.perf_counter() - t0)
     return {"ingest_rec_per_s": ingest, "commit_per_s": commit, "open_s": open_s,
             "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
-            "best_us_p50": pct(blat, 0.5) * 1e6, "size_bytes": size}
+            "best_us_p50": pct(blat, 0.5) * 1e6, "best_us_p99": pct(blat, 0.99) * 1e6, "size_bytes": size}
 
 
 # ------------------------------------------------------------------------------ json1
@@ -310,7 +311,7 @@ def bench_json1(recs, work: Path, n_queries: int, n_commits: int) -> dict:
     commit = nc / (time.perf_counter() - t0)
     return {"ingest_rec_per_s": ingest, "commit_per_s": commit, "open_s": statistics.median(opens),
             "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
-            "best_us_p50": pct(blat, 0.5) * 1e6, "size_bytes": size}
+            "best_us_p50": pct(blat, 0.5) * 1e6, "best_us_p99": pct(blat, 0.99) * 1e6, "size_bytes": size}
 
 
 # ------------------------------------------------------------- fresh-process probes
@@ -348,7 +349,7 @@ def probe(kind: str, store_path: str, qfile: str) -> dict:
     return {"open_s": open_s, "rss_base_mb": base, "rss_open_mb": rss_open, "rss_mb": rss_mb(),
             "peak_rss_mb": rss_mb("VmHWM"),  # (not ru_maxrss: that counts the parent's pages before exec)
             "lookup_us_p50": pct(lat, 0.5) * 1e6, "lookup_us_p99": pct(lat, 0.99) * 1e6,
-            "best_us_p50": pct(blat, 0.5) * 1e6, "queries": len(qs)}
+            "best_us_p50": pct(blat, 0.5) * 1e6, "best_us_p99": pct(blat, 0.99) * 1e6, "queries": len(qs)}
 
 
 def run_probe(kind: str, store_path: Path, qfile: Path) -> dict:

@@ -179,8 +179,13 @@ class PartitionSet:
         """Read the invalidation and verdict files again (``invalidations``, ``verdicts``)."""
         self.invalidated = invalidations.load(inval_dir)
         self.verdicts = verdicts.load(verdict_dir)
-        self.refuted = {r for r, v in self.verdicts.items() if v == "refuted"}
-        self.refuted_hashes = {int(h) for h in rid_hashes(sorted(self.refuted))} if self.refuted else set()
+        refuted = {r for r, v in self.verdicts.items() if v == "refuted"}
+        if refuted == self.refuted:
+            # (the same set objects: the partitions' ranked answers are valid for these sets, by
+            # identity, and stay valid across a refresh that brought no new refutation)
+            return
+        self.refuted = refuted
+        self.refuted_hashes = {int(h) for h in rid_hashes(sorted(refuted))} if refuted else set()
 
     def apply_listing(self, files_by_dir: Mapping[str, list[Path]], journal_keys: list[tuple[str, str]],
                       rewritten: set[str]) -> None:

@@ -5,6 +5,8 @@
 ``partitions.PartitionSet``: a query names its target, so it loads (indexes) only that target's
 partition, finds rows in its sorted key arrays (``memindex``), and builds Records only for the
 rows it returns (``rowcache.record_at``).  It also keeps the handle's lookup and hit counts.
+``best``/``best_costs`` answers are kept per entry (``RankedEntries``, on each partition) until
+that entry can change, so a repeated query reads memory only.
 The plain functions below are the whole-table side (``ParquetStore.records`` / ``entries``):
 reading live files and journal rows with column projection, filtering them, and the change
 token that derived caches are keyed by.
@@ -37,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tunedb.index import tables
+from tunedb.index.estimate import ConfigCost, rank, rank_arrays
 from tunedb.index.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
 from tunedb.index.lookups import Lookups
 from tunedb.index.parquet import memindex
@@ -112,9 +115,11 @@ class EntryCosts(NamedTuple):
     tuner: np.ndarray     # the tuner code of each row's meta (``estimate.tuner_codes``)
 
 
-def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray) -> EntryCosts:
+def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray, per_file: dict | None = None) -> EntryCosts:
     """The cost samples of ``rows`` (of partition ``p``'s arrays) from their files' decoded
-    columns, without building Records.  FileNotFoundError: a file was merged away."""
+    columns, without building Records.  ``per_file``: where the flags of each file's distinct
+    meta texts are kept between calls (for many entries of the same arrays; None: not kept).
+    FileNotFoundError: a file was merged away."""
     from tunedb.index.estimate import CONFIRM_ORIGINS, tuner_codes
 
     a = p.arrays.a
@@ -136,23 +141,60 @@ def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray) -> EntryCost
         ts[at] = t["_ts"][r]
         values.append(t["_cost_val"])
         base += len(t["_cost_val"])
-        # the confirmation and noise flags of each distinct meta text, then per row
+        # the confirmation and noise flags and tuner code of each distinct meta text, then per row
         combos = t["_combos"]
-        if combos is not None:
-            texts, codes = [c[5] for c in combos], t["_combo"][r]
-        else:
-            codes_all, texts = t["_combo"][5]
-            codes = codes_all[r]
-        flags = np.array([meta_flags(m, CONFIRM_ORIGINS) for m in texts], bool).reshape(-1, 2)
+        codes = t["_combo"][r] if combos is not None else t["_combo"][5][0][r]
+        known = per_file.get(p.files[int(f)]) if per_file is not None else None
+        if known is None:
+            texts = [c[5] for c in combos] if combos is not None else t["_combo"][5][1]
+            known = (np.array([meta_flags(m, CONFIRM_ORIGINS) for m in texts], bool).reshape(-1, 2),
+                     tuner_codes(texts))
+            if per_file is not None:
+                per_file[p.files[int(f)]] = known
+        flags, tuner_of = known
         confirm[at], noisy[at] = flags[codes, 0], flags[codes, 1]
-        tuner[at] = tuner_codes(texts)[codes]
+        tuner[at] = tuner_of[codes]
     sel = np.flatnonzero(lengths > 0)
     uniq, group = np.unique(ckeys, return_inverse=True)
     ln = lengths[sel]
     idx = np.repeat(starts[sel] - np.concatenate([[0], np.cumsum(ln)[:-1]]), ln) + np.arange(int(ln.sum()))
-    flat = np.concatenate(values)[idx] if len(values) else np.zeros(0)
+    flat = (values[0] if len(values) == 1 else np.concatenate(values))[idx] if len(values) else np.zeros(0)
     return EntryCosts(flat, ln, [u.decode() for u in uniq.tolist()], group[sel], confirm[sel], noisy[sel],
                       ts[sel], sel, tuner[sel])
+
+
+class RankedEntries:
+    """The ranked answers (``best_costs``) of a partition's entries, valid for one build of its
+    index arrays (``arrays``) and one set of refuted rid hashes (``refuted``), both by identity:
+    any rebuild of the arrays (a refresh that found new files or journal rows, an invalidation,
+    a compaction, dedup or forget, a large commit) and any change of the refuted records (a
+    verdict) make a new one.  An entry this handle commits to (its overlay) is dropped from it
+    (``forget``, called by ``Partition.overlay_add``).  Each answer is the first ``k`` of the
+    entry's ranking for the ``k`` it was computed with, and whether that is all of it, so a
+    smaller ``k`` is a prefix of it and a larger one is computed again.  Answers are shared:
+    never modify one (``Queries`` slices them).  Handle lock held."""
+
+    __slots__ = ("arrays", "refuted", "answers", "misses", "complete")
+
+    def __init__(self, arrays: memindex.Arrays, refuted: set[int]):
+        self.arrays = arrays
+        self.refuted = refuted
+        #: (target_key, workload_key) -> (the first ``k`` ConfigCost of its ranking, their records,
+        #: whether that is all of it)
+        self.answers: dict[tuple[str, str], tuple[list, list[Record], bool]] = {}
+        self.misses = 0  # entries computed one by one
+        self.complete = False  # every entry of the arrays was ranked (``Queries.rank_partition``)
+
+    def put(self, pair: tuple[str, str], answer: list, k: int) -> tuple[list, list[Record], bool]:
+        """Keep ``answer``, the first ``k`` ConfigCost of the ranking of entry ``pair``
+        (target_key, workload_key); returns what is kept: (``answer``, its records, whether it
+        is the whole ranking)."""
+        kept = self.answers[pair] = (answer, [c.record for c in answer], len(answer) < k)
+        return kept
+
+    def forget(self, pair: tuple[str, str]) -> None:
+        """Drop the answer of entry ``pair`` (target_key, workload_key): this handle committed to it."""
+        self.answers.pop(pair, None)
 
 
 class Queries:
@@ -321,31 +363,118 @@ class Queries:
     def best_costs(self, target: Any, workload: Any, k: int) -> list:
         """``RecordStore.best_costs`` (``k`` > 0), computed from the partition's decoded columns
         (``entry_costs``): only the ``k`` representative records are built as Records (the
-        contract's definition through ``estimate.rank_arrays``, which ``estimate.rank`` uses too)."""
-        from tunedb.index.estimate import ConfigCost, rank, rank_arrays
+        contract's definition through ``estimate.rank_arrays``, which ``estimate.rank`` uses too).
+        A new list, from the entry's kept answer (``ranked``)."""
+        return self.ranked(target, workload, k)[0][:k]
 
-        tkey, ek, tw = self.entry_query(target, workload)
+    def best(self, target: Any, workload: Any, k: int) -> list[Record]:
+        """``RecordStore.best`` (``k`` > 0): the records of ``best_costs``, a new list."""
+        return self.ranked(target, workload, k)[1][:k]
+
+    def ranked(self, target: Any, workload: Any, k: int) -> tuple[list, list[Record], bool]:
+        """(at least the first ``k`` ConfigCost of the ranking of (target, workload), their
+        records, whether that is the whole ranking) -- shared, callers slice it.
+
+        Answers are kept per entry in the partition's ``RankedEntries``, found by the memoised
+        (target_key, workload_key) (no canonical JSON or hashing once the keys are known), valid
+        for one build of the partition's arrays and one set of refuted records, and dropped for
+        an entry this handle commits to (see ``RankedEntries``).  The ``RANK_ALL_AFTER``-th
+        entry of a partition that misses under the same arrays has every entry of the partition
+        ranked at once (``rank_partition``; for ``k`` up to ``RANK_ALL_MAX_K``), so that queries
+        over many entries of a target answer from memory."""
+        if isinstance(target, str) or isinstance(workload, str):
+            pair = (self.target_key(target) if isinstance(target, str) else self.keys.canon(target, "target")[1],
+                    self.workload_key(workload) if isinstance(workload, str) else
+                    self.keys.canon(workload, "workload")[1])
+        else:
+            pair = self.keys.pair(target, workload)
         view = self.view
         with self.lock:
-            p = view.parts.get(tkey[:16])
+            p = view.parts.get(pair[0][:16])
             if p is None:
-                return []
+                return [], [], True
+            if not p.loaded or p.dirty:
+                view.loaded(p)
+            ranked = p.ranked
+            if ranked is None or ranked.refuted is not view.refuted_hashes or ranked.arrays is not p.arrays:
+                ranked = p.ranked = RankedEntries(p.arrays, view.refuted_hashes)
+            hit = ranked.answers.get(pair)
+            if hit is not None and (k <= len(hit[0]) or hit[2]):
+                return hit
+            ranked.misses += 1
+            if ranked.misses >= self.RANK_ALL_AFTER and k <= self.RANK_ALL_MAX_K and not ranked.complete:
+                self.rank_partition(p, ranked, k)
+                hit = ranked.answers.get(pair)
+                if hit is not None and (k <= len(hit[0]) or hit[2]):
+                    return hit
+            tw = self.entry_query(target, workload)[2]
+            ek = hash64(*pair)
             if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
-                return rank(self.entry_records(target, workload), k)
-            ar = view.loaded(p).arrays
-            rows = np.asarray(memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, view.refuted_hashes),
-                              np.int64)
-            if not len(rows):
-                return []
-            c = entry_costs(view, p, rows)
-            ranked = rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, k, c.tuner)
-            out = []
-            for gi, est, j in ranked:
-                rec = self.record(p, int(rows[c.sel[j]]), tw)
-                if view.refuted and rec.record_id in view.refuted:  # (a rid-hash collision: rare)
-                    return rank(self.entry_records(target, workload), k)
-                out.append(ConfigCost(config_key=c.keys[gi], config=rec.config, estimate=est, record=rec))
+                out = rank(self.entry_records(target, workload), k)
+            else:
+                out = self.rank_entry(p, ek, k, tw)
+                if out is None:  # (a rid-hash collision with a refuted record: rare; not kept)
+                    out = rank(self.entry_records(target, workload), k)
+                    return out, [c.record for c in out], len(out) < k
+            return ranked.put(pair, out, k)
+
+    #: misses under one build of a partition's arrays after which all its entries are ranked at once
+    RANK_ALL_AFTER = 2
+    #: the largest ``k`` for which all of a partition's entries are ranked at once (a larger one
+    #: ranks only the entry asked: every entry's whole ranking would build most records as Records)
+    RANK_ALL_MAX_K = 16
+
+    def rank_entry(self, p: Partition, ek: int, k: int, tw: tuple | dict | None,
+                   per_file: dict | None = None) -> list | None:
+        """The first ``k`` ranked ``ConfigCost`` of entry ``ek`` from partition ``p``'s arrays
+        (handle lock held; ``tw`` as ``record``, or a dict: read from the entry's first row, its
+        target's texts shared through the dict), or None when a representative turned out
+        refuted (a rid-hash collision: the caller ranks ``entry_records`` instead).  ``per_file``:
+        see ``entry_costs``."""
+        view = self.view
+        ar = p.arrays
+        rows = np.asarray(memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, view.refuted_hashes), np.int64)
+        if not len(rows):
+            return []
+        if isinstance(tw, dict):
+            tw = self.entry_tw(p, int(rows[0]), tw)
+        c = entry_costs(view, p, rows, per_file)
+        out = []
+        for gi, est, j in rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, k, c.tuner):
+            rec = self.record(p, int(rows[c.sel[j]]), tw)
+            if view.refuted and rec.record_id in view.refuted:
+                return None
+            out.append(ConfigCost(config_key=c.keys[gi], config=rec.config, estimate=est, record=rec))
         return out
+
+    def entry_tw(self, p: Partition, i: int, shared: dict[str, tuple[str, str]]) -> tuple:
+        """``tw`` (see ``rowcache.record_at``) of the entry of row ``i`` of partition ``p``'s
+        arrays, read from that row; ``shared``: target JSON -> (that text, its key), so that
+        the Records of every entry of a target share one copy (handle lock held)."""
+        a = p.arrays.a
+        t = self.view.table(p.files[a["file"].item(i)])
+        r = a["row"].item(i)
+        tj, tk = t["target"][r].as_py(), t["target_key"][r].as_py()
+        tj, tk = shared.setdefault(tj, (tj, tk))
+        wj, wk = t["workload"][r].as_py(), t["workload_key"][r].as_py()
+        return self.keys.json(tj), self.keys.json(wj), tj, wj, tk, wk
+
+    def rank_partition(self, p: Partition, ranked: RankedEntries, k: int) -> None:
+        """Rank every entry of partition ``p`` with live ok rows into ``ranked`` (the first ``k``
+        of each; handle lock held), but those answered already and those with this handle's
+        own commits outside the arrays (ranked when asked).  The Records of all entries share
+        one target dict and text, and those of one entry one workload dict and text."""
+        shared: dict[str, tuple[str, str]] = {}
+        per_file: dict = {}
+        for ek in np.unique(p.arrays.entry_sorted).tolist():
+            if p.overlay_entries.get(ek):
+                continue
+            out = self.rank_entry(p, ek, k, shared, per_file)
+            if out:  # (keyed by its records' keys; an entry without costs is ranked when asked)
+                pair = (out[0].record.target_key, out[0].record.workload_key)
+                if pair not in ranked.answers:
+                    ranked.put(pair, out, k)
+        ranked.complete = True
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""

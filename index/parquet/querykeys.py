@@ -5,13 +5,15 @@ again and again; canonicalising and hashing them each time would dominate a look
 budget is tens of microseconds).  ``KeyMemo`` remembers, each cache bounded:
 
 * ``canon``: (canonical JSON, key) of a dict or a Record's target/workload.  Flat dicts
-  (values str, int, float, bool or None; nothing nested) are memoised by value: (items, value
-  types) -- the types keep ``True``, ``1`` and ``1.0`` apart, which compare equal but are
-  different JSON.  Dicts with nested values are never memoised: a tuple ``(True,)`` equals
-  ``(1,)`` and hashes alike, with no type to tell them apart;
+  (keys str; values str, int, float, bool or None; nothing nested) are memoised by value: (keys,
+  values, value types) -- the types keep ``True``, ``1`` and ``1.0`` apart, which compare equal
+  but are different JSON.  Dicts with nested values or other keys are never memoised: a tuple
+  ``(True,)`` equals ``(1,)`` and hashes alike, with no type to tell them apart;
 * ``text_key``: the key of a canonical JSON text;
 * ``prefix``: the BLAKE2b state of a lookup key's (target_key, workload_key) prefix, so a
   lookup hashes only the config key;
+* ``pair``: (target_key, workload_key) of a query, by which a partition's kept ``best`` answers
+  are found (``tunedb.index.parquet.queries.RankedEntries``);
 * ``json``: the parsed dict of a target/workload JSON text (shared by the Records built).
 
 Not locked: each step is a single dict operation, safe under the GIL for concurrent callers.
@@ -60,19 +62,20 @@ class KeyMemo:
 
     def canon(self, obj: Any, what: str) -> tuple[str, str]:
         """(canonical JSON, key) of a target/workload (``what``) given as a dict or a Record."""
-        if isinstance(obj, Record):
-            return (obj.target_json, obj.target_key) if what == "target" else (obj.workload_json, obj.workload_key)
         fp = None
         if type(obj) is dict:
-            types = tuple(map(type, obj.values()))
-            if _MEMO_VALUE_TYPES.issuperset(types):  # scalars only: equal items are the same JSON
-                try:
-                    fp = (what, tuple(obj.items()), types)
-                    hit = self._canon_cache.get(fp)
-                except TypeError:  # an unhashable key
-                    fp = hit = None
-                if hit is not None:
-                    return hit
+            try:  # (one flat tuple: its length, 1 + 3n, tells keys, values and value types apart)
+                fp = (what, *obj, *obj.values(), *map(type, obj.values()))
+                hit = self._canon_cache.get(fp)
+            except TypeError:  # an unhashable value
+                fp = hit = None
+            if hit is not None:  # (only fingerprints of str keys and scalar values are kept)
+                return hit
+            if fp is not None and not (_MEMO_VALUE_TYPES.issuperset(fp[1 + 2 * len(obj):])
+                                       and all(type(k) is str for k in obj)):
+                fp = None  # (keys True and 1, or values (True,) and (1,), are equal but not the same JSON)
+        elif isinstance(obj, Record):
+            return (obj.target_json, obj.target_key) if what == "target" else (obj.workload_json, obj.workload_key)
         elif hasattr(obj, "to_json_dict"):
             obj = obj.to_json_dict()
         if not isinstance(obj, Mapping):
@@ -96,3 +99,9 @@ class KeyMemo:
                 self._prefix_cache.clear()
             prefix = self._prefix_cache[pair] = hashlib.blake2b(f"{tkey}\0{wkey}\0".encode(), digest_size=8)
         return prefix
+
+    def pair(self, target: Any, workload: Any) -> tuple[str, str]:
+        """(target_key, workload_key) of a target and a workload given as dicts or Records (the
+        ``canon`` memo of each; TypeError for anything else): what ``best``'s kept answers are
+        found by."""
+        return self.canon(target, "target")[1], self.canon(workload, "workload")[1]

@@ -639,6 +639,16 @@ class ParquetStore(RecordStore):
             return []
         return self._retrying(self._queries.best_costs, target, workload, k)
 
+    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
+        """``RecordStore.best``: the records of :meth:`best_costs`, from the same kept per-entry
+        answers (``Queries.ranked``: a repeated query reads memory only)."""
+        if k <= 0:
+            return []
+        try:
+            return self._queries.ranked(target, workload, k)[1][:k]
+        except FileNotFoundError:  # (a file merged away: refresh and ask again)
+            return self._retrying(self._queries.best, target, workload, k)
+
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""
         return self._retrying(self._queries.entry_records, target, workload)

@@ -17,7 +17,11 @@ A partition holds:
   live keys in the arrays' file-index order), the lookup answers among them (``memindex.Arrays``);
 * the handle's own commits since the last refresh: ``overlay`` (small commits, as Records, by
   lookup key and by entry key) and ``pending_rids`` (the sorted rid hashes of large commits
-  whose files are indexed at the next query, ``dirty``).
+  whose files are indexed at the next query, ``dirty``);
+* ``ranked``: the kept ``best`` answers of its entries (``tunedb.index.parquet.queries.RankedEntries``),
+  valid for its current ``arrays`` only: dropped when they are rebuilt (``load``), when a large
+  commit adds files (``add_file``) or the refresh folds its own commits in (``clear_own``),
+  and per entry when this handle commits to one (``overlay_add``).
 
 Record identity is per target: a ``record_id`` is a measurement of one target, so
 de-duplication (commits, reads) looks only at that target's partition.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +49,7 @@ class Partition:
 
     __slots__ = ("prefix", "target_key", "keys", "live", "superseded", "loaded", "chunks", "arrays",
                  "files", "overlay", "overlay_entries", "overlay_rids", "pending_rids",
-                 "dirty", "built_with")
+                 "dirty", "built_with", "ranked")
 
     def __init__(self, prefix: str):
         self.prefix = prefix
@@ -62,6 +67,9 @@ class Partition:
         self.pending_rids: list[np.ndarray] = []
         self.dirty = False
         self.built_with: object = None  # the invalidation time the arrays were built with
+        #: the ranked answers of its entries (``queries.RankedEntries``), valid for ``arrays``
+        #: alone: dropped whenever the arrays are rebuilt or a commit adds rows outside them
+        self.ranked: Any = None
 
     # ------------------------------------------------------------------ files
     def set_keys(self, keys: set[str], supersedes: Callable[[str], list[str]]) -> bool:
@@ -122,6 +130,7 @@ class Partition:
     def _built(self, arrays: memindex.Arrays, inv: int | None) -> None:
         self.files = list(self.live)
         self.arrays = arrays
+        self.ranked = None  # (answers of the arrays replaced)
         self.built_with = inv
         self.loaded = True
         self.dirty = False
@@ -129,6 +138,8 @@ class Partition:
 
     def clear_own(self) -> None:
         """Forget the handle's own commits (a refresh re-read the files and journals holding them)."""
+        if self.overlay:  # (the arrays are rebuilt with them: answers computed with the overlay go)
+            self.ranked = None
         self.overlay.clear()
         self.overlay_entries.clear()
         self.overlay_rids.clear()
@@ -139,6 +150,7 @@ class Partition:
         self.live = sorted(set(self.live) | {key})
         self.chunks[key] = chunk
         self.pending_rids.append(np.sort(chunk.cols["rid_hash"]))
+        self.ranked = None  # (its rows change every entry's answer it holds)
         if chunk.target_key:
             self.target_key = chunk.target_key
         self.dirty = True
@@ -154,9 +166,13 @@ class Partition:
         return memindex.fresh_mask(rh, [self.arrays.rid_sorted, *self.pending_rids], self.overlay_rids)
 
     def overlay_add(self, recs: list[Record]) -> None:
+        """Keep ``recs`` (this handle's small commits) outside the arrays; the ranked answers
+        of their entries are dropped (``ranked.forget``)."""
         for r in recs:
             self.overlay[r.lookup_key] = r
             self.overlay_entries.setdefault(r.entry_key, []).append(r)
+            if self.ranked is not None:
+                self.ranked.forget((r.target_key, r.workload_key))
         self.overlay_rids.update(rid_hash(r.record_id) for r in recs)
         if recs and not self.target_key:
             self.target_key = recs[0].target_key
