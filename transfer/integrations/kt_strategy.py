@@ -119,6 +119,17 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _plain_row(row: Any) -> list:
+    """``_plain(list(row))`` of one searchspace row, without the recursion when every value is
+    already plain (an int, str or bool, or a finite float)."""
+    for v in row:
+        t = type(v)
+        if t is int or t is str or t is bool or (t is float and math.isfinite(v)):
+            continue
+        return _plain(list(row))
+    return list(row)
+
+
 def device_name(runner: Any, tuning_options: Any = None) -> str:
     """The device Kernel Tuner tunes on: the runner's device name (in simulation mode the cache
     file's ``device_name``), else the cache file's stem (as the importer names ``MI250X.json.gz``
@@ -202,7 +213,7 @@ def space_of(searchspace: Any) -> Space:
     def allowed(cfg: Mapping[str, Any]) -> bool:
         return bool(searchspace.is_param_config_valid(tuple(cfg[k] for k in keys)))
 
-    finite = tuple(dict(zip(keys, _plain(list(c)))) for c in searchspace.list)
+    finite = tuple(dict(zip(keys, _plain_row(c))) for c in searchspace.list)
     return Space(knobs=knobs, constraints=(Constraint("in Kernel Tuner's searchspace (its restrictions)", allowed),),
                  finite=finite)
 

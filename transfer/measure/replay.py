@@ -15,8 +15,9 @@ writes included, is the wrapped store's.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,34 +27,185 @@ from tunedb.transfer.measure.backend import ReplayBackend
 from tunedb.transfer.space import Space
 
 
+class LazyResults(Mapping):
+    """config JSON -> Record of a replayed file, each Record built the first time it is read.
+
+    ``index`` maps a config's canonical JSON to the cache key whose entry answers it (the last
+    such entry, as a dict filled in file order keeps it), in the order of first occurrence;
+    ``build(key)`` makes the entry's Record (the importer's own parse of that one entry).  Not
+    thread-safe beyond a Record built twice when two threads read it first at once."""
+
+    def __init__(self, index: dict[str, str], build: Callable[[str], Record | None]) -> None:
+        self.index = index
+        self.build = build
+        self.made: dict[str, Record] = {}
+
+    def __getitem__(self, config_json: str) -> Record:
+        rec = self.made.get(config_json)
+        if rec is None:
+            rec = self.made[config_json] = self.build(self.index[config_json])
+        return rec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __contains__(self, config_json: object) -> bool:
+        return config_json in self.index
+
+
+_INT_BOUND = 2**63
+_TEXT_LIMIT = 4096
+_NUMBER_TYPES = frozenset({float, int})
+
+
+def _plain_value(v: Any) -> bool:
+    """Whether ``v`` is a value no step of the importer's parse can reject: a finite float, an
+    int of at most 63 bits, a bool, None, a short ASCII string, or a short list of finite
+    floats/ints.  Anything else (nested objects, non-ASCII text that may hold a lone surrogate,
+    NaN) is left to the full parse."""
+    t = type(v)
+    if t is float:
+        return math.isfinite(v)
+    if t is int:
+        return -_INT_BOUND < v < _INT_BOUND
+    if t is str:
+        return len(v) <= _TEXT_LIMIT and v.isascii()
+    if t is list:
+        if len(v) > _TEXT_LIMIT:
+            return False
+        kinds = set(map(type, v))
+        if not kinds <= _NUMBER_TYPES:
+            return False
+        return all(map(math.isfinite, v)) and (int not in kinds or all(-_INT_BOUND < x < _INT_BOUND for x in v))
+    return t is bool or v is None
+
+
 class ReplayData:
-    """One cache file: its device target, kernel workload, space and recorded results."""
+    """One cache file: its device target, kernel workload, space and recorded results.
+
+    ``results`` maps a config's canonical JSON to the Record of its entry, exactly what the
+    Kernel Tuner importer makes of the file (``parse_loaded``; where two entries name one config,
+    the later one).  For a plain cache file the Records are built when first read: opening the
+    file reads each entry's parameters and status only (for an entry whose values the importer
+    could reject, the entry's Record is built at once, so which entries count and ``skipped`` are
+    the importer's).  Files with a ``tunedb`` section (a tunedb export) or in the T4 format are
+    parsed whole when opened.  An entry without a timestamp gets the time its Record is built, as
+    the importer stamps it when it parses.  ``doc``: the loaded file (``load_cache``)."""
 
     def __init__(self, path: str | Path, device: str | None = None):
-        from tunedb.transfer.interop import ImportIssue
-        from tunedb.transfer.interop.kernel_tuner import load_cache, parse_loaded, space_from_cache
+        from tunedb.transfer.interop.kernel_tuner import load_cache
 
         self.path = Path(path)
         if not self.path.is_file():
             raise ValueError(f"replay file {self.path} does not exist")
         doc = load_cache(self.path)  # read once: the records and the space come from the same document
-        self.results: dict[str, Record] = {}
+        self.device = device
+        self.doc = doc
+        base = self._base_space(doc)
+        keys = self._plain_keys(doc, base)
+        valid, first = self._index(doc, keys) if keys is not None else self._parse_all(doc)
+        if first is None:
+            raise ValueError(f"replay file {self.path} holds no usable entries")
+        self.target: dict = dict(first.target)
+        self.workload: dict = dict(first.workload)
+        if base is None:
+            from tunedb.transfer.interop.kernel_tuner import space_from_cache
+
+            base = space_from_cache(doc)  # raises its own error
+        self.space: Space = Space(knobs=base.knobs, constraints=base.constraints, finite=tuple(valid))
+
+    @staticmethod
+    def _base_space(doc: Mapping[str, Any]) -> Space | None:
+        """The file's space without its entries' validity (``space_from_cache``), None when the
+        file names no parameters."""
+        from tunedb.transfer.interop.kernel_tuner import space_from_cache
+
+        try:
+            return space_from_cache(doc)
+        except ValueError:
+            return None
+
+    @staticmethod
+    def _plain_keys(doc: Mapping[str, Any], base: Space | None) -> list[str] | None:
+        """The parameter names of a plain cache file (a ``cache`` object, no ``tunedb``
+        section, parameters named), else None (the file is parsed whole)."""
+        if base is None or not isinstance(doc.get("cache"), dict) or isinstance(doc.get("tunedb"), dict):
+            return None
+        return [k.name for k in base.knobs]
+
+    def _parse_all(self, doc: Mapping[str, Any]) -> tuple[list[dict], Record | None]:
+        """Every entry parsed at once: (configs of the non-invalid results, first Record)."""
+        from tunedb.transfer.interop import ImportIssue
+        from tunedb.transfer.interop.kernel_tuner import parse_loaded
+
+        results: dict[str, Record] = {}
         bad = 0
         first: Record | None = None
-        for item in parse_loaded(doc, self.path, device=device):
+        for item in parse_loaded(doc, self.path, device=self.device):
             if isinstance(item, ImportIssue):
                 bad += 1
                 continue
             first = first or item
-            self.results[item.config_json] = item  # == canonical_json(item.config): the record's own text
-        if first is None:
-            raise ValueError(f"replay file {self.path} holds no usable entries")
+            results[item.config_json] = item  # == canonical_json(item.config): the record's own text
         self.skipped = bad
-        self.target: dict = dict(first.target)
-        self.workload: dict = dict(first.workload)
-        base = space_from_cache(doc)
-        valid = [r.config for r in self.results.values() if r.status != "invalid"]
-        self.space: Space = Space(knobs=base.knobs, constraints=base.constraints, finite=tuple(valid))
+        self.results: Mapping[str, Record] = results
+        return [r.config for r in results.values() if r.status != "invalid"], first
+
+    def entry_record(self, key: str) -> Record | None:
+        """The importer's Record of the cache entry ``key`` (None when it rejects the entry)."""
+        from tunedb.transfer.interop import ImportIssue
+        from tunedb.transfer.interop.kernel_tuner import parse_loaded
+
+        one = {**self.doc, "cache": {key: self.doc["cache"][key]}}
+        for item in parse_loaded(one, self.path, device=self.device):
+            return None if isinstance(item, ImportIssue) else item
+        return None
+
+    def _index(self, doc: Mapping[str, Any], keys: list[str]) -> tuple[list[dict], Record | None]:
+        """Read each entry's config and status (the importer's, see :func:`_plain_value`);
+        ``results`` becomes a :class:`LazyResults`.  (configs of the non-invalid results, first
+        Record)."""
+        from tunedb.index.keys import canonical_json_normalised, normalise
+        from tunedb.transfer.interop.kernel_tuner import entry_result
+
+        key_set = frozenset(keys)
+        index: dict[str, str] = {}
+        state: dict[str, tuple[str, dict]] = {}  # config JSON -> (status, config) of its last entry
+        built: dict[str, Record] = {}
+        bad = 0
+        first_key: str | None = None
+        for key, entry in doc["cache"].items():
+            rec = None
+            try:
+                if not (type(entry) is dict and entry.keys() >= key_set and type(key) is str
+                        and len(key) <= _TEXT_LIMIT and key.isascii() and all(map(_plain_value, entry.values()))):
+                    raise ValueError("left to the importer")
+                status = entry_result(entry)[1]
+                config = normalise({k: entry[k] for k in keys}, "config")
+            except (ValueError, TypeError, OverflowError):
+                rec = self.entry_record(key)
+                if rec is None:
+                    bad += 1
+                    continue
+                status, config = rec.status, rec.config
+            cj = canonical_json_normalised(config)
+            index[cj] = key
+            state[cj] = (status, config)
+            if rec is not None:
+                built[cj] = rec
+            else:
+                built.pop(cj, None)
+            if first_key is None:
+                first_key = key
+        self.skipped = bad
+        lazy = LazyResults(index, self.entry_record)
+        lazy.made.update(built)
+        self.results = lazy
+        first = None if first_key is None else self.entry_record(first_key)
+        return [c for s, c in state.values() if s != "invalid"], first
 
     def optimum(self) -> tuple[dict, float]:
         """(config, cost in seconds) of the fastest ok entry by the one estimator (each entry is
