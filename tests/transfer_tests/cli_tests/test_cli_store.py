@@ -44,12 +44,16 @@ def test_stats_and_best_json(db_path):
     assert recs[0]["cost"] == recs[0]["estimate"]["value"] and recs[0]["estimate"]["records"] >= 1
     human = run_cli("best", "--db", str(db_path), "--target", "cli-target", "--workload", "matmul:M=8,N=8,K=8")
     assert "tile" in human.stdout and human.returncode == 0
+    # a workload of the family this target has no records of: predicted from its nearest entries, marked so
+    other = run_cli("--json", "best", "--db", str(db_path), "--target", "cli-target", "--workload", "matmul:M=9,N=9,K=9")
+    assert other.returncode == 0, other.stderr
+    out = json.loads(other.stdout)
+    assert out["predicted"] is True and "records" not in out
 
 
 @pytest.mark.parametrize("args", [
     ["stats", "--db", "{missing}"],
     ["best", "--target", "no-such-target", "--workload", "matmul:M=8,N=8,K=8"],
-    ["best", "--target", "cli-target", "--workload", "matmul:M=9,N=9,K=9"],
     ["best", "--target", "cli-target", "--workload", "matmul:M"],
     ["best", "--target", "cli-target", "--workload", "matmul:M=8,N=8,K=8", "-k", "0"],
     ["best", "--target", "cli-target"],
