@@ -19,7 +19,7 @@ Contract
   (which de-duplicates by record_id) never double-counts it.
 * Costs are seconds; ``timestamp`` is UTC.
 
-Modules: ``formats`` (``FORMATS``, ``Format``, ``get_format``, ``collect``), ``reports`` (import and
+Modules: ``formats`` (``FORMATS``, ``Format``, ``get_format``, ``collect``), ``outcomes`` (import and
 export errors, ``ImportIssue``, ``ImportReport``, ``ExportReport``), ``conflicts`` (several devices
 on one target: ``times_disagree``), ``input_files`` (reading imported files within the caps),
 ``record_building`` (``Prepared``, ``make_record``, ``stable_record_id``: the parsers' hot path),
@@ -51,6 +51,15 @@ from tunedb.transfer.interop.input_files import (
     read_text,
     where,
 )
+from tunedb.transfer.interop.outcomes import (
+    MAX_REPORTED_ERRORS,
+    ExportFormatError,
+    ExportReport,
+    ImportCapError,
+    ImportFormatError,
+    ImportIssue,
+    ImportReport,
+)
 from tunedb.transfer.interop.record_building import (
     FAST_PATH,
     Prepared,
@@ -60,15 +69,6 @@ from tunedb.transfer.interop.record_building import (
     make_record,
     stable_record_id,
     to_utc,
-)
-from tunedb.transfer.interop.reports import (
-    MAX_REPORTED_ERRORS,
-    ExportFormatError,
-    ExportReport,
-    ImportCapError,
-    ImportFormatError,
-    ImportIssue,
-    ImportReport,
 )
 
 __all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "ExportFormatError",

@@ -34,14 +34,14 @@ from typing import Any
 from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import display_name, iter_json_lines, where
-from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id, to_utc
-from tunedb.transfer.interop.reports import (
+from tunedb.transfer.interop.outcomes import (
     ExportReport,
     ImportCapError,
     ImportFormatError,
     ImportIssue,
     NothingToExport,
 )
+from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id, to_utc
 
 FORMAT = "autotvm"
 SOURCE = "imported:autotvm"

@@ -11,7 +11,7 @@ from typing import Any
 
 from tunedb.index.record import Record
 from tunedb.transfer.interop.input_files import file_stem
-from tunedb.transfer.interop.reports import ImportIssue, ImportReport
+from tunedb.transfer.interop.outcomes import ImportIssue, ImportReport
 
 #: ``disagreeing-times`` thresholds (see :func:`times_disagree` for the evidence behind them)
 MIN_SHARED_CONFIGS = 20

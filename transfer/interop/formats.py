@@ -1,6 +1,6 @@
 """The import/export formats: :data:`FORMATS` (name -> :class:`Format`, each a parser module of
 this package loaded on first use), :func:`get_format`, and :func:`collect`, which parses files of
-one format into records and an :class:`~tunedb.transfer.interop.reports.ImportReport`."""
+one format into records and an :class:`~tunedb.transfer.interop.outcomes.ImportReport`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from tunedb.index.record import Record
 from tunedb.transfer.interop.conflicts import split_disagreeing
 from tunedb.transfer.interop.input_files import check_input_path, display_name
-from tunedb.transfer.interop.reports import ExportReport, ImportFormatError, ImportIssue, ImportReport
+from tunedb.transfer.interop.outcomes import ExportReport, ImportFormatError, ImportIssue, ImportReport
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tunedb.transfer.interop.reports import ImportCapError, ImportFormatError
+from tunedb.transfer.interop.outcomes import ImportCapError, ImportFormatError
 
 #: the most text one imported file may hold after decompression (characters; 16x the largest
 #: Kernel Tuner cache in the shared data): a larger file, or a gzip bomb, is refused unread

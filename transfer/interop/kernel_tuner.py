@@ -58,8 +58,7 @@ from tunedb.index.keys import canonical_json_normalised, fast_json_encoder, key_
 from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import display_name, file_stem, read_text, where
-from tunedb.transfer.interop.record_building import Prepared, fast_normalise, make_record, stable_record_id, to_utc
-from tunedb.transfer.interop.reports import (
+from tunedb.transfer.interop.outcomes import (
     ExportFormatError,
     ExportReport,
     ImportCapError,
@@ -67,6 +66,7 @@ from tunedb.transfer.interop.reports import (
     ImportIssue,
     NothingToExport,
 )
+from tunedb.transfer.interop.record_building import Prepared, fast_normalise, make_record, stable_record_id, to_utc
 from tunedb.transfer.space import Constraint, Knob, Space
 
 FORMAT = "kernel-tuner"

@@ -33,14 +33,14 @@ from tunedb.index.keys import key_of
 from tunedb.index.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import check_input_path, display_name, iter_json_lines, where
-from tunedb.transfer.interop.record_building import Prepared, check_costs, make_record, stable_record_id
-from tunedb.transfer.interop.reports import (
+from tunedb.transfer.interop.outcomes import (
     ExportReport,
     ImportCapError,
     ImportFormatError,
     ImportIssue,
     NothingToExport,
 )
+from tunedb.transfer.interop.record_building import Prepared, check_costs, make_record, stable_record_id
 
 FORMAT = "metaschedule"
 SOURCE = "imported:metaschedule"

@@ -25,7 +25,7 @@ from tunedb.index.record import (
     text_problem,
     this_host,
 )
-from tunedb.transfer.interop.reports import ImportCapError
+from tunedb.transfer.interop.outcomes import ImportCapError
 
 
 def fast_normalise(value: Any, what: str = "$") -> Any:

@@ -40,8 +40,8 @@ from tunedb.transfer.interop.input_files import (
     read_text,
     where,
 )
+from tunedb.transfer.interop.outcomes import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id
-from tunedb.transfer.interop.reports import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 
 PARTITION = "target_slug"  # hive partition key, as in the store's records/ directory
 REQUIRED_COLUMNS = ("target", "workload", "config", "status")
@@ -258,7 +258,7 @@ def export_parquet(records: Iterable[Record], out: Path) -> ExportReport:
     """Hive-partitioned Parquet directory at ``out`` (one file per target)."""
     rep = ExportReport()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        from tunedb.transfer.interop.reports import ExportFormatError
+        from tunedb.transfer.interop.outcomes import ExportFormatError
 
         raise ExportFormatError(f"{out} exists and is not an empty directory")
     by_slug: dict[str, list[Record]] = {}

@@ -18,7 +18,7 @@ from tunedb.index.memory import MemoryStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
 from tunedb.transfer.search.proposals.seeds import transferred_seeds
-from tunedb.transfer.search.surrogate import RGPESurrogate
+from tunedb.transfer.search.rgpe import RGPESurrogate
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
 from helpers import ROOT, kernel_tuner_file, replay_history_db, run_cli
@@ -297,7 +297,7 @@ def test_replay_tune_on_a_db_holding_only_the_device_own_cache(tmp_path):
 
 # ----------------------------------------------------------- seeds by similarity, surrogate, budget
 def test_interleave_gives_each_source_a_quota_proportional_to_its_weight():
-    from tunedb.transfer.search.seeds import interleave, similarity_weights
+    from tunedb.transfer.search.seed_order import interleave, similarity_weights
 
     lists = [["a1", "a2", "a3"], ["b1", "b2"], ["c1"]]
     assert interleave(lists, [0.5, 0.3, 0.2]) == ["a1", "b1", "a2", "c1", "a3", "b2"]

@@ -1,4 +1,4 @@
-"""The RGPE-style transfer surrogate (tunedb.transfer.search.surrogate)."""
+"""The RGPE-style transfer surrogate (tunedb.transfer.search.rgpe)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from tunedb.transfer.measure.replay import ReplayData
 from tunedb.transfer.search.costmodel import spearman
-from tunedb.transfer.search.surrogate import RGPESurrogate, SourceModel, bootstrap_ranking_losses, ranking_loss
+from tunedb.transfer.search.rgpe import RGPESurrogate, SourceModel, bootstrap_ranking_losses, ranking_loss
 
 from helpers import kernel_tuner_file
 

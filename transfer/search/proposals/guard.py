@@ -49,7 +49,7 @@ import numpy as np
 
 from tunedb.transfer.search.costmodel import spearman
 from tunedb.transfer.search.proposals.base import ProposalSource, Round, SearchState, Tagged, register, sig
-from tunedb.transfer.search.seeds import similarity_weights
+from tunedb.transfer.search.seed_order import similarity_weights
 
 __all__ = ["HistoryGuard", "arm_gains", "explore", "misfit", "prior_table"]
 

@@ -17,7 +17,7 @@ import numpy as np
 from tunedb.index.keys import key_of
 from tunedb.transfer.search.adapt import adapt_many, hardware_scale
 from tunedb.transfer.search.proposals.base import ProposalSource, SearchState, Tagged, register, sig
-from tunedb.transfer.search.seeds import interleave, similarity_weights
+from tunedb.transfer.search.seed_order import interleave, similarity_weights
 
 __all__ = ["DefaultFirst", "TransferredSeeds", "rank_with_default", "transferred_seeds"]
 

@@ -1,5 +1,5 @@
 """The RGPE transfer surrogate's batch (``model``): once the run has ``surrogate_after`` ok
-evaluations, ``tunedb.transfer.search.surrogate.RGPESurrogate`` (one model per seed source
+evaluations, ``tunedb.transfer.search.rgpe.RGPESurrogate`` (one model per seed source
 plus one of this run's measurements) ranks the candidates by expected improvement (``"ei"``)
 or its mean (``"mean"``), after ``seed_slots`` places for the seeds of the sources it still
 believes.  It claims the round (the cost model then ranks nothing); an epsilon share is left
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tunedb.transfer.search.proposals.base import ProposalSource, Round, SearchState, Tagged, register, seed_or, sig
-from tunedb.transfer.search.seeds import interleave, similarity_weights
+from tunedb.transfer.search.seed_order import interleave, similarity_weights
 from tunedb.transfer.space import Space
 
 __all__ = ["SurrogateSource", "encode"]
@@ -106,7 +106,7 @@ class SurrogateSource(ProposalSource):
         srcs = state.seed_sources
         if opt.cold or mode == "model" or state.db is None or not srcs or (mode is None and len(srcs) < 2):
             return
-        from tunedb.transfer.search.surrogate import SourceModel
+        from tunedb.transfer.search.rgpe import SourceModel
 
         t0 = time.perf_counter()
         self.scale = np.array([max(len(k.values) - 1, 1) for k in state.space.knobs], np.float64)
@@ -155,7 +155,7 @@ class SurrogateSource(ProposalSource):
         own = _own(state)
         if len(own) < max(state.opt.surrogate_after, 2) or len(own) == self.fitted_on:
             return
-        from tunedb.transfer.search.surrogate import RGPESurrogate
+        from tunedb.transfer.search.rgpe import RGPESurrogate
 
         t0 = time.perf_counter()
         try:
