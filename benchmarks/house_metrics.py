@@ -17,7 +17,7 @@ What is measured (static analysis with ``ast``; nothing is imported or run):
   ``views`` (layered, trust, decisions, testing), ``backends`` (memory, parquet, postgres,
   snapshot), ``retrieval`` (retrieval, hardware), ``contract`` (base, checks, runs_codec, lookups,
   estimate, tables, retention, lazy), ``model`` (record, batch, keys, schema, version, redact,
-  cachedir); and modules of ``transfer/`` that import a backend's internals
+  cachedir, fsutil); and modules of ``transfer/`` that import a backend's internals
   (``tunedb.index.parquet.*``, ``postgres.*``, ``snapshot.*``) instead of the store contract;
 * look-alike module stems: groups of modules whose file stems are equal, or equal once a plural
   ``s`` or an ``ing`` is dropped (``journal``/``journaling``, ``report``/``reports``); not
@@ -53,7 +53,7 @@ INDEX_LAYERS = (  # top first: (layer, index/ modules or subpackages in it)
     ("backends", ("memory", "parquet", "postgres", "snapshot")),
     ("retrieval", ("retrieval", "hardware")),
     ("contract", ("base", "checks", "runs_codec", "lookups", "estimate", "tables", "retention", "lazy")),
-    ("model", ("record", "batch", "keys", "schema", "version", "redact", "cachedir")),
+    ("model", ("record", "batch", "keys", "schema", "version", "redact", "cachedir", "fsutil")),
 )
 BACKEND_PACKAGES = ("tunedb.index.parquet.", "tunedb.index.postgres.", "tunedb.index.snapshot.")
 DUP_WINDOW = 6

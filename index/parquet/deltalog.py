@@ -80,7 +80,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.parquet.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp, temp_name, write_all
+from tunedb.index.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp, temp_name, write_all
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.version import TUNEDB_VERSION
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tunedb.index.parquet.fsutil import replace_derived
+from tunedb.index.fsutil import replace_derived
 from tunedb.index.parquet.memindex import Arrays
 
 SUBDIR = "index"

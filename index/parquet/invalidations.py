@@ -2,7 +2,7 @@
 
 Each file holds (target_key, target_name, invalidated_at).  Records of a target committed
 before its latest invalidation are stale: they no longer answer lookup/best.  A file is
-written under a temp name and published with fsync and rename (``tunedb.index.parquet.fsutil.publish``);
+written under a temp name and published with fsync and rename (``tunedb.index.fsutil.publish``);
 an unreadable file (a torn copy from another tool) is skipped.
 Times: ``invalidated_at`` is a UTC timestamp; ``load`` returns integer microseconds since
 the epoch.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.parquet.fsutil import publish, temp_name
+from tunedb.index.fsutil import publish, temp_name
 
 INVAL_SCHEMA = pa.schema([("target_key", pa.string()), ("target_name", pa.string()),
                           ("invalidated_at", pa.timestamp("us", tz="UTC"))])

@@ -32,8 +32,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tunedb.index.fsutil import fsync_dir, remove_dead_temp
 from tunedb.index.keys import rid_hash
-from tunedb.index.parquet.fsutil import fsync_dir, remove_dead_temp
 from tunedb.index.parquet.journal import SUFFIX, JournalWarning, read_contents, try_lock_abandoned
 from tunedb.index.parquet.parts import (
     EPOCH,

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tunedb.index.fsutil import file_lock
 from tunedb.index.parquet import journal_fold
-from tunedb.index.parquet.fsutil import file_lock
 from tunedb.index.parquet.journal import JournalWriter
 from tunedb.index.parquet.journal_fold import journal_row
 from tunedb.index.record import Record

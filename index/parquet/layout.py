@@ -24,7 +24,7 @@ import json
 import os
 from pathlib import Path
 
-from tunedb.index.parquet.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
+from tunedb.index.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 MARKER = "tunedb.json"

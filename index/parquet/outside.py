@@ -55,9 +55,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tunedb.index.batch import RecordBatch
+from tunedb.index.fsutil import unlink_quietly
 from tunedb.index.keys import rid_hashes
 from tunedb.index.parquet import deltalog, parts
-from tunedb.index.parquet.fsutil import unlink_quietly
 from tunedb.index.record import target_slug
 from tunedb.index.schema import RECORD_SCHEMA, conform
 from tunedb.index.tables import first_by_record_id

@@ -15,7 +15,7 @@ A journal fold writes ``part-`` files too, under a name derived from the journal
 finds or replaces its files instead of adding copies.
 
 Every file carries its target (key, canonical JSON, name) in its Parquet metadata.  A file is
-written under a name readers ignore (``_tmp-...``, see ``tunedb.index.parquet.fsutil``), fsync'ed, renamed
+written under a name readers ignore (``_tmp-...``, see ``tunedb.index.fsutil``), fsync'ed, renamed
 into place and its directory fsync'ed: a published file is complete and durable, and it is
 never modified afterwards -- only deleted once a compacted file supersedes it.
 
@@ -46,8 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tunedb.index.fsutil import fsync_dir, stage_bytes, unlink_quietly
 from tunedb.index.parquet import deltalog
-from tunedb.index.parquet.fsutil import fsync_dir, stage_bytes, unlink_quietly
 from tunedb.index.record import target_slug as target_slug
 from tunedb.index.schema import RECORD_SCHEMA, conform
 from tunedb.index.tables import first_by_record_id

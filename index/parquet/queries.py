@@ -40,10 +40,10 @@ import pyarrow.parquet as pq
 
 from tunedb.index import tables
 from tunedb.index.estimate import ConfigCost, rank, rank_arrays
+from tunedb.index.fsutil import file_lock, replace_derived
 from tunedb.index.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
 from tunedb.index.lookups import Lookups
 from tunedb.index.parquet import memindex
-from tunedb.index.parquet.fsutil import file_lock, replace_derived
 from tunedb.index.parquet.partition_set import PartitionSet
 from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import record_at

@@ -35,8 +35,8 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from tunedb.index.fsutil import file_lock, fsync_dir
 from tunedb.index.parquet import deltalog, outside, parts
-from tunedb.index.parquet.fsutil import file_lock, fsync_dir
 from tunedb.index.retention import retention_mask
 
 #: the row filter of a rewrite: True for each row to keep (None: keep every row)

@@ -20,7 +20,7 @@ import re
 import warnings
 from pathlib import Path
 
-from tunedb.index.parquet.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
+from tunedb.index.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
 from tunedb.index.runs_codec import RunWarning, decode_run
 
 DIRNAME = "runs"

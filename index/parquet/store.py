@@ -111,11 +111,11 @@ import pyarrow.compute as pc
 from tunedb.index.base import RecordStore, StoreStats
 from tunedb.index.batch import RecordBatch
 from tunedb.index.checks import check_columns, check_forget_options, check_runs_query
+from tunedb.index.fsutil import file_lock, remove_dead_temp, tree_bytes
 from tunedb.index.keys import rid_hash
 from tunedb.index.lookups import Lookups
 from tunedb.index.parquet import commits, deltalog, layout, outside, parts, queries, rewrites, verdicts
 from tunedb.index.parquet import runs as runfiles
-from tunedb.index.parquet.fsutil import file_lock, remove_dead_temp, tree_bytes
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
 from tunedb.index.parquet.invalidations import append as append_invalidation
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter

@@ -37,8 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tunedb.index.fsutil import file_lock
 from tunedb.index.parquet import deltalog, journal_fold, layout, parts
-from tunedb.index.parquet.fsutil import file_lock
 from tunedb.index.parquet.journal import try_lock_abandoned
 from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
 from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION

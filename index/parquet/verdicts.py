@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.parquet.fsutil import fsync_dir, publish, temp_name
+from tunedb.index.fsutil import fsync_dir, publish, temp_name
 
 DIRNAME = "verdicts"
 VERDICT_SCHEMA = pa.schema([("record_id", pa.string()), ("verdict", pa.string()),

@@ -68,9 +68,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tunedb.index.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.hardware import catalog
 from tunedb.index.hardware.catalog import catalog_hash
-from tunedb.index.parquet.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.retrieval import features
 
 if TYPE_CHECKING:

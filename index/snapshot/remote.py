@@ -51,12 +51,12 @@ import os
 import re
 import threading
 import time
-import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tunedb.index.fsutil import atomic_write_bytes
 from tunedb.index.redact import mask_url
 from tunedb.index.snapshot.format import (
     MANIFEST,
@@ -121,16 +121,10 @@ def _positive(value: Any, what: str) -> float:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` as ``path`` through a temp file and a rename (readers see all or nothing)."""
+    """Write ``data`` as ``path`` (its directory made if missing) durably, all or nothing:
+    ``tunedb.index.fsutil.atomic_write_bytes``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"_tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write_bytes(path, data)
 
 
 class _TooLarge(SnapshotError):

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from tunedb.index.cachedir import cache_root
-from tunedb.index.parquet.fsutil import atomic_write_bytes, file_lock
+from tunedb.index.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.snapshot.format import MANIFEST, SnapshotError
 
 STATE_FILE = "snapshot-versions.json"

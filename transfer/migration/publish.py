@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tunedb.index.base import RecordStore
+from tunedb.index.fsutil import atomic_write_bytes
 from tunedb.index.keys import canonical_json
 from tunedb.index.schema import RECORD_SCHEMA
 from tunedb.index.snapshot import format as fmt
@@ -140,15 +141,7 @@ def _file_sha256(path: Path) -> str:
 
 def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"_tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_bytes(path, data)
 
 
 def _write_manifest(path: Path, data: bytes) -> None:

@@ -127,7 +127,7 @@ def _store_size(db: Any) -> int | None:
     ``stats().size_bytes`` (0 in memory)."""
     records_dir = getattr(db, "records_dir", None)
     if records_dir is not None:
-        from tunedb.index.parquet.fsutil import tree_bytes
+        from tunedb.index.fsutil import tree_bytes
 
         return tree_bytes(records_dir, getattr(db, "journal_dir", records_dir))
     try:
