@@ -83,3 +83,15 @@ def small_fs(where: Path, size_mb: int = 2) -> Iterator[str]:
     finally:
         if run_command(["umount", str(where)]) is not None:
             run_command(["umount", "-l", str(where)])
+
+
+def tree_state(path: Path) -> dict[str, tuple[int, int]]:
+    """Every file and directory under ``path`` with its size and mtime (ns): equal before and after
+    a command means the command changed nothing there."""
+    out: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            p = Path(root) / n
+            st = p.lstat()
+            out[str(p.relative_to(path))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns)
+    return out

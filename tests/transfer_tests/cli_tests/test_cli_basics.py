@@ -14,7 +14,7 @@ import pytest
 
 from tunedb.index import ParquetStore, Record
 
-from helpers import kernel_tuner_file
+from helpers import kernel_tuner_file, tree_state
 
 TUNEDB = Path(os.environ.get("VIRTUAL_ENV", "")) / "bin" / "tunedb"
 T = {"kind": "cpu", "name": "cli-basics"}
@@ -30,17 +30,6 @@ def tunedb(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
     cmd = [str(TUNEDB)] if TUNEDB.is_file() else [sys.executable, "-m", "tunedb"]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300, cwd=cwd)
-
-
-def tree(path: Path) -> dict[str, tuple[int, int]]:
-    """Every file and directory under ``path`` with its size and mtime (ns)."""
-    out = {}
-    for root, dirs, files in os.walk(path):
-        for n in dirs + files:
-            p = Path(root) / n
-            st = p.lstat()
-            out[str(p.relative_to(path))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns)
-    return out
 
 
 def one_error(p: subprocess.CompletedProcess) -> str:
@@ -104,10 +93,10 @@ def test_workloads_filters_and_text(db_path):
     ("matmul:M", "is not key=value"),
 ])
 def test_bad_workloads_are_validation_errors_before_any_lookup(db_path, spec, needle):
-    before = tree(db_path)
+    before = tree_state(db_path)
     line = one_error(tunedb("best", "--db", str(db_path), "--target", "cli-basics", "--workload", spec))
     assert needle in line and "has no records" not in line
-    assert tree(db_path) == before
+    assert tree_state(db_path) == before
 
 
 def test_extra_key_and_foreign_workloads_stored_in_the_db_are_accepted(db_path):

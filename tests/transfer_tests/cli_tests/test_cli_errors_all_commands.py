@@ -5,7 +5,6 @@ disk (the database directory and the working directory, file by file, before and
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tunedb.index import ParquetStore, Record
+
+from helpers import tree_state
 
 VENV_TUNEDB = Path(sys.executable).with_name("tunedb")
 T = {"kind": "cpu", "name": "err-target"}
@@ -96,16 +97,6 @@ CASES: list[tuple[str, list[str]]] = [
 ]
 
 
-def _tree(path: Path) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
-    for root, dirs, files in os.walk(path):
-        for n in dirs + files:
-            p = Path(root) / n
-            st = p.lstat()
-            out[str(p.relative_to(path))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns)
-    return out
-
-
 @pytest.fixture(scope="module")
 def places(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("errs")
@@ -142,11 +133,11 @@ def test_a_mistake_exits_2_with_one_line_and_changes_nothing(places, tmp_path, c
         for k, v in subs.items():
             a = a.replace("{" + k + "}", v)
         args.append(a)
-    before = {k: _tree(places[k]) for k in ("db", "empty")}, _tree(tmp_path)
+    before = {k: tree_state(places[k]) for k in ("db", "empty")}, tree_state(tmp_path)
     exe = [str(VENV_TUNEDB)] if VENV_TUNEDB.is_file() else [sys.executable, "-m", "tunedb"]
     r = subprocess.run([*exe, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2, (args, r.returncode, r.stdout[-500:], r.stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith("tunedb: error: "), (args, r.stderr)
-    after = {k: _tree(places[k]) for k in ("db", "empty")}, _tree(tmp_path)
+    after = {k: tree_state(places[k]) for k in ("db", "empty")}, tree_state(tmp_path)
     assert after == before, args
