@@ -83,8 +83,10 @@ def test_timing_protocol_sizes_number_to_min_repeat():
 
     proto = TimingProtocol(warmup=1, min_repeat_ms=10, repeat=3)
     costs, number = time_callable(fn, proto)
-    assert 3 <= number <= 6  # ~10 ms / 2 ms (sleep overshoots a little)
-    assert len(costs) == 3 and all(0.0019 < c < 0.02 for c in costs)
+    # ~10 ms / 2 ms: at most 5 calls (a sleep is never shorter than asked), fewer when a busy
+    # machine stretches each sleep; every repeat still lasts at least min_repeat_ms (below)
+    assert 1 <= number <= 6
+    assert len(costs) == 3 and all(c > 0.0019 for c in costs)
     assert len(calls) == 1 + 3 * number
     assert all(c * number >= 0.010 for c in costs)  # each repeat lasted >= min_repeat_ms
     s = proto.summary([1.0, 1.0, 1.0], number)
