@@ -66,6 +66,7 @@ from tunedb.transfer.apps.evaluation import (  # noqa: E402,F401
     best_within,
     frac,
     hindsight_mixture,
+    leave_one_out,
     load_devices,
     order_history,
     random_curve,
@@ -91,59 +92,11 @@ VARIANTS = {"no_guard": {"guard": False},
 
 
 def held_out(datas: dict, held: str, random_seeds: int, seeds: int) -> HeldOut:
-    """Leave ``held`` out: warm, cold and every ``VARIANTS`` run with ``seeds`` seeds, each on a fresh
-    copy of a DB holding the other devices' records (the family's base model fitted once and
-    persisted, so every copy loads it), plus random, nearest-only and the union of bests.
-
-    Every strategy is scored by the same numbers: a tuner run's history is rebuilt from the
-    configs it evaluated, in order, each at its recorded cost on ``held``
-    (``evaluation.order_history``, the cost the union of bests and the optimum are read from)."""
-    from tunedb.index import ParquetStore
-    from tunedb.index.keys import canonical_json
-    from tunedb.transfer.measure.replay import KernelTunerReplayBackend
-    from tunedb.transfer.search import modelcache
-
-    hd = datas[held]
-    _, opt = hd.optimum()
-    work = Path(tempfile.mkdtemp(prefix="bench_transfer_"))
-    runs = {"warm": {}, "cold": {"cold": True}, **VARIANTS}
-    hist: dict[str, list] = {name: [] for name in runs}
-    surr: dict[str, dict] = {}
-    try:
-        db = ParquetStore.open(work / "base")
-        for dev, d in datas.items():
-            if dev != held:
-                db.commit(list(d.results.values()))
-        backend = KernelTunerReplayBackend(hd)
-        near = [m for m in db.nearest(hd.target, hd.workload, k=1, exclude_target=True) if m.best]
-        modelcache.base_model(db, hd.workload.get("family"), seed=0)
-        n = 0
-        for name, over in runs.items():
-            for s in range(seeds):
-                n += 1
-                if not over.get("cold"):
-                    shutil.copytree(work / "base", work / f"run{n}")
-                rdb = ParquetStore.open(work / f"run{n}")  # cold: an empty DB
-                cfgs: list[dict] = []
-                res = Tuner(rdb, hd.target, hd.workload, hd.space, backend,
-                            TuneOptions(**{"budget": max(BUDGETS), "seed": s, **over}),
-                            on_evaluation=lambda c, _rec, _cached, _origin, cfgs=cfgs: cfgs.append(c)).run()
-                hist[name].append(order_history(hd, cfgs))
-                surr.setdefault(name, res.surrogate)
-                shutil.rmtree(work / f"run{n}", ignore_errors=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    near_rec = hd.results.get(canonical_json(dict(near[0].best[0].config))) if near else None
-    ok_costs = hd.costs_ok()
-    good = sum(1 for c in ok_costs if opt / c >= 0.95)
-    warm_to = [i for i, b in hist["warm"][0] if b is not None and b <= opt / 0.95]
-    return HeldOut(device=held, optimum=opt, warm_history=hist["warm"][0], cold_history=hist["cold"][0],
-                   nearest_device=near[0].target_name if near else None,
-                   nearest_cost=near_rec.cost if near_rec is not None and near_rec.status == "ok" else None,
-                   random=random_curve(ok_costs, hd.space.size(), BUDGETS, random_seeds, opt),
-                   random_to_95=(hd.space.size() + 1) / (good + 1), warm_to_95=warm_to[0] if warm_to else None,
-                   diy_union=union_curve(datas, held, BUDGETS, seeds=max(seeds, 1)), histories=hist,
-                   surrogates=surr)
+    """Leave ``held`` out (``evaluation.leave_one_out``): warm, cold and every ``VARIANTS`` run with
+    ``seeds`` seeds, each on a fresh copy of a DB holding the other devices' records, plus random,
+    nearest-only and the union of bests; every tuner run scored by the recorded costs of the
+    configs it evaluated (``recorded_costs``), so every strategy is scored by the same numbers."""
+    return leave_one_out(datas, held, BUDGETS, random_seeds, seeds=seeds, variants=VARIANTS, recorded_costs=True)
 
 
 def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quiet: bool, seeds: int = 3,

@@ -198,7 +198,8 @@ class HeldOut:
 
 
 def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, random_seeds: int = 50,
-                  seed: int = 0, *, seeds: int = 1, variants: dict[str, dict] | None = None) -> HeldOut:
+                  seed: int = 0, *, seeds: int = 1, variants: dict[str, dict] | None = None,
+                  recorded_costs: bool = False) -> HeldOut:
     """Hold ``held`` out of ``datas``: warm (DB of the others), cold, random, nearest-only and the
     do-it-yourself union of bests on it, plus each of ``variants`` (name -> ``TuneOptions``
     overrides of a warm run, e.g. ``{"warm_old": {"surrogate": "model", "seed_order": "rank"}}``).
@@ -206,7 +207,11 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
     Every tuner strategy runs with ``seeds`` seeds (``seed``, ``seed + 1``, ...), each on a fresh
     copy of a DB holding every record of the other devices (and the family's base model, fitted
     once), so no run sees another's measurements.  The nearest device is queried before any
-    search runs.  The DBs live in a temporary folder removed on return."""
+    search runs.  The DBs live in a temporary folder removed on return.
+
+    ``recorded_costs``: score a tuner run by the configs it evaluated, in order, each at its
+    recorded cost on ``held`` (:func:`order_history`, the cost the union of bests and the optimum
+    are read from) instead of by its own history, so every strategy is scored by the same numbers."""
     from tunedb.transfer.search import modelcache
 
     hd = datas[held]
@@ -236,9 +241,11 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
                 if not over.get("cold"):
                     shutil.copytree(work / "base", work / f"run{n}")
                 rdb = ParquetStore.open(work / f"run{n}")  # cold: an empty DB
+                cfgs: list[dict] = []
                 res = Tuner(rdb, hd.target, hd.workload, hd.space, backend,
-                            TuneOptions(**{"budget": max(budgets), "seed": s, **over})).run()
-                hist[name].append(res.history)
+                            TuneOptions(**{"budget": max(budgets), "seed": s, **over}),
+                            on_evaluation=lambda c, _rec, _cached, _origin, cfgs=cfgs: cfgs.append(c)).run()
+                hist[name].append(order_history(hd, cfgs) if recorded_costs else res.history)
                 surr.setdefault(name, res.surrogate)
                 shutil.rmtree(work / f"run{n}", ignore_errors=True)
     finally:
