@@ -255,6 +255,22 @@ def test_a_rewrite_racing_an_outside_delete_logs_nothing_and_keeps_every_file(tm
     assert agree(db) == ids - {victim}
 
 
+def _outside_append_is_refused(db, table, says: str) -> int:
+    """Append ``table`` to ``db``'s records with the real Delta writer, then check that tunedb's
+    writable open refuses it in one line naming ``says`` and a .parquet file, changing no data
+    file and no log file; returns the table version before the append (to restore)."""
+    v = deltalake.DeltaTable(str(db / "records")).version()
+    deltalake.write_deltalake(str(db / "records"), table, mode="append")
+    files = data_files(db)
+    log = sorted(os.listdir(db / "records" / "_delta_log"))
+    with pytest.raises(ValueError) as e:
+        ParquetStore.open(db)
+    msg = str(e.value)
+    assert "\n" not in msg and says in msg and ".parquet" in msg, msg
+    assert data_files(db) == files and sorted(os.listdir(db / "records" / "_delta_log")) == log
+    return v
+
+
 def test_outside_rows_that_cannot_be_records_are_refused_in_one_line_and_change_nothing(tmp_path):
     db, ids = make_db(tmp_path)
     with ParquetStore.open(tmp_path / "other") as h:
@@ -262,16 +278,7 @@ def test_outside_rows_that_cannot_be_records_are_refused_in_one_line_and_change_
         table = h.records()
     table = table.set_column(table.schema.get_field_index("target_key"), "target_key",
                              pa.nulls(table.num_rows, pa.string()))
-    dt = deltalake.DeltaTable(str(db / "records"))
-    v = dt.version()
-    deltalake.write_deltalake(str(db / "records"), table, mode="append")
-    files = data_files(db)
-    log = sorted(os.listdir(db / "records" / "_delta_log"))
-    with pytest.raises(ValueError) as e:
-        ParquetStore.open(db)
-    msg = str(e.value)
-    assert "\n" not in msg and "no target_key" in msg and ".parquet" in msg, msg
-    assert data_files(db) == files and sorted(os.listdir(db / "records" / "_delta_log")) == log
+    v = _outside_append_is_refused(db, table, "no target_key")
     with warnings.catch_warnings(record=True) as caught:  # read-only: tunedb's records, and a note
         warnings.simplefilter("always")
         assert set(tunedb_ids(db, read_only=True)) == ids
@@ -304,14 +311,6 @@ def test_outside_rows_a_commit_would_refuse_are_refused_and_change_nothing(tmp_p
         table = h.records()
     table = table.set_column(table.schema.get_field_index(column), column,
                              pa.array([value] * table.num_rows, pa.string()))
-    v = deltalake.DeltaTable(str(db / "records")).version()
-    deltalake.write_deltalake(str(db / "records"), table, mode="append")
-    files = data_files(db)
-    log = sorted(os.listdir(db / "records" / "_delta_log"))
-    with pytest.raises(ValueError) as e:
-        ParquetStore.open(db)
-    msg = str(e.value)
-    assert "\n" not in msg and says in msg and ".parquet" in msg, msg
-    assert data_files(db) == files and sorted(os.listdir(db / "records" / "_delta_log")) == log
+    v = _outside_append_is_refused(db, table, says)
     deltalake.DeltaTable(str(db / "records")).restore(v)
     assert agree(db) == ids
