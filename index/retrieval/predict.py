@@ -131,12 +131,13 @@ def _rank(store: Any, matches: Sequence[Match], k: int) -> list[PredictedConfig]
     known: list[dict[str, float]] = []  # per neighbour: candidate text -> cost (seconds)
     optimum: list[float] = []
     for m in matches:
-        costs = {}
-        for text, rec in zip(texts, store.lookup_many(m.target, m.workload, configs)):
-            if rec is not None and rec.status == "ok" and rec.costs:
-                value = estimate([rec]).value
-                if value > 0 and math.isfinite(value):
-                    costs[text] = value
+        # its own best configs: the entry's estimates (the numbers `tunedb best` shows there);
+        # the other candidates: the estimate of their latest record there, looked up in one batch
+        costs = {canonical_json(c.config): c.estimate.value for c in m.config_costs() if _usable(c.estimate.value)}
+        missing = [i for i, text in enumerate(texts) if text not in costs]
+        for i, rec in zip(missing, store.lookup_many(m.target, m.workload, [configs[i] for i in missing])):
+            if rec is not None and rec.status == "ok" and rec.costs and _usable(value := estimate([rec]).value):
+                costs[texts[i]] = value
         known.append(costs)
         optimum.append(min(costs.values(), default=math.inf))  # its own best configs are candidates
     scored = []
@@ -152,3 +153,7 @@ def _rank(store: Any, matches: Sequence[Match], k: int) -> list[PredictedConfig]
         scored.append(PredictedConfig(cfg, s / total, ev))
     scored.sort(key=lambda p: (-p.score, canonical_json(p.config)))
     return scored[:k]
+
+
+def _usable(value: float) -> bool:
+    return value > 0 and math.isfinite(value)
