@@ -10,7 +10,7 @@ The public API (everything else is internal and may change)::
     db.close()
 
 ``open`` returns a :class:`RecordStore` (the contract every backend implements:
-``tunedb.index.base``): a Parquet directory, ``memory:`` or a ``postgresql://`` URL;
+``tunedb.index.contract.base``): a Parquet directory, ``memory:`` or a ``postgresql://`` URL;
 :class:`LayeredStore` and :class:`TrustedStore` compose stores.  Names are imported on first
 use, so ``import tunedb`` itself loads no heavy dependency (pyarrow, FAISS, LightGBM, TVM, Ray).
 """
@@ -20,26 +20,26 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from tunedb.index.lazy import lazy_getattr
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.support.lazy import lazy_getattr
 
 __version__ = TUNEDB_VERSION
 
 #: public name -> (module, attribute); resolved lazily by __getattr__
 _LAZY = {
-    "open": ("tunedb.index.stores", "open_store"),
-    "RecordStore": ("tunedb.index.base", "RecordStore"),
-    "Entry": ("tunedb.index.base", "Entry"),
-    "StoreStats": ("tunedb.index.base", "StoreStats"),
-    "MemoryStore": ("tunedb.index.memory", "MemoryStore"),
+    "open": ("tunedb.index.opener", "open_store"),
+    "RecordStore": ("tunedb.index.contract.base", "RecordStore"),
+    "Entry": ("tunedb.index.contract.base", "Entry"),
+    "StoreStats": ("tunedb.index.contract.base", "StoreStats"),
+    "MemoryStore": ("tunedb.index.memory.store", "MemoryStore"),
     "ParquetStore": ("tunedb.index.parquet.store", "ParquetStore"),
     "PostgresStore": ("tunedb.index.postgres.store", "PostgresStore"),
-    "LayeredStore": ("tunedb.index.layered", "LayeredStore"),
-    "TrustedStore": ("tunedb.index.trust", "TrustedStore"),
-    "parse_trust": ("tunedb.index.trust", "parse_trust"),
-    "Record": ("tunedb.index.record", "Record"),
-    "RecordBatch": ("tunedb.index.batch", "RecordBatch"),
-    "STATUSES": ("tunedb.index.record", "STATUSES"),
+    "LayeredStore": ("tunedb.index.views.layered", "LayeredStore"),
+    "TrustedStore": ("tunedb.index.views.trust", "TrustedStore"),
+    "parse_trust": ("tunedb.index.views.trust", "parse_trust"),
+    "Record": ("tunedb.index.model.record", "Record"),
+    "RecordBatch": ("tunedb.index.model.batch", "RecordBatch"),
+    "STATUSES": ("tunedb.index.model.record", "STATUSES"),
     "local_target": ("tunedb.index.hardware.localcpu", "local_target"),
     "resolve_target": ("tunedb.index.hardware.targets", "resolve_target"),
     "Tuner": ("tunedb.transfer.search.tuner", "Tuner"),
@@ -102,17 +102,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily
-    from tunedb.index.base import Entry, RecordStore, StoreStats
-    from tunedb.index.batch import RecordBatch
+    from tunedb.index.contract.base import Entry, RecordStore, StoreStats
     from tunedb.index.hardware.localcpu import local_target
     from tunedb.index.hardware.targets import resolve_target
-    from tunedb.index.layered import LayeredStore
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
+    from tunedb.index.model.batch import RecordBatch
+    from tunedb.index.model.record import STATUSES, Record
+    from tunedb.index.opener import open_store as open
     from tunedb.index.parquet.store import ParquetStore
     from tunedb.index.postgres.store import PostgresStore
-    from tunedb.index.record import STATUSES, Record
-    from tunedb.index.stores import open_store as open
-    from tunedb.index.trust import TrustedStore, parse_trust
+    from tunedb.index.views.layered import LayeredStore
+    from tunedb.index.views.trust import TrustedStore, parse_trust
     from tunedb.transfer.apps.tune import tune
     from tunedb.transfer.measure.backend import measure
     from tunedb.transfer.measure.jobs import local_job

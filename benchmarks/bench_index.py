@@ -80,7 +80,7 @@ def random_workloads(n: int, seed: int = 0) -> list[dict]:
 
 def synthetic_entries(n: int, seed: int = 0) -> tuple[np.ndarray, list[str], list[str], list[str]]:
     """(vectors N x DIM, target_keys, workload_keys, families) of ``n`` random entries."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     targets = [catalog_target(r) for r in catalog.devices()] + [preset(p) for p in preset_names()]
     hw = np.stack([features.normalized(features.hardware_vector(t)) for t in targets])

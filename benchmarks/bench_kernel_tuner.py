@@ -9,7 +9,7 @@ Kernel Tuner's simulation runner replays the held-out device's measurements; not
 
 Methods
   warm               ``tunedb.kernel_tuner.WarmStart(db)``: a fresh in-memory DB
-                     (``tunedb.index.memory.MemoryStore``, one per device and seed) holding every
+                     (``tunedb.index.memory.store.MemoryStore``, one per device and seed) holding every
                      record of the other five devices (imported with the Kernel Tuner importer);
                      Tuner options: the Tuner's defaults except ``patience=None`` and ``seed``
   warm_mean          the same with ``acquisition="mean"``: proposals ordered by the RGPE ensemble's
@@ -59,7 +59,7 @@ from kernel_tuner.interface import strategy_map
 from kernel_tuner.strategies.common import CostFunc
 from kernel_tuner.util import StopCriterionReached
 
-from tunedb.index.memory import MemoryStore
+from tunedb.index.memory.store import MemoryStore
 from tunedb.kernel_tuner import WarmStart
 from tunedb.transfer.interop import collect
 from tunedb.transfer.search.tuner import TuneOptions
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(summary, budgets))
     print(json.dumps(verdict))
     result = {"cases": cases, "summary": summary, "goal": verdict, "budgets": list(budgets), "seeds": a.seeds,
-              "methods": methods, "wall_s": round(wall, 1), "store": "tunedb.index.memory.MemoryStore"}
+              "methods": methods, "wall_s": round(wall, 1), "store": "tunedb.index.memory.store.MemoryStore"}
     if a.out:
         a.out.write_text(json.dumps(result, indent=1, default=str))
     if a.json:

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
 import tunedb  # noqa: E402
-from tunedb.index.keys import canonical_json  # noqa: E402
+from tunedb.index.model.keys import canonical_json  # noqa: E402
 
 KNOBS = ("block_size_x", "block_size_y", "tile_size_x", "tile_size_y", "use_padding", "read_only",
          "filter_height", "filter_width")

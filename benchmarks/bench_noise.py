@@ -17,7 +17,7 @@ model from them); then, from the SAME run's records, two selections:
                repeats; a minimum over measurements taken at different moments) - its config
                and that cost;
 ``new``        ``TuneResult.best_config`` / ``best_cost``: the lowest estimate
-               (``tunedb.index.estimate``: median of per-record medians, confirmation
+               (``tunedb.index.model.estimate``: median of per-record medians, confirmation
                re-measurements only once a config has >= 2 of them).
 
 Both select among the same records, i.e. the same measurements (budget + confirmations).  For
@@ -76,8 +76,8 @@ from typing import Any
 import numpy as np
 
 import tunedb
-from tunedb.index.estimate import record_value
-from tunedb.index.keys import key_of
+from tunedb.index.model.estimate import record_value
+from tunedb.index.model.keys import key_of
 from tunedb.transfer.measure.compare import compare, interleaved
 from tunedb.transfer.measure.synthetic import NoiseModel, SyntheticBackend
 from tunedb.transfer.search.tuner import TuneOptions, Tuner

@@ -50,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tunedb.index import ParquetStore, Record, RecordBatch  # noqa: E402
-from tunedb.index.keys import canonical_json  # noqa: E402
+from tunedb.index.model.keys import canonical_json  # noqa: E402
 
 
 # ------------------------------------------------------------------------ fields, streaming

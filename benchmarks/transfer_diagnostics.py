@@ -57,7 +57,7 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
 
 def transfer_ceiling(datas: dict, device: str) -> dict:
     """How far the other devices' best configs can carry ``device`` (see the module docstring)."""
-    from tunedb.index.keys import canonical_json
+    from tunedb.index.model.keys import canonical_json
 
     hd = datas[device]
     _, opt = hd.optimum()

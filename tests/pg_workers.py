@@ -28,13 +28,13 @@ def rid(*parts: object) -> str:
 
 def pool_record(j: int):
     """Shared record ``j``: the same id and contents in every process."""
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
     return Record(T, W, {"pool": j}, [1e-3 + j * 1e-6], timestamp=_TS, record_id=rid("pool", j), host="")
 
 
 def fresh_record(seed: int, i: int):
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
     return Record(T, W, {"seed": seed, "i": i}, [2e-3 + i * 1e-7], record_id=rid("fresh", seed, i))
 

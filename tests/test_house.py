@@ -3,6 +3,7 @@ guide's claims stay true."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -88,3 +89,57 @@ def test_the_contributor_guide_is_linked_and_its_commands_exist():
     assert "docs/contracts.md" in guide and 'pytest -m "not slow"' in guide
     for path in re.findall(r"`((?:index|transfer|tests|benchmarks|docs)/[\w/.]+\.(?:py|md))`", guide):
         assert (ROOT / path).exists(), f"CONTRIBUTING.md names {path}, which does not exist"
+
+
+#: index/'s layers, top first.  A module may import its own subpackage and any subpackage of a
+#: lower layer; subpackages of one layer are side by side and never import each other (the
+#: backends; views and the contract suite; retrieval and the contract).
+INDEX_LAYERS = (
+    ("opener",),                                    # opening a store by location
+    ("views", "testing"),                           # stores composed of stores; the contract suite
+    ("memory", "parquet", "postgres", "snapshot"),  # the backends
+    ("retrieval", "contract"),                      # nearest entries, predictions | RecordStore
+    ("hardware",),                                  # device catalog, targets
+    ("model",),                                     # the record model, the one cost estimator
+    ("support",),                                   # file, cache, lazy-import and redaction helpers
+)
+
+
+def _index_part(module: str) -> str | None:
+    """The subpackage (or top-level module) of ``tunedb.index`` that ``module`` belongs to."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["tunedb", "index"] and len(parts) > 2 else None
+
+
+def _index_imports(path: Path) -> set[str]:
+    """``tunedb.index`` modules ``path`` names: imports anywhere (in functions and ``TYPE_CHECKING``
+    blocks too) and strings that are a module's dotted name (the tables of lazily loaded names)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                re.fullmatch(r"tunedb\.index(\.\w+)+", node.value):
+            found.add(node.value)
+    return {m for m in found if _index_part(m) is not None}
+
+
+def test_index_layers_keep_their_order():
+    """opener -> views, testing -> backends -> retrieval | contract -> hardware -> model -> support:
+    no import runs upwards or sideways (type-only and lazy ones included), and every part of
+    index/ has its layer."""
+    rank = {name: n for n, names in enumerate(INDEX_LAYERS) for name in names}
+    files = [f for f in (ROOT / "index").rglob("*.py") if f != ROOT / "index" / "__init__.py"]
+    parts = {f.relative_to(ROOT / "index").parts[0].removesuffix(".py") for f in files}
+    assert parts == set(rank), (sorted(parts - set(rank)), sorted(set(rank) - parts))
+    wrong = []
+    for f in files:
+        own = f.relative_to(ROOT / "index").parts[0].removesuffix(".py")
+        for m in _index_imports(f):
+            other = _index_part(m)
+            if other != own and other in rank and rank[other] <= rank[own]:
+                wrong.append(f"{f.relative_to(ROOT)} -> {m}")
+    assert not wrong, "imports against index/'s layer order: " + "; ".join(sorted(wrong))

@@ -165,7 +165,7 @@ def test_wheel_installs_one_top_level_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"tunedb", wheel.name.split("-py")[0] + ".dist-info"}
     assert "tunedb/datasets/hardware_catalog.csv" in names
-    assert "tunedb/index/base.py" in names and "tunedb/transfer/cli/main.py" in names
+    assert "tunedb/index/contract/base.py" in names and "tunedb/transfer/cli/main.py" in names
     assert not any(n.startswith(("tunedb/tests/", "tunedb/benchmarks/", "tunedb/notebooks/")) for n in names)
     # every module of the checkout is in the wheel (a new subpackage must be listed in pyproject.toml)
     missing = sorted(str(f.relative_to(ROOT)) for f in _modules().values()

@@ -291,7 +291,7 @@ def preset(name: str) -> dict | None:
             target[k] = info[k]
     if isa == "native":
         # native code depends on every ISA flag of this CPU: a CPU with other flags is another target
-        from tunedb.index.keys import key_of
+        from tunedb.index.model.keys import key_of
 
         target["cpu_flags_key"] = key_of(info["flags"])[:12]
     return target

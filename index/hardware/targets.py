@@ -21,7 +21,7 @@ from typing import Any
 
 from tunedb.index.hardware import catalog
 from tunedb.index.hardware.localcpu import preset, preset_names
-from tunedb.index.keys import normalise
+from tunedb.index.model.keys import normalise
 
 
 def catalog_target(row: Mapping[str, Any]) -> dict:

@@ -8,5 +8,6 @@ grouping a commit), ``journal_set`` (the handle's journals) over ``journal`` / `
 dedup, retention and the clean-up after them) over ``parts`` (part files), ``memindex`` (the
 in-memory key arrays), ``rowcache`` (decoded rows), ``querykeys`` (memoised query keys),
 ``deltalog`` (the Delta log for outside readers), ``invalidations`` / ``verdicts`` / ``runs``
-(marks and run summaries), ``layout`` (the directory marker), ``fsutil`` (durable writes and locks).
+(marks and run summaries), ``layout`` (the directory marker); durable writes and locks are
+``tunedb.index.support.fsutil``'s.
 """

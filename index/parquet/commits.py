@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.batch import RecordBatch
-from tunedb.index.keys import rid_hash
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import rid_hash
+from tunedb.index.model.record import Record
+from tunedb.index.model.version import TUNEDB_VERSION
 from tunedb.index.parquet import parts
 from tunedb.index.parquet.journal_fold import journal_row, journal_table
-from tunedb.index.record import Record
-from tunedb.index.version import TUNEDB_VERSION
 
 
 class Prepared:

@@ -80,9 +80,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp, temp_name, write_all
-from tunedb.index.schema import RECORD_SCHEMA
-from tunedb.index.version import TUNEDB_VERSION
+from tunedb.index.model.schema import RECORD_SCHEMA
+from tunedb.index.model.version import TUNEDB_VERSION
+from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp, temp_name, write_all
 
 LOG_DIR = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tunedb.index.fsutil import replace_derived
 from tunedb.index.parquet.memindex import Arrays
+from tunedb.index.support.fsutil import replace_derived
 
 SUBDIR = "index"
 MIN_ROWS = 50_000

@@ -2,7 +2,7 @@
 
 Each file holds (target_key, target_name, invalidated_at).  Records of a target committed
 before its latest invalidation are stale: they no longer answer lookup/best.  A file is
-written under a temp name and published with fsync and rename (``tunedb.index.fsutil.publish``);
+written under a temp name and published with fsync and rename (``tunedb.index.support.fsutil.atomic_write_bytes``);
 an unreadable file (a torn copy from another tool) is skipped.
 Times: ``invalidated_at`` is a UTC timestamp; ``load`` returns integer microseconds since
 the epoch.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.fsutil import publish, temp_name
+from tunedb.index.support.fsutil import atomic_write_bytes
 
 INVAL_SCHEMA = pa.schema([("target_key", pa.string()), ("target_name", pa.string()),
                           ("invalidated_at", pa.timestamp("us", tz="UTC"))])
@@ -42,6 +42,6 @@ def append(inval_dir: Path, target_key: str, target_name: str) -> None:
     """Durably record that ``target_key`` is invalidated now."""
     t = pa.Table.from_pylist([{"target_key": target_key, "target_name": target_name,
                                "invalidated_at": _dt.datetime.now(_dt.timezone.utc)}], schema=INVAL_SCHEMA)
-    tmp = inval_dir / temp_name()
-    pq.write_table(t, tmp)
-    publish(tmp, inval_dir / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet")
+    buf = pa.BufferOutputStream()
+    pq.write_table(t, buf)
+    atomic_write_bytes(inval_dir / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet", buf.getvalue().to_pybytes())

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.fsutil import HOST, fsync_dir, temp_name, write_all
-from tunedb.index.keys import fast_json_encoder
+from tunedb.index.model.keys import fast_json_encoder
+from tunedb.index.support.fsutil import HOST, fsync_dir, temp_name, write_all
 
 SUFFIX = ".jsonl"
 

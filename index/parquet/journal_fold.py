@@ -32,8 +32,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.fsutil import fsync_dir, remove_dead_temp
-from tunedb.index.keys import rid_hash
+from tunedb.index.model.keys import rid_hash
+from tunedb.index.model.record import Record
+from tunedb.index.model.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
 from tunedb.index.parquet.journal import SUFFIX, JournalWarning, read_contents, try_lock_abandoned
 from tunedb.index.parquet.parts import (
     EPOCH,
@@ -45,8 +46,7 @@ from tunedb.index.parquet.parts import (
     target_file_meta,
     target_slug,
 )
-from tunedb.index.record import Record
-from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
+from tunedb.index.support.fsutil import fsync_dir, remove_dead_temp
 
 #: suffix a journal with unreadable lines gets once its good rows are folded (it is kept)
 CORRUPT_SUFFIX = ".corrupt"

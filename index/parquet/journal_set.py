@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tunedb.index.fsutil import file_lock
+from tunedb.index.model.record import Record
 from tunedb.index.parquet import journal_fold
 from tunedb.index.parquet.journal import JournalWriter
 from tunedb.index.parquet.journal_fold import journal_row
-from tunedb.index.record import Record
+from tunedb.index.support.fsutil import file_lock
 
 #: called with each Parquet part file a fold published
 Published = Callable[[Path], None]

@@ -24,8 +24,8 @@ import json
 import os
 from pathlib import Path
 
-from tunedb.index.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
 
 MARKER = "tunedb.json"
 SUBDIRS = ("records", "invalidations", "derived", "journal")

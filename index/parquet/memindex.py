@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tunedb.index.model.schema import INDEX_COLUMNS
 from tunedb.index.parquet.parts import meta_supersedes, meta_target
-from tunedb.index.schema import INDEX_COLUMNS
 
 
 class Chunk:

@@ -54,13 +54,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index.batch import RecordBatch
-from tunedb.index.fsutil import unlink_quietly
-from tunedb.index.keys import rid_hashes
+from tunedb.index.contract.tables import first_by_record_id
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import rid_hashes
+from tunedb.index.model.record import target_slug
+from tunedb.index.model.schema import RECORD_SCHEMA, conform
 from tunedb.index.parquet import deltalog, parts
-from tunedb.index.record import target_slug
-from tunedb.index.schema import RECORD_SCHEMA, conform
-from tunedb.index.tables import first_by_record_id
+from tunedb.index.support.fsutil import unlink_quietly
 
 #: Parquet metadata key of an adopting file: the log paths whose rows it holds (JSON list)
 META_ADOPTS = b"tunedb.adopts"

@@ -30,12 +30,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.keys import rid_hash, rid_hashes
+from tunedb.index.model.keys import rid_hash, rid_hashes
+from tunedb.index.model.record import Record
 from tunedb.index.parquet import invalidations, memindex, parts, verdicts
 from tunedb.index.parquet.memindex import Chunk
 from tunedb.index.parquet.rowcache import TableCache
 from tunedb.index.parquet.target_index import Partition
-from tunedb.index.record import Record
 
 
 def prefix_of_file(path: str) -> str:

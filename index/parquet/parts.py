@@ -15,7 +15,7 @@ A journal fold writes ``part-`` files too, under a name derived from the journal
 finds or replaces its files instead of adding copies.
 
 Every file carries its target (key, canonical JSON, name) in its Parquet metadata.  A file is
-written under a name readers ignore (``_tmp-...``, see ``tunedb.index.fsutil``), fsync'ed, renamed
+written under a name readers ignore (``_tmp-...``, see ``tunedb.index.support.fsutil``), fsync'ed, renamed
 into place and its directory fsync'ed: a published file is complete and durable, and it is
 never modified afterwards -- only deleted once a compacted file supersedes it.
 
@@ -46,11 +46,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index.fsutil import fsync_dir, stage_bytes, unlink_quietly
+from tunedb.index.contract.tables import first_by_record_id
+from tunedb.index.model.record import target_slug as target_slug
+from tunedb.index.model.schema import RECORD_SCHEMA, conform
 from tunedb.index.parquet import deltalog
-from tunedb.index.record import target_slug as target_slug
-from tunedb.index.schema import RECORD_SCHEMA, conform
-from tunedb.index.tables import first_by_record_id
+from tunedb.index.support.fsutil import fsync_dir, stage_bytes, unlink_quietly
 
 META_SUPERSEDES = b"tunedb.supersedes"
 META_TARGET_KEY = b"tunedb.target_key"
@@ -374,7 +374,7 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
     compaction: big compacted files are not rewritten again and again).  ``written(path)`` is
     called once the compacted file is published and the old files are deleted.
     Files of any schema this tunedb reads are merged into the current ``RECORD_SCHEMA``
-    (``tunedb.index.schema.conform``: a schema-1 file's missing host/origin become ``""``);
+    (``tunedb.index.model.schema.conform``: a schema-1 file's missing host/origin become ``""``);
     ``transform(table)`` (the merged, de-duplicated table) may then rewrite column values
     (``tunedb upgrade`` recovers origins that way).  ``skip_if(d, live names)`` true: nothing to do
     in this partition (after the superseded leftovers are deleted).

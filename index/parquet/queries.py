@@ -11,7 +11,7 @@ The plain functions below are the whole-table side (``ParquetStore.records`` / `
 reading live files and journal rows with column projection, filtering them, and the change
 token that derived caches are keyed by.
 
-Contract: answers are what ``tunedb.index.base.RecordStore`` defines; a Record of a refuted
+Contract: answers are what ``tunedb.index.contract.base.RecordStore`` defines; a Record of a refuted
 record never answers.  FileNotFoundError from any query means a compaction merged away a file
 one of its rows lived in: the store refreshes and asks again (``ParquetStore._retrying``), so
 the refresh, which needs the whole handle, stays in the store.
@@ -38,18 +38,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index import tables
-from tunedb.index.estimate import ConfigCost, rank, rank_arrays
-from tunedb.index.fsutil import file_lock, replace_derived
-from tunedb.index.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
-from tunedb.index.lookups import Lookups
+from tunedb.index.contract import tables
+from tunedb.index.contract.answers import Lookups
+from tunedb.index.model.estimate import ConfigCost, rank, rank_arrays
+from tunedb.index.model.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
+from tunedb.index.model.record import Record
+from tunedb.index.model.schema import conform, empty_records
 from tunedb.index.parquet import memindex
 from tunedb.index.parquet.partition_set import PartitionSet
 from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import record_at
 from tunedb.index.parquet.target_index import Partition
-from tunedb.index.record import Record
-from tunedb.index.schema import conform, empty_records
+from tunedb.index.support.fsutil import file_lock, replace_derived
 
 #: files read at once by one records read (pyarrow decodes without the GIL)
 READ_THREADS = 4
@@ -120,7 +120,7 @@ def entry_costs(view: PartitionSet, p: Partition, rows: np.ndarray, per_file: di
     columns, without building Records.  ``per_file``: where the flags of each file's distinct
     meta texts are kept between calls (for many entries of the same arrays; None: not kept).
     FileNotFoundError: a file was merged away."""
-    from tunedb.index.estimate import CONFIRM_ORIGINS, tuner_codes
+    from tunedb.index.model.estimate import CONFIRM_ORIGINS, tuner_codes
 
     a = p.arrays.a
     files, frows = a["file"][rows], a["row"][rows]
@@ -558,7 +558,7 @@ def read_chunks(keys: list[str], mem: dict[str, pa.Table], columns: list[str] | 
 def concat_records(read: list[pa.Table], columns: list[str] | None) -> pa.Table:
     """``read`` (rows of chunks) as one table of ``columns`` (else every ``RECORD_SCHEMA``
     column) with their ``RECORD_SCHEMA`` types (a schema-1 file's missing ``host``/``origin``
-    read as ``""``, as in :func:`~tunedb.index.schema.conform`); not de-duplicated."""
+    read as ``""``, as in :func:`~tunedb.index.model.schema.conform`); not de-duplicated."""
     read = [conform(x, columns or None) for x in read]
     if not read:
         return empty_records(columns or None)

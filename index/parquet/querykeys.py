@@ -26,8 +26,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tunedb.index.keys import canonical_json, key_of_text
-from tunedb.index.record import Record
+from tunedb.index.model.keys import canonical_json, key_of_text
+from tunedb.index.model.record import Record
 
 #: value types of a dict that ``KeyMemo.canon`` memoises by value (equal values, equal JSON)
 _MEMO_VALUE_TYPES = frozenset((str, int, float, bool, type(None)))

@@ -9,7 +9,7 @@ plain functions over explicit state:
   an automatic compaction;
 * ``rewrite_partitions`` rewrites a list of partition directories under the DB lock
   (exclusive), each partition as one log version, or all of them as one (``atomic``);
-* ``forget_keep`` is the row filter of ``forget`` (``tunedb.index.retention``);
+* ``forget_keep`` is the row filter of ``forget`` (``tunedb.index.contract.retention``);
 * ``reconcile_log`` brings the Delta log in line with the files an opener found (a writer or
   a rewrite killed half-way), and ``remove_superseded`` deletes the inputs a killed rewrite
   left behind -- never a file an outside Delta writer removed from the log;
@@ -35,9 +35,9 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from tunedb.index.fsutil import file_lock, fsync_dir
+from tunedb.index.contract.retention import retention_mask
 from tunedb.index.parquet import deltalog, outside, parts
-from tunedb.index.retention import retention_mask
+from tunedb.index.support.fsutil import file_lock, fsync_dir
 
 #: the row filter of a rewrite: True for each row to keep (None: keep every row)
 Keep = Callable[[pa.Table], np.ndarray] | None
@@ -106,7 +106,7 @@ def rewrite_partitions(records_dir: Path, db_lock: Path, dirs: Iterable[Path], k
 
 
 def forget_keep(keep_top: int | None, older_than_days: float | None, drop_all: bool) -> Keep:
-    """The row filter of ``forget`` (checked options; see ``tunedb.index.retention``): the
+    """The row filter of ``forget`` (checked options; see ``tunedb.index.contract.retention``): the
     ``keep_top`` best ok records per (target, workload), those measured within
     ``older_than_days`` days, or none (``drop_all``)."""
     cutoff = None

@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tunedb.index.model.record import Record
 from tunedb.index.parquet.parts import EPOCH
-from tunedb.index.record import Record
 
 #: columns a decoded table is built from (read from a file when it is not a journal's table)
 ROW_COLUMNS = ("record_id", "target_key", "target_name", "target", "workload_key", "workload",

@@ -1,7 +1,7 @@
 """Tuning-run summaries of a DB directory: ``runs/<run_id>.json``, one file per run (see "Tuning
-runs" in ``tunedb.index.base``).
+runs" in ``tunedb.index.contract.base``).
 
-A file holds the UTF-8 JSON text that ``tunedb.index.runs_codec.prepare_run`` made (one object with
+A file holds the UTF-8 JSON text that ``tunedb.index.contract.runs_codec.prepare_run`` made (one object with
 ``run_id``, ``kind`` and ``stored``).  It is written as a new temp file in ``runs/`` (a name
 readers ignore: ``_tmp-...``), fsync'ed, renamed over ``<run_id>.json`` and the directory
 fsync'ed (``fsutil.atomic_write_bytes``): durable when :func:`write` returns, and a crash
@@ -20,8 +20,8 @@ import re
 import warnings
 from pathlib import Path
 
-from tunedb.index.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
-from tunedb.index.runs_codec import RunWarning, decode_run
+from tunedb.index.contract.runs_codec import RunWarning, decode_run
+from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
 
 DIRNAME = "runs"
 _NAME_RE = re.compile(r"[0-9a-f]{32}\.json")

@@ -19,7 +19,7 @@ Contract
   written).  Up to ``JOURNAL_MAX`` records are appended to the handle's journal and fsync'ed;
   more are written as one new file per target under a name readers ignore (``_tmp-``),
   fsynced, renamed into place, directory fsynced.  Either way durable when it returns.
-  A ``RecordBatch`` (tunedb.index.batch) is the columnar bulk form; large commits are indexed in
+  A ``RecordBatch`` (tunedb.index.model.batch) is the columnar bulk form; large commits are indexed in
   memory at the next query rather than in ``commit``.
   Writers never modify a published file, so any number of processes may append to one
   DB without a lock.
@@ -82,7 +82,7 @@ each method short and delegating to the part that does the work.  Its parts, one
   reconciliation and the deletion of superseded files;
 * beneath them: ``parts`` (part files: naming, durable publishing, partition rewrites),
   ``memindex`` (the index arrays), ``deltalog``, ``invalidations``, ``verdicts``, ``runs``,
-  ``layout`` (the marker), ``fsutil`` (durable writes, locks), ``tunedb.index.retention``.
+  ``layout`` (the marker), ``tunedb.index.support.fsutil`` (durable writes, locks), ``tunedb.index.contract.retention``.
 
 Locks: the handle lock (``_lock``, an RLock) guards all in-memory state; the parts' methods
 expect it held unless their docstring says they take it.  The DB lock (``<db>/_lock``, an
@@ -108,16 +108,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.base import RecordStore, StoreStats
-from tunedb.index.batch import RecordBatch
-from tunedb.index.checks import check_columns, check_forget_options, check_runs_query
-from tunedb.index.fsutil import file_lock, remove_dead_temp, tree_bytes
-from tunedb.index.keys import rid_hash
-from tunedb.index.lookups import Lookups
+from tunedb.index.contract.answers import Lookups
+from tunedb.index.contract.base import RecordStore, StoreStats
+from tunedb.index.contract.checks import check_columns, check_forget_options, check_runs_query
+from tunedb.index.contract.retention import dedup_mask
+from tunedb.index.contract.runs_codec import prepare_run, select_runs
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import rid_hash
+from tunedb.index.model.record import Record
+from tunedb.index.model.version import SCHEMA_VERSION
 from tunedb.index.parquet import commits, deltalog, layout, outside, parts, queries, rewrites, verdicts
 from tunedb.index.parquet import runs as runfiles
 from tunedb.index.parquet.invalidations import INVAL_SCHEMA as INVAL_SCHEMA
 from tunedb.index.parquet.invalidations import append as append_invalidation
+from tunedb.index.parquet.invalidations import load as load_invalidations
 from tunedb.index.parquet.journal import JournalWarning, JournalWriter
 from tunedb.index.parquet.journal_set import Journals
 from tunedb.index.parquet.layout import MARKER as MARKER
@@ -126,10 +130,8 @@ from tunedb.index.parquet.parts import META_SUPERSEDES as META_SUPERSEDES
 from tunedb.index.parquet.parts import META_TARGET as META_TARGET
 from tunedb.index.parquet.parts import META_TARGET_KEY as META_TARGET_KEY
 from tunedb.index.parquet.parts import META_TARGET_NAME as META_TARGET_NAME
-from tunedb.index.record import Record
-from tunedb.index.retention import dedup_mask
-from tunedb.index.runs_codec import prepare_run, select_runs
-from tunedb.index.version import SCHEMA_VERSION
+from tunedb.index.retrieval.mixin import RetrievalMixin
+from tunedb.index.support.fsutil import file_lock, remove_dead_temp, tree_bytes
 
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
 
@@ -150,9 +152,9 @@ def _fold_at_exit() -> None:
             pass
 
 
-class ParquetStore(RecordStore):
+class ParquetStore(RetrievalMixin, RecordStore):
     """A tuning-record database in one directory: the Parquet backend of
-    ``tunedb.index.base.RecordStore`` (see the module docstring for its layout and parts)."""
+    ``tunedb.index.contract.base.RecordStore`` (see the module docstring for its layout and parts)."""
 
     # tunables (class attributes: a test or a caller may override them per handle)
     JOURNAL_MAX = 64      # records: a commit up to this size is appended to the handle's journal
@@ -562,7 +564,7 @@ class ParquetStore(RecordStore):
 
     def mark(self, verdicts_: dict[str, str]) -> int:
         """Store a verdict per record_id (``verdicts/``; see ``RecordStore.mark``)."""
-        from tunedb.index.checks import check_verdicts
+        from tunedb.index.contract.checks import check_verdicts
 
         check_verdicts(verdicts_)
         self._check_writable()  # (an older schema's DB is read-only)
@@ -656,7 +658,7 @@ class ParquetStore(RecordStore):
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
                 columns: Sequence[str] | None = None) -> pa.Table:
         """All records (optionally of one target and/or workload) as a new pyarrow Table,
-        de-duplicated by record_id, with the columns of ``tunedb.index.schema.RECORD_SCHEMA``.
+        de-duplicated by record_id, with the columns of ``tunedb.index.model.schema.RECORD_SCHEMA``.
         With a ``target``, only that target's files are read.  ``columns`` (see
         ``RecordStore.records``): only those columns are read from the files (Parquet column
         projection) and from the journals' rows, plus the few the filters and the
@@ -716,6 +718,15 @@ class ParquetStore(RecordStore):
         return StoreStats(records=len(self), targets=len(tkeys), workloads=n_work, entries=int(len(np.unique(live_ek))),
                           files=len(files), size_bytes=int(size), stale_targets=sorted(self._view.invalidated),
                           lookups=self.lookups, hits=self.hits, location=str(self.path))
+
+    def size_bytes(self) -> int:
+        """Bytes of the record and journal files (``stats().size_bytes``, without reading a record)."""
+        return int(tree_bytes(self.records_dir, self.journal_dir))
+
+    def stale_targets(self) -> list[str]:
+        """The invalidated target keys, sorted, read from the invalidation files (so another
+        process's invalidations count before a :meth:`refresh`; no record is read)."""
+        return sorted(load_invalidations(self.inval_dir))
 
     # ------------------------------------------------------------- derived data
     def cache_dir(self) -> Path:

@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.keys import rid_hash
+from tunedb.index.model.keys import rid_hash
+from tunedb.index.model.record import Record
 from tunedb.index.parquet import indexcache, memindex
 from tunedb.index.parquet.memindex import Chunk
-from tunedb.index.record import Record
 
 
 class Partition:

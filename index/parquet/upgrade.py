@@ -37,11 +37,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tunedb.index.fsutil import file_lock
+from tunedb.index.model.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
+from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
 from tunedb.index.parquet import deltalog, journal_fold, layout, parts
 from tunedb.index.parquet.journal import try_lock_abandoned
-from tunedb.index.schema import RECORD_SCHEMA, SCHEMA2_COLUMNS
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.support.fsutil import file_lock
 
 
 def recovered_origin(meta_json: str | None) -> str:

@@ -1,10 +1,10 @@
 """Verdicts on records: ``verdicts/part-*.parquet``, append-only (see "Provenance and verdicts"
-in ``tunedb.index.base``).
+in ``tunedb.index.contract.base``).
 
 Each file holds (record_id, verdict, marked_at).  The latest verdict of a record wins.  A file is
-written under a temp name and published with fsync and rename (``fsutil.publish``), so a crash
-leaves all of one ``mark`` call or none of it; an unreadable file (a torn copy from another tool)
-is skipped.  The directory is made on the first verdict (DBs of schema 1 have none).
+written under a temp name and published with fsync and rename
+(``tunedb.index.support.fsutil.atomic_write_bytes``), so a crash leaves all of one ``mark`` call
+or none of it; an unreadable file (a torn copy from another tool) is skipped.  The directory is made on the first verdict (DBs of schema 1 have none).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.fsutil import fsync_dir, publish, temp_name
+from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir
 
 DIRNAME = "verdicts"
 VERDICT_SCHEMA = pa.schema([("record_id", pa.string()), ("verdict", pa.string()),
@@ -49,6 +49,6 @@ def append(verdict_dir: Path, verdicts: dict[str, str]) -> None:
     now = _dt.datetime.now(_dt.timezone.utc)
     t = pa.Table.from_pylist([{"record_id": r, "verdict": v, "marked_at": now} for r, v in verdicts.items()],
                              schema=VERDICT_SCHEMA)
-    tmp = verdict_dir / temp_name()
-    pq.write_table(t, tmp)
-    publish(tmp, verdict_dir / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet")
+    buf = pa.BufferOutputStream()
+    pq.write_table(t, buf)
+    atomic_write_bytes(verdict_dir / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet", buf.getvalue().to_pybytes())

@@ -7,7 +7,7 @@ is imported only when a store is opened.  See docs/postgres.md.
 
 from __future__ import annotations
 
-from tunedb.index.lazy import lazy_getattr
+from tunedb.index.support.lazy import lazy_getattr
 
 _LAZY = {
     "PostgresStore": ("tunedb.index.postgres.store", "PostgresStore"),

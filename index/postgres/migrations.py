@@ -11,7 +11,7 @@ rewrites what an earlier one stored (columns are added with defaults; nothing is
 
 Version 1
     ``records`` (one row per ``record_id``, PRIMARY KEY): the columns of
-    ``tunedb.index.schema.RECORD_SCHEMA`` as of schema 1 -- JSON fields as their canonical JSON
+    ``tunedb.index.model.schema.RECORD_SCHEMA`` as of schema 1 -- JSON fields as their canonical JSON
     *text*, exactly as ``Record`` produced it; ``costs`` ``float8[]`` (seconds); ``timestamp``
     and ``committed`` ``timestamptz`` (microseconds, UTC; ``committed`` is assigned by the
     commit's transaction) -- plus ``seq`` (commit order: the commit's number from
@@ -25,7 +25,7 @@ Version 2
 Version 3
     ``tunedb_runs`` (run_id PRIMARY KEY, stored timestamptz, kind, summary text): the tuning-run
     summaries of ``RecordStore.add_run``, one row per run (re-saving a run replaces its row);
-    ``summary`` is the JSON text ``tunedb.index.runs_codec.prepare_run`` made, stored as it is (not
+    ``summary`` is the JSON text ``tunedb.index.contract.runs_codec.prepare_run`` made, stored as it is (not
     ``jsonb``, which would reorder keys and rewrite numbers).
 """
 

@@ -1,5 +1,5 @@
-"""A record store in a PostgreSQL database: the whole ``tunedb.index.base.RecordStore`` contract,
-with the semantics of ``tunedb.index.memory.MemoryStore``, on a server any number of processes
+"""A record store in a PostgreSQL database: the whole ``tunedb.index.contract.base.RecordStore`` contract,
+with the semantics of ``tunedb.index.memory.store.MemoryStore``, on a server any number of processes
 and machines share.
 
 Storage: the tables of ``tunedb.index.postgres.migrations`` (migrated on open).  Records are stored
@@ -52,16 +52,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from tunedb.index.base import RecordStore, StoreStats
-from tunedb.index.batch import RecordBatch
-from tunedb.index.cachedir import cache_root
-from tunedb.index.checks import check_columns, check_forget_options, check_runs_query, check_verdicts, validated_commit
-from tunedb.index.keys import hash64
+from tunedb.index.contract.base import RecordStore, StoreStats
+from tunedb.index.contract.checks import (
+    check_columns,
+    check_forget_options,
+    check_runs_query,
+    check_verdicts,
+    validated_commit,
+)
+from tunedb.index.contract.runs_codec import decode_run, prepare_run, select_runs
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import hash64
+from tunedb.index.model.record import Record, target_slug
+from tunedb.index.model.schema import RECORD_SCHEMA, conform, empty_records
 from tunedb.index.postgres.migrations import CURRENT_VERSION, migrate, schema_version
-from tunedb.index.record import Record, target_slug
-from tunedb.index.redact import mask_url, url_secrets
-from tunedb.index.runs_codec import decode_run, prepare_run, select_runs
-from tunedb.index.schema import RECORD_SCHEMA, conform, empty_records
+from tunedb.index.retrieval.mixin import RetrievalMixin
+from tunedb.index.support.cachedir import cache_root
+from tunedb.index.support.redact import mask_url, url_secrets
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -136,7 +143,7 @@ def _import_psycopg() -> Any:
 
 
 def _one_line(e: BaseException, url: str = "") -> str:
-    """The first line of ``e``'s text, every password in it masked (:func:`~tunedb.index.redact.mask_url`;
+    """The first line of ``e``'s text, every password in it masked (:func:`~tunedb.index.support.redact.mask_url`;
     ``url``'s own password also where the text quotes it alone, as psycopg's URL errors do)."""
     text = str(e).strip().splitlines()
     return mask_url(text[0], url_secrets(url)) if text else type(e).__name__
@@ -146,7 +153,7 @@ def redact(url: str) -> str:
     """``url`` without its password (in the netloc or a ``password=`` query parameter): a
     location that can still be opened where libpq finds the password itself (``PGPASSWORD``,
     ``~/.pgpass``).  Any other text that looks like a password is masked
-    (:func:`~tunedb.index.redact.mask_url`)."""
+    (:func:`~tunedb.index.support.redact.mask_url`)."""
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # (an unbalanced "[" of an IPv6 host)
@@ -186,7 +193,7 @@ def _parse_costs(text: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
-class PostgresStore(RecordStore):
+class PostgresStore(RetrievalMixin, RecordStore):
     """A record store in a PostgreSQL database (see the module docstring).
 
     ``url`` is a libpq URL (``postgresql://user[:password]@host[:port]/dbname[?options]``).
@@ -194,7 +201,7 @@ class PostgresStore(RecordStore):
     the database's identity.  ``ValueError`` (one line) when psycopg is missing, the URL is malformed
     or the schema is newer than this code; ``OSError`` (one line) when the server cannot be reached.
     No text this store makes holds the URL's password: :attr:`location`, ``repr()`` and every
-    error show the URL without it (a driver's message is masked, :func:`tunedb.index.redact.mask_url`).
+    error show the URL without it (a driver's message is masked, :func:`tunedb.index.support.redact.mask_url`).
 
     ``read_only``: the handle never writes (the dashboard's promise): nothing is migrated (a
     database without tunedb's schema, or with another version of it, is a ``ValueError``), every
@@ -467,13 +474,13 @@ class PostgresStore(RecordStore):
         return {"rows_before": int(n), "rows_after": int(n), "files_before": 0, "files_after": 0}
 
     def dedup(self) -> dict:
-        from tunedb.index.retention import dedup_mask
+        from tunedb.index.contract.retention import dedup_mask
 
         return self._rewrite(dedup_mask)
 
     def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
                target: Any = None) -> dict:
-        from tunedb.index.retention import retention_mask
+        from tunedb.index.contract.retention import retention_mask
 
         check_forget_options(keep_top, older_than_days, target)
         where, params = "", ()
@@ -588,6 +595,17 @@ class PostgresStore(RecordStore):
         return StoreStats(records=int(n), targets=int(tk), workloads=int(wk), entries=int(ek), files=0,
                           size_bytes=int(size or 0), stale_targets=sorted(stale), lookups=self.lookups,
                           hits=self.hits, location=self.location)
+
+    def size_bytes(self) -> int:
+        """The tables' total relation sizes (``stats().size_bytes``, without counting records)."""
+        with self._db() as conn:
+            size = conn.execute("SELECT sum(pg_total_relation_size(c)) FROM unnest(%s::regclass[]) c",
+                                (list(_TABLES),)).fetchone()[0]
+        return int(size or 0)
+
+    def stale_targets(self) -> list[str]:
+        with self._db() as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT target_key FROM invalidations ORDER BY 1")]
 
     # ------------------------------------------------------------------ derived data, life cycle
     @property

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from tunedb.index.hardware import catalog
-from tunedb.index.keys import canonical_json
+from tunedb.index.model.keys import canonical_json
 
 FEATURE_VERSION = 1
 

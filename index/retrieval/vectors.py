@@ -68,10 +68,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.hardware import catalog
 from tunedb.index.hardware.catalog import catalog_hash
 from tunedb.index.retrieval import features
+from tunedb.index.support.fsutil import atomic_write_bytes, file_lock
 
 if TYPE_CHECKING:
     from tunedb.index.retrieval.source import EntrySource

@@ -56,8 +56,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tunedb.index.fsutil import atomic_write_bytes
-from tunedb.index.redact import mask_url
 from tunedb.index.snapshot.format import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
@@ -67,6 +65,8 @@ from tunedb.index.snapshot.format import (
     is_sha256,
     sha256,
 )
+from tunedb.index.support.fsutil import atomic_write_bytes
+from tunedb.index.support.redact import mask_url
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: the longest wait for a connection, for one read
 #: seconds one request may take, body included (env ``TUNEDB_HTTP_DEADLINE``)
@@ -122,7 +122,7 @@ def _positive(value: Any, what: str) -> float:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` as ``path`` (its directory made if missing) durably, all or nothing:
-    ``tunedb.index.fsutil.atomic_write_bytes``."""
+    ``tunedb.index.support.fsutil.atomic_write_bytes``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, data)
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tunedb.index.cachedir import cache_root
-from tunedb.index.fsutil import atomic_write_bytes, file_lock
 from tunedb.index.snapshot.format import MANIFEST, SnapshotError
+from tunedb.index.support.cachedir import cache_root
+from tunedb.index.support.fsutil import atomic_write_bytes, file_lock
 
 STATE_FILE = "snapshot-versions.json"
 

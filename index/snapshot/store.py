@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.base import RecordStore, StoreStats
-from tunedb.index.cachedir import cache_root
-from tunedb.index.checks import check_columns, check_runs_query
+from tunedb.index.contract.base import RecordStore, StoreStats
+from tunedb.index.contract.checks import check_columns, check_runs_query
+from tunedb.index.retrieval.mixin import RetrievalMixin
 from tunedb.index.snapshot.format import (
     MANIFEST,
     STALE,
@@ -57,10 +57,11 @@ from tunedb.index.snapshot.format import (
 )
 from tunedb.index.snapshot.remote import DEFAULT_TIMEOUT, Remote, atomic_write
 from tunedb.index.snapshot.rollback import accept_version, default_state_file
+from tunedb.index.support.cachedir import cache_root
 
 if TYPE_CHECKING:
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.record import Record
+    from tunedb.index.model.batch import RecordBatch
+    from tunedb.index.model.record import Record
 
 
 def default_cache(url: str) -> Path:
@@ -68,7 +69,7 @@ def default_cache(url: str) -> Path:
     return cache_root() / "snapshots" / hashlib.blake2b(url.encode(), digest_size=10).hexdigest()
 
 
-class SnapshotStore(RecordStore):
+class SnapshotStore(RetrievalMixin, RecordStore):
     """A read-only store over a published snapshot at ``url`` (see the module docstring).
 
     ``cache_dir``: where fetched files are kept (default :func:`default_cache`);
@@ -217,7 +218,7 @@ class SnapshotStore(RecordStore):
 
     def _out(self, t: pa.Table, columns: list[str] | None = None) -> pa.Table:
         """Stored rows as ``records()`` returns them (RECORD_SCHEMA or the projection)."""
-        from tunedb.index.schema import RECORD_SCHEMA, conform
+        from tunedb.index.model.schema import RECORD_SCHEMA, conform
 
         n = t.num_rows
         for c in ("session", "host", "origin"):
@@ -233,7 +234,7 @@ class SnapshotStore(RecordStore):
         return t if columns is None else t.select(columns)
 
     def _record(self, t: pa.Table, i: int) -> Record:
-        from tunedb.index.record import Record
+        from tunedb.index.model.record import Record
 
         return Record.from_row(self._out(t.slice(i, 1)).to_pylist()[0])
 
@@ -279,7 +280,7 @@ class SnapshotStore(RecordStore):
         return self._record(t, i)
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
-        from tunedb.index.record import Record
+        from tunedb.index.model.record import Record
 
         got = self._entry(self._known_target(target), self._other_key(workload, "workload"))
         if got is None:
@@ -297,7 +298,7 @@ class SnapshotStore(RecordStore):
                 columns: Sequence[str] | None = None) -> pa.Table:
         """See ``RecordStore.records``; rows grouped by target (target_key order), each target's
         sorted by (workload_key, config_key, committed, record_id)."""
-        from tunedb.index.schema import empty_records
+        from tunedb.index.model.schema import empty_records
 
         cols = check_columns(columns)
         wkey = self._other_key(workload, "workload") if workload is not None else None
@@ -331,8 +332,8 @@ class SnapshotStore(RecordStore):
                         raise SnapshotError(f"{self._url}: the entries files do not make one entries table "
                                             f"({_first_line(e)})") from None
                 else:
-                    from tunedb.index import tables as tbl
-                    from tunedb.index.schema import empty_records
+                    from tunedb.index.contract import tables as tbl
+                    from tunedb.index.model.schema import empty_records
 
                     self._entries = tbl.entries(empty_records())
             return self._entries

@@ -1,4 +1,4 @@
-"""The record store contract suite: every test of ``tunedb.index.base.RecordStore``, written once,
+"""The record store contract suite: every test of ``tunedb.index.contract.base.RecordStore``, written once,
 for any backend -- tunedb's own and third-party ones -- to run against itself.
 
 Two plain classes (their names do not start with ``Test``, so pytest never collects them
@@ -52,12 +52,12 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute below
 import pytest
 
-from tunedb.index.base import Entry, RecordStore, StoreStats
-from tunedb.index.batch import RecordBatch
-from tunedb.index.estimate import rank
-from tunedb.index.keys import MAX_JSON_DEPTH, canonical_json, key_of_text
-from tunedb.index.record import MAX_RECORD_BYTES, Record
-from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.contract.base import Entry, RecordStore, StoreStats
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.estimate import rank
+from tunedb.index.model.keys import MAX_JSON_DEPTH, canonical_json, key_of_text
+from tunedb.index.model.record import MAX_RECORD_BYTES, Record
+from tunedb.index.model.schema import RECORD_SCHEMA
 
 T1 = {"kind": "cpu", "name": "alpha", "compiler": "gcc 12", "vector_bits": 256, "threads": 1}
 
@@ -308,6 +308,12 @@ class ReadOnlyStoreTests:
         assert got == counts
         assert s.find_target("beta") == Record(T2, W, {}).target and s.find_target("gamma")["arch"] == "sm_90"
         assert s.find_target(_key(T1)[:8])["name"] == "alpha" and s.find_target("delta") is None
+
+    def test_filled_size_bytes_and_stale_targets(self, filled_store):
+        s, x = filled_store, _Expected()
+        assert s.stale_targets() == s.stats().stale_targets == x.stale_targets
+        size = s.size_bytes()
+        assert isinstance(size, int) and size >= 0 and size == s.stats().size_bytes
 
     def test_filled_verdicts_and_hostile_values(self, filled_store):
         s, x = filled_store, _Expected()
@@ -719,6 +725,17 @@ class RecordStoreTests(ReadOnlyStoreTests, HostileRecordTests):
         store.commit(recs(2, target=T2))
         assert store.forget(target="beta")["removed"] == 2 and store.best(T2, W) == []
         assert store.forget(older_than_days=0.0)["removed"] == 3 and len(store) == 0
+
+    def test_size_bytes_and_stale_targets_agree_with_stats(self, store):
+        assert store.stale_targets() == [] and store.size_bytes() >= 0
+        store.commit(recs(3) + recs(2, target=T2))
+        store.close()  # pending background work done (the handle stays usable): sizes hold still
+        size = store.size_bytes()
+        assert isinstance(size, int) and size == store.stats().size_bytes
+        beta = store.invalidate("beta")
+        assert store.stale_targets() == store.stats().stale_targets == [beta]
+        alpha = store.invalidate("alpha")
+        assert store.stale_targets() == store.stats().stale_targets == sorted([alpha, beta])
 
     def test_stats_and_hit_rate(self, store):
         store.commit(recs(5) + recs(1, target=T2, workload=W2))

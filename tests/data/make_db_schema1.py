@@ -38,9 +38,9 @@ from pathlib import Path
 
 
 def main(out_dir: Path) -> None:
+    from tunedb.index.model.record import Record
+    from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
     from tunedb.index.parquet.store import ParquetStore
-    from tunedb.index.record import Record
-    from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
     from tunedb.transfer.interop import collect
 
     if (TUNEDB_VERSION, SCHEMA_VERSION) != ("0.1.0", 1):

@@ -12,9 +12,9 @@ import re
 import pytest
 
 import tunedb
-from tunedb.index.decisions import DECISION_KIND, answer, decision_summary, store_decision
-from tunedb.index.keys import key_of
-from tunedb.index.record import Record
+from tunedb.index.contract.decisions import DECISION_KIND, answer, decision_summary, store_decision
+from tunedb.index.model.keys import key_of
+from tunedb.index.model.record import Record
 
 from helpers import run_cli
 

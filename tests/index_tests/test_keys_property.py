@@ -1,7 +1,7 @@
 """One canonicalisation: every path that turns a target/workload/config into canonical JSON and keys
 gives the same text and keys for arbitrary JSON values.
 
-Paths compared (against an independent reference written from the spec in ``index/keys.py``):
+Paths compared (against an independent reference written from the spec in ``index/model/keys.py``):
 ``canonical_json``, ``canonical_json_flat``, ``normalise`` + ``canonical_json_normalised``,
 ``key_of``, the store's memoised ``KeyMemo.canon`` (one memo shared across examples, and fed
 values that compare equal but are different JSON: ``True``/``1``/``1.0``, lists/tuples),
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tunedb.index.batch import RecordBatch
-from tunedb.index.keys import (
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import (
     canonical_json,
     canonical_json_flat,
     canonical_json_flat_many,
@@ -30,8 +30,8 @@ from tunedb.index.keys import (
     key_of_text,
     normalise,
 )
+from tunedb.index.model.record import Record
 from tunedb.index.parquet.querykeys import KeyMemo
-from tunedb.index.record import Record
 from tunedb.transfer.interop import Prepared, fast_normalise, make_record
 
 SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 8.0, 0.5, 1e300, -1e300, 1e16, 2.0 ** 53, 2.0 ** 53 - 1, -(2.0 ** 53 - 1),

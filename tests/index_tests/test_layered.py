@@ -1,4 +1,4 @@
-"""Layered stores (``tunedb.index.layered.LayeredStore``) and the CLI's ``--db``/``--also``/``--layers``.
+"""Layered stores (``tunedb.index.views.layered.LayeredStore``) and the CLI's ``--db``/``--also``/``--layers``.
 
 The whole RecordStore contract runs against a layered store in tests/index_tests/test_store_contract.py;
 these tests cover what only several layers have: ordered vs union answers, read-only lower
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import tunedb
-from tunedb.index.layered import LayeredStore
+from tunedb.index.views.layered import LayeredStore
 from tunedb.transfer.migration.copy import copy_records
 
 from helpers import run_cli, run_command
@@ -288,7 +288,7 @@ def test_entries_combine_the_layers_own_tables_exactly(tmp_path):
     in one layer only, and from records where several layers hold it; the answer is exactly the
     records-based summary (RecordStore.entries: each record once, stale in any layer left out),
     through copies, invalidations of copies, verdicts and targets that share a name."""
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
     T1b = {**T1, "compiler": "gcc 13"}  # another target named "alpha"
     T3 = {**T2, "name": "gamma"}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tunedb.index import ParquetStore, Record
+from tunedb.index.opener import MEMORY, PARQUET, POSTGRES, REMOTE, SNAPSHOT, open_error_line, open_store, parse_location
 from tunedb.index.parquet.layout import MARKER
-from tunedb.index.stores import MEMORY, PARQUET, POSTGRES, REMOTE, SNAPSHOT, open_error_line, open_store, parse_location
 from tunedb.transfer.cli.main import main
 
 T = {"kind": "cpu", "name": "loc-target"}

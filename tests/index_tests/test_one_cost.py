@@ -14,7 +14,7 @@ import json
 import pytest
 
 import tunedb
-from tunedb.index.estimate import fmt_seconds
+from tunedb.index.model.units import fmt_seconds
 
 from helpers import run_cli
 
@@ -90,7 +90,7 @@ def test_report_and_dashboard_show_the_same_cost(noisy_db, tmp_path):
     assert p.returncode == 0, p.stderr
     html = (tmp_path / "rep" / "index.html").read_text()
     assert fmt_seconds(est.value) in html and fmt_seconds(1e-6) not in html
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
     from tunedb.transfer.apps.dashboard.data import entry_page
 
     page = entry_page(db, key_of(job.target), key_of(job.workload), db.runs())

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tunedb.index import ParquetStore, Record
-from tunedb.index.keys import canonical_json, key_of
+from tunedb.index.model.keys import canonical_json, key_of
 
 T = {"kind": "cpu", "name": "t"}
 W = {"family": "matmul", "M": 4}
@@ -18,7 +18,7 @@ def test_keys_are_canonical_and_stable_across_processes():
     b = {"a": 0.5, "b": [1.0, 2, {"x": True, "y": 1.0}]}
     assert canonical_json(a) == canonical_json(b) == '{"a":0.5,"b":[1,2,{"x":true,"y":1}]}'
     assert key_of(a) == key_of(b)
-    out = subprocess.run([sys.executable, "-c", "from tunedb.index.keys import key_of; print(key_of({'a':0.5,'b':[1,2,{'x':True,'y':1}]}))"],
+    out = subprocess.run([sys.executable, "-c", "from tunedb.index.model.keys import key_of; print(key_of({'a':0.5,'b':[1,2,{'x':True,'y':1}]}))"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == key_of(a)
     assert key_of({"a": 1}) != key_of({"a": 2})
@@ -68,7 +68,7 @@ def test_cost_is_mean_and_failed_records_allowed():
 def test_provenance_host_and_origin() -> None:
     import socket
 
-    from tunedb.index.record import Record as R
+    from tunedb.index.model.record import Record as R
 
     t, w, c = {"kind": "cpu", "name": "h"}, {"family": "f"}, {"a": 1}
     r = R(t, w, c, costs=(1.0,))
@@ -94,8 +94,8 @@ def test_row_values_give_what_to_row_gives() -> None:
     """``ROW_VALUES`` (the per-column view the memory store builds projections from) and the
     written-out ``to_row`` hold the same columns and values, and together with the columns a
     store adds they are RECORD_SCHEMA's."""
-    from tunedb.index.record import ROW_VALUES
-    from tunedb.index.schema import RECORD_SCHEMA
+    from tunedb.index.model.record import ROW_VALUES
+    from tunedb.index.model.schema import RECORD_SCHEMA
 
     recs = [Record(T, W, {"a": 1}, [1.0, 2.0], compile_s=1, wall_s=0.5, meta={"origin": "seed"}, origin="x.json"),
             Record(T, W, {"a": 2}, [], status="compile_error", error="boom")]
@@ -105,9 +105,9 @@ def test_row_values_give_what_to_row_gives() -> None:
 
 
 def test_batch_carries_host_and_origin() -> None:
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.record import Record as R
-    from tunedb.index.record import this_host
+    from tunedb.index.model.batch import RecordBatch
+    from tunedb.index.model.record import Record as R
+    from tunedb.index.model.record import this_host
 
     b = RecordBatch.from_columns(target=[{"kind": "cpu", "name": "h"}] * 2, workload=[{"family": "f"}] * 2,
                                  config=[{"a": 1}, {"a": 2}], costs=[[1.0], [2.0]], origin=["a.log", ""])

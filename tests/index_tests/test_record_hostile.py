@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import tunedb
-from tunedb.index.batch import RecordBatch
-from tunedb.index.keys import MAX_JSON_DEPTH, canonical_json, normalise
-from tunedb.index.record import MAX_EXACT_INT, Record, mean_cost, number_problem, text_problem
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import MAX_JSON_DEPTH, canonical_json, normalise
+from tunedb.index.model.record import MAX_EXACT_INT, Record, mean_cost, number_problem, text_problem
 
 T = {"kind": "cpu", "name": "t"}
 W = {"family": "matmul", "M": 4}
@@ -167,7 +167,7 @@ def test_integers_of_any_size_inside_json_stay_text() -> None:
 
 
 def test_foreign_tables_are_checked_for_what_breaks_readers(tmp_path) -> None:
-    from tunedb.index.keys import rid_hash
+    from tunedb.index.model.keys import rid_hash
 
     r = Record(T, W, {"a": 1}, [1.0])
     row = {**r.to_row(), "rid_hash": rid_hash(r.record_id)}

@@ -19,12 +19,12 @@ import pytest
 import test_store_contract as contract
 
 import tunedb
-from tunedb.index.base import MAX_RUN_BYTES, RecordStore, RunWarning
-from tunedb.index.layered import LayeredStore
-from tunedb.index.memory import MemoryStore
+from tunedb.index.contract.base import MAX_RUN_BYTES, RecordStore, RunWarning
+from tunedb.index.memory.store import MemoryStore
 from tunedb.index.parquet.store import ParquetStore
 from tunedb.index.postgres.store import PostgresStore
-from tunedb.index.trust import TrustedStore
+from tunedb.index.views.layered import LayeredStore
+from tunedb.index.views.trust import TrustedStore
 
 from helpers import TESTS, run_cli
 

@@ -1,4 +1,4 @@
-"""The record store contract (``tunedb.index.base.RecordStore``) run against every backend: the
+"""The record store contract (``tunedb.index.contract.base.RecordStore``) run against every backend: the
 suite is ``tunedb.index.testing.store_tests`` (shipped in the package, so a third-party backend
 runs it the same way); each class here gives it one backend.  Backend-specific behaviour (crash
 safety, several processes, files on disk) is tested beside each backend (tests/index_tests/parquet_tests/test_store.py,
@@ -15,14 +15,21 @@ from __future__ import annotations
 import pytest
 
 import tunedb
-from tunedb.index.base import RecordStore
-from tunedb.index.layered import LayeredStore
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.model.record import Record
 from tunedb.index.testing import ReadOnlyStoreTests, RecordStoreTests, prefill
 from tunedb.index.testing.store_tests import T1, recs  # noqa: F401 - tests/index_tests/test_runs_store.py uses them
-from tunedb.index.trust import TrustedStore
+from tunedb.index.views.filtered import FilteredStore
+from tunedb.index.views.layered import LayeredStore
+from tunedb.index.views.trust import TrustedStore
 
 #: a trust policy that trusts every record the suite writes: the view must then answer as its store
 TRUST_ALL = "measured,replay,imported,migrated"
+
+
+def keep_all(rec: Record) -> bool:
+    """A filter every record the suite writes passes (its sources are all of these)."""
+    return rec.source == "measured" or rec.source == "replay" or rec.source.startswith(("imported:", "migrated:"))
 
 
 class TestParquetStore(RecordStoreTests):
@@ -75,6 +82,18 @@ class TestTrustedStore(RecordStoreTests):
 
     def reopen(self, store):
         return TrustedStore(tunedb.open(store.inner.path), TRUST_ALL)
+
+
+class TestFilteredStore(RecordStoreTests):
+    """A filtered view whose filter keeps every record the suite writes answers as its store."""
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        with FilteredStore(tunedb.open(tmp_path / "db"), keep_all, name="all") as s:
+            yield s
+
+    def reopen(self, store):
+        return FilteredStore(tunedb.open(store.inner.path), keep_all, name="all")
 
 
 class TestReopenedParquetStore(ReadOnlyStoreTests):

@@ -8,11 +8,11 @@ import pytest
 
 import tunedb
 from tunedb.index import ParquetStore
-from tunedb.index.base import RecordStore
-from tunedb.index.memory import MemoryStore
-from tunedb.index.record import Record
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.memory.store import MemoryStore
+from tunedb.index.model.record import Record
 from tunedb.index.testing import store_tests as contract
-from tunedb.index.trust import TrustedStore, parse_trust
+from tunedb.index.views.trust import TrustedStore, parse_trust
 from tunedb.transfer.measure.backend import LocalBackend, MeasureOptions, TimingProtocol
 from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
@@ -171,7 +171,7 @@ def test_tuner_on_a_trusted_store_ignores_a_poisoned_record():
                      TuneOptions(budget=12, use_exact=True, seed=1), defaults=victim.config).run()
 
     fooled = run(db)
-    from tunedb.index.estimate import estimate
+    from tunedb.index.model.estimate import estimate
 
     assert fooled.best_cost == pytest.approx(estimate([poisoned]).value)  # the raw store hands the lie over
     view = TrustedStore(db, "measured,replay")
@@ -211,7 +211,7 @@ def test_cli_bad_trust_is_one_line_exit_2(tmp_path):
 @pytest.mark.parametrize(("policy", "trusted"), [("measured", 12), ("measured,host:elsewhere", 13), ("verified", 2),
                                                  ("imported", 1)])
 def test_trusted_view_projection_equals_its_full_read(tmp_path, policy, trusted):
-    from tunedb.index.trust import TrustedStore
+    from tunedb.index.views.trust import TrustedStore
 
     inner = tunedb.open(tmp_path / "db")
     rs = contract.mixed_records()

@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
 PRESET = "cpu-native-t1"
 FAMILY = "matmul"
@@ -123,7 +123,7 @@ def new_shape(db: RecordStore, target: Mapping[str, Any], panel: int) -> dict:
 
 def stored_entries(db: RecordStore, target: Mapping[str, Any]) -> int:
     """(target, workload) entries of :data:`FAMILY` on ``target`` with ok records in ``db``."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     tk = key_of(dict(target))
     try:
@@ -137,7 +137,7 @@ def stored_entries(db: RecordStore, target: Mapping[str, Any]) -> int:
 def remeasure(db: RecordStore | None, job: Any, cfg: Mapping[str, Any], origin: str = "confirm") -> float | None:
     """One re-measurement of ``cfg`` (committed to ``db`` with ``meta.origin``): its value
     (median of its repeats, seconds), None when it failed."""
-    from tunedb.index.estimate import record_value
+    from tunedb.index.model.estimate import record_value
     from tunedb.transfer.measure.backend import lookup_or_measure
 
     (rec, _), = lookup_or_measure(db, job.backend, job.target, job.workload, [dict(cfg)], force=True,
@@ -146,7 +146,7 @@ def remeasure(db: RecordStore | None, job: Any, cfg: Mapping[str, Any], origin: 
 
 
 def _key(cfg: Mapping[str, Any]) -> str:
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     return key_of(dict(cfg))
 
@@ -360,7 +360,7 @@ def run_demo(db: RecordStore, *, budget: int = 6, history_budget: int = 20, seed
     ValueError when ``target`` is not a local preset, ``budget`` < 2, ``history_budget`` < 2 or
     ``max_rounds`` < 3."""
     from tunedb.index.hardware.localcpu import local_target
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
     from tunedb.transfer.measure.jobs import local_job
     from tunedb.transfer.search import runlog
 
@@ -536,7 +536,7 @@ def headline(res: Mapping[str, Any]) -> str:
 def budget_headline(res: Mapping[str, Any]) -> str:
     """The second claim: the search evaluations cold needed to match warm's result (a search
     sample as fast as warm's best one, or warm's chosen config itself: :func:`matched_at`)."""
-    from tunedb.index.estimate import fmt_seconds
+    from tunedb.index.model.units import fmt_seconds
 
     n, cold, target = res["cold_evaluations_to_match"], res["cold"], res["warm_best_sample"]
     if target is None:

@@ -108,7 +108,7 @@ def union_of_bests(datas: dict[str, ReplayData], held: str, n: int | None = None
 def order_history(data: ReplayData, configs: list[dict]) -> list:
     """``TuneResult.history`` (``[evaluation, best cost so far]``) of measuring ``configs`` on
     ``data`` in that order (a config absent from the file or failed there counts, as inf)."""
-    from tunedb.index.keys import canonical_json
+    from tunedb.index.model.keys import canonical_json
 
     best, hist = None, []
     for i, c in enumerate(configs, 1):

@@ -17,7 +17,7 @@ returns a spec with no panels and ``empty`` saying why; no builder returns an em
 Multi-panel figures give one colour to each line name in every panel (:func:`color_by_name`)
 and one shared legend (``FigureSpec.shared_legend``: each name listed once).  Curves over time or
 evaluations are histories (the fastest measurement so far, the in-run best so far) and say so
-on their axes; the cost of a config or an entry is the estimator's (``tunedb.index.estimate``),
+on their axes; the cost of a config or an entry is the estimator's (``tunedb.index.model.estimate``),
 in the tables and in the curves' legends.
 """
 
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from tunedb.transfer.apps.gain_fit import gain_model
 
 if TYPE_CHECKING:
     from tunedb.transfer.apps.rundata import EntryCurve, GainPoint, TuneRun
@@ -375,16 +377,11 @@ def best_over_time_figure(curves: Iterable[tuple[str, Sequence[int], Sequence[fl
     return spec
 
 
-def gain_model(n: Any, g_max: float, beta: float) -> np.ndarray:
-    """``G(n) = g_max * (1 - exp(-beta * n))`` (``n`` records, ``beta`` per record)."""
-    return g_max * -np.expm1(-beta * np.asarray(n, dtype=np.float64))
-
-
 def gain_saturation_figure(points: Iterable[GainPoint], fit: Mapping[str, Any] | None,
                            reason: str | None = None) -> FigureSpec:
     """Each run's gain G (the fraction of tuning time the DB saved) against n (records in the DB
     before it), one marker colour per run kind, and the fit ``G_max * (1 - exp(-beta * n))``
-    (``fit``: ``report.fit_saturation``'s dict, or None: the points alone, ``reason`` in the
+    (``fit``: ``gain_fit.fit_saturation``'s dict, or None: the points alone, ``reason`` in the
     notes).  The notes hold G_max and beta (or why there is no fit)."""
     points = list(points)
     spec = FigureSpec("gain_saturation", "Saturation: gain of the database against its size", width=6.5,
@@ -671,7 +668,7 @@ def to_plotly(spec: FigureSpec, *, height: int | None = None) -> Any:
 
 __all__ = ["Series", "HLine", "Panel", "FigureSpec", "short_workload", "thin", "steps", "convergence_figure",
            "color_by_name", "run_start", "comparable_runs", "warm_vs_cold_figure", "reach_table", "evaluations_to_reach", "hit_rate_figure",
-           "records_over_time_figure", "best_over_time_figure", "gain_model", "gain_saturation_figure",
+           "records_over_time_figure", "best_over_time_figure", "gain_saturation_figure",
            "time_split_figure", "to_matplotlib", "to_plotly", "to_plotly_dict"]
 
 

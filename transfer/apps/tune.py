@@ -15,7 +15,7 @@ from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
     from tunedb.transfer.measure.backend import MeasureBackend
 
 
@@ -30,7 +30,7 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     ``TuneOptions(budget=budget)``; when given, ``budget`` is ignored); ``kw`` goes to
     :class:`Tuner` (``progress``, ``model``).  Every evaluation asks ``db`` first and commits what
     it measures (see the module docstring), so a rerun is all cache hits.  ``trust`` (e.g.
-    ``"measured,imported:autotvm"``, see ``tunedb.index.trust``): only records it trusts answer
+    ``"measured,imported:autotvm"``, see ``tunedb.index.views.trust``): only records it trusts answer
     look-ups, seeds and the model (``db`` is wrapped in a ``TrustedStore``; commits go to ``db``).
     Without ``options`` the run re-measures its 2 leaders twice, interleaved, at the end
     (``confirm_top=2, confirm_rounds=2``), so ``best_cost`` is not the sample that selected the
@@ -38,7 +38,7 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     The run's summary is stored in ``db`` (``RecordStore.add_run``, kind ``tune``).
     Raises ValueError (one line) for a target that is not a local preset, a workload no kernel
     family accepts or a bad trust policy."""
-    from tunedb.index.trust import trusted_view
+    from tunedb.index.views.trust import trusted_view
     from tunedb.transfer.search import runlog
 
     db = trusted_view(db, trust)

@@ -20,7 +20,7 @@
    only when the test says it is faster *and* its estimated cost is below the default's; else
    it keeps the default (``choice: "default"``, with the test's answer in ``versus_default``).
    So the model latency printed is never above the default-config latency.
-7. Every cost in the result is the one estimator's (``tunedb.index.estimate``, via
+7. Every cost in the result is the one estimator's (``tunedb.index.model.estimate``, via
    ``RecordStore.best_costs`` / ``cost``): the same number ``tunedb best`` shows for the entry.
 8. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.  Its tasks and
    totals carry ``origins`` / ``origin_split`` as every Tuner run's do (the same fields as
@@ -29,7 +29,7 @@
    rate is of: ``runlog.run_totals``); the default-config references of step 5 and the rounds
    of step 6 are not evaluations and are counted apart (``reference_measurements`` /
    ``reference_cache_hits``; ``default_measurements`` / ``default_cache_hits``, the same).
-9. Each step-6 test is stored as a decision (``tunedb.index.decisions``) with the config the
+9. Each step-6 test is stored as a decision (``tunedb.index.contract.decisions``) with the config the
    run kept: ``tunedb best`` answers the entry with it, and a later run that finds the entry a
    hit reuses it (a default kept because the tuned config was not proven faster stays the
    entry's answer).
@@ -54,7 +54,7 @@ from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
 
 if TYPE_CHECKING:
     from tunedb.datasets.models import Model
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
 
 @dataclass
@@ -99,10 +99,10 @@ def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int,
          decisions: list[dict] | None = None) -> tuple[Any, float] | None:
     """(the entry's answer as a ConfigCost, measuring seconds of the entry's records) when the
     target has ok measurements of at least ``min_configs`` configs of ``workload``, else None.
-    The answer is ``tunedb best``'s first config (``tunedb.index.decisions.answer``: a default an
+    The answer is ``tunedb best``'s first config (``tunedb.index.contract.decisions.answer``: a default an
     earlier run kept stays the answer); ``decisions``: the stored decision summaries (read once
     per run)."""
-    from tunedb.index.decisions import answer
+    from tunedb.index.contract.decisions import answer
 
     best = answer(db, target, workload, summaries=decisions).ranked
     if len(best) < max(min_configs, 1):
@@ -119,7 +119,7 @@ def _hit(db: RecordStore, target: dict, workload: dict, min_configs: int,
 def measured_value(db: RecordStore | None, job: Any, cfg: dict) -> float | None:
     """One confirmation re-measurement of ``cfg`` (committed, ``meta.origin = "confirm"``): its
     value (median of its repeats, seconds), None when it failed."""
-    from tunedb.index.estimate import record_value
+    from tunedb.index.model.estimate import record_value
     from tunedb.transfer.measure.backend import lookup_or_measure
 
     (rec, _), = lookup_or_measure(db, job.backend, job.target, job.workload, [cfg], force=True,
@@ -210,7 +210,7 @@ class ModelRun:
     def look_up(self) -> list[int]:
         """Step 1: the tasks the DB answers whole become hits; the indices of the others (to
         tune).  Raises ValueError when the budget cannot give each of those one evaluation."""
-        from tunedb.index.decisions import stored_decisions
+        from tunedb.index.contract.decisions import stored_decisions
 
         opt, todo = self.opt, []
         self.decisions = [] if (opt.cold or not opt.reuse_hits) else stored_decisions(self.db)
@@ -313,7 +313,7 @@ class ModelRun:
             self.store_decision(i, row)
         elif self.rows[i] is not None and self.rows[i]["source"] == "hit":
             row = self.rows[i]
-            from tunedb.index.decisions import answer
+            from tunedb.index.contract.decisions import answer
 
             # (the default may have just joined: the answer again, as tunedb best gives it)
             best = [r.cost for r in answer(self.db, job.target, job.workload, summaries=self.decisions).top(1)]
@@ -333,9 +333,9 @@ class ModelRun:
         return row
 
     def store_decision(self, i: int, row: dict) -> None:
-        """Store task ``i``'s tuned-vs-default test as a decision (``tunedb.index.decisions``)
+        """Store task ``i``'s tuned-vs-default test as a decision (``tunedb.index.contract.decisions``)
         with the config the run kept, so ``tunedb best`` and later runs answer with it; once."""
-        from tunedb.index.decisions import store_decision
+        from tunedb.index.contract.decisions import store_decision
         from tunedb.transfer.measure.compare import decision_of
 
         test, res = self.versus.get(i), self.tuners[i].result()
@@ -402,7 +402,7 @@ def _choose(db: RecordStore | None, job: Any, res: Any, default_est: Any, test: 
 
 
 def _key(cfg: Any) -> str:
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     return key_of(dict(cfg))
 

@@ -10,14 +10,14 @@ repeatable ``--db`` and ``--also``: the list given after the command replaces th
 Layered databases: ``--db`` may be repeated; the first is the layer written to, the others are
 read-only lower layers, and each ``--also LOCATION`` adds a read-only layer below them (in the
 order given).  ``--layers ordered|union`` picks how the layers answer (default ordered; see
-``tunedb.index.layered``).  ``args.db`` stays the first ``--db`` (a string), ``args.db_extra``
+``tunedb.index.views.layered``).  ``args.db`` stays the first ``--db`` (a string), ``args.db_extra``
 holds the further ``--db`` values and ``args.also`` the ``--also`` ones; ``cliutil.open_db``
 opens them all.  User errors and ``OSError``s
 (disk full, permission denied, ...) are one line on stderr and exit status 2.
 
 Secrets: every line this module prints (errors, warnings, usage errors, and the traceback of an
 unexpected exception of the ``tunedb`` process) has its passwords masked
-(:func:`tunedb.index.redact.mask_url`), as ``cliutil.emit`` masks results: ``--db
+(:func:`tunedb.index.support.redact.mask_url`), as ``cliutil.emit`` masks results: ``--db
 postgresql://user:SECRET@host/db`` is shown as ``postgresql://user:***@host/db``.  The
 environment (``PGPASSWORD``, ...) is never printed.
 """
@@ -33,7 +33,7 @@ import sys
 import warnings
 from typing import NoReturn
 
-from tunedb.index.redact import mask_url
+from tunedb.index.support.redact import mask_url
 from tunedb.transfer.cli.util import UserError
 
 COMMAND_MODULES = (
@@ -147,7 +147,7 @@ def _masking_excepthook(hook: object) -> object:
 
 def version_text(as_json: bool) -> str:
     """The package and schema versions: ``tunedb 0.1.0 (schema 1)`` or one JSON object."""
-    from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+    from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
 
     if as_json:
         return json.dumps({"tunedb": TUNEDB_VERSION, "schema": SCHEMA_VERSION}, sort_keys=True)

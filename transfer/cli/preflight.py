@@ -34,7 +34,7 @@ OUTPUT_OPTIONS = {("export", "out"): "OUT", ("publish", "out"): "OUT", ("report"
 def stored_workloads(args: Any) -> list[dict]:
     """The workloads of every entry of the database layers ``args`` names, read without creating
     anything; [] when a layer cannot be opened (the command reports that itself)."""
-    from tunedb.index.stores import open_store, parse_location
+    from tunedb.index.opener import open_store, parse_location
 
     out: list[dict] = []
     try:

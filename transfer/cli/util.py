@@ -2,7 +2,7 @@
 
 Secrets: everything the command line prints goes through :func:`masked` (``emit`` for results,
 ``main``'s printer for errors and warnings): a password in a URL or a ``password=`` setting is
-``***`` (:func:`tunedb.index.redact.mask_url`), whatever message quoted it."""
+``***`` (:func:`tunedb.index.support.redact.mask_url`), whatever message quoted it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.estimate import fmt_seconds  # noqa: F401 (the one unit style, re-exported for the commands)
-from tunedb.index.redact import mask_url
+from tunedb.index.model.units import fmt_seconds  # noqa: F401 (the one unit style, re-exported for the commands)
+from tunedb.index.support.redact import mask_url
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -23,7 +23,7 @@ class UserError(Exception):
 
 
 def masked(value: Any) -> Any:
-    """``value`` with every password in its texts masked (:func:`~tunedb.index.redact.mask_url`):
+    """``value`` with every password in its texts masked (:func:`~tunedb.index.support.redact.mask_url`):
     a string masked, dict keys and values, list and tuple items masked recursively (as lists);
     anything else unchanged (``emit`` masks what ``json.dumps`` makes of it)."""
     if isinstance(value, str):
@@ -90,8 +90,8 @@ def parse_config(spec: str) -> dict:
 
 def open_location(location: str, *, create: bool, what: str = "database", **options: Any):
     """``open_store(location, create=create, **options)``; a failure is a user error of one line
-    (``cannot open WHAT LOCATION: why``, the reason from :func:`~tunedb.index.stores.open_error_line`)."""
-    from tunedb.index.stores import open_error_line, open_store
+    (``cannot open WHAT LOCATION: why``, the reason from :func:`~tunedb.index.opener.open_error_line`)."""
+    from tunedb.index.opener import open_error_line, open_store
 
     try:
         return open_store(location, create=create, **options)
@@ -102,8 +102,8 @@ def open_location(location: str, *, create: bool, what: str = "database", **opti
 def checked_locations(args) -> list[str]:
     """:func:`db_locations`, checked: a location given twice, one no store can be at (a remote
     directory), or a lower layer directory that does not exist, is a user error (one line).  What a location names is the stores' reading
-    (:func:`tunedb.index.stores.parse_location`)."""
-    from tunedb.index.stores import parse_location
+    (:func:`tunedb.index.opener.parse_location`)."""
+    from tunedb.index.opener import parse_location
 
     locs = db_locations(args)
     parsed = []
@@ -135,7 +135,7 @@ def open_db(args, *, must_exist: bool = False):
     ``--also``) - a ``LayeredStore`` over them in ``args.layers`` mode (default ordered), written
     through the first.  Lower layers are opened with ``create=False``: a missing one is a user
     error (one line), as is a location given twice."""
-    from tunedb.index.stores import parse_location
+    from tunedb.index.opener import parse_location
 
     locs = checked_locations(args)
     path = locs[0]
@@ -145,7 +145,7 @@ def open_db(args, *, must_exist: bool = False):
     top = open_location(path, create=True, **snapshot_options(args, path))
     if len(locs) == 1:
         return top
-    from tunedb.index.layered import LayeredStore
+    from tunedb.index.views.layered import LayeredStore
 
     lower = [open_location(loc, create=False, what="lower layer", **snapshot_options(args, loc)) for loc in locs[1:]]
     return LayeredStore([top, *lower], writable=0, mode=getattr(args, "layers", None) or "ordered")
@@ -154,7 +154,7 @@ def open_db(args, *, must_exist: bool = False):
 def snapshot_options(args, location: str) -> dict:
     """The opener's options for a published snapshot (``http(s)://``): ``--publisher-key``,
     ``--pin-version``."""
-    from tunedb.index.stores import SNAPSHOT, parse_location
+    from tunedb.index.opener import SNAPSHOT, parse_location
 
     if parse_location(location).kind != SNAPSHOT:
         return {}

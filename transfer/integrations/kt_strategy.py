@@ -41,7 +41,7 @@ cache entry), ``compile_time``/``verification_time``/``benchmark_time``/``strate
 ``metrics`` recomputed as Kernel Tuner does (``process_metrics``).  ``lookup`` says whether the
 config is stored and with what status (the latest record).  For an ``ok`` answer ``"time"`` (what
 Kernel Tuner minimises, milliseconds) is the config's cost as the one estimator computes it
-(``tunedb.index.estimate``): a Kernel Tuner record's value is Kernel Tuner's ``time``, the mean of
+(``tunedb.index.model.estimate``): a Kernel Tuner record's value is Kernel Tuner's ``time``, the mean of
 its iterations, so a config with one Kernel Tuner record answers with exactly the ``time`` Kernel
 Tuner computed (the stored number itself); a config with several records answers with the median
 of their values.  ``"times"`` stay the repeats of the record that answered (ms).  Every result the
@@ -73,9 +73,9 @@ if not hasattr(_kt, "tune_kernel"):  # pragma: no cover - a checkout's kernel_tu
     raise ImportError(f"'import kernel_tuner' found {getattr(_kt, '__file__', '?')}, not Kernel Tuner; run from "
                       "outside the tunedb checkout or pip install 'tunedb[kernel-tuner]'")
 
-from tunedb.index.estimate import CostEstimate, estimate
-from tunedb.index.keys import canonical_json
-from tunedb.index.record import Record
+from tunedb.index.model.estimate import CostEstimate, estimate
+from tunedb.index.model.keys import canonical_json
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop import merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, cache_key, cache_workload, device_of, device_target
 from tunedb.transfer.measure.backend import MeasureBackend
@@ -84,7 +84,7 @@ from tunedb.transfer.search.tuner import TuneOptions, Tuner
 from tunedb.transfer.space import Constraint, Knob, Space
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
 log = logging.getLogger("tunedb.kernel_tuner")
 
@@ -596,10 +596,10 @@ class WarmStart:
 def _config_costs(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
                   ) -> dict[str, CostEstimate]:
     """config_key -> the one estimator's cost (seconds) of every config of (target, workload):
-    ``tunedb.index.estimate.rank`` over the entry's records (``db.entry_records``: ok, live, not
+    ``tunedb.index.model.estimate.rank`` over the entry's records (``db.entry_records``: ok, live, not
     refuted), read once, so each record's value is its tuner's statistic (Kernel Tuner's
     ``time``: the mean of its iterations) whatever the store's backend."""
-    from tunedb.index.estimate import rank
+    from tunedb.index.model.estimate import rank
 
     return {c.config_key: c.estimate for c in rank(db.entry_records(target, workload))}
 

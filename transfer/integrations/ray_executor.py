@@ -25,7 +25,7 @@ from tunedb.transfer.measure.backend import MeasureBackend
 from tunedb.transfer.measure.executors import Executor, ExecutorUnavailable, Finalise
 
 if TYPE_CHECKING:
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
 RESOURCE_PREFIX = "tunedb-target:"
 RESOURCE_PER_TASK = 0.001   # fraction of the target resource one measurement task holds
@@ -34,7 +34,7 @@ RESOURCE_PER_TASK = 0.001   # fraction of the target resource one measurement ta
 def target_resource(target: Mapping[str, Any]) -> str:
     """Name of the Ray custom resource a node declares to own ``target``:
     ``tunedb-target:<name>`` with characters outside ``[A-Za-z0-9_.-]`` replaced by ``_``."""
-    from tunedb.index.record import target_display_name
+    from tunedb.index.model.record import target_display_name
 
     return RESOURCE_PREFIX + re.sub(r"[^A-Za-z0-9_.\-]+", "_", target_display_name(target))
 

@@ -37,7 +37,7 @@ replay schedule primitives from data), never ``eval``'d or unpickled.
 Costs handed to TVM: the one estimator
 --------------------------------------
 A stored record is one measurement of a config (one trace's decisions); what a config costs is
-the estimator's (``tunedb.index.estimate``, seconds).  A MetaSchedule record's value is the
+the estimator's (``tunedb.index.model.estimate``, seconds).  A MetaSchedule record's value is the
 statistic MetaSchedule itself ranks by, the **mean of its** ``run_secs`` (its databases sort
 records by mean run time), so a config with one record costs exactly what MetaSchedule would
 rank it by; a config with several records costs the median of their means.  ``get_top_k``,
@@ -137,10 +137,10 @@ from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.base import RecordStore
-from tunedb.index.keys import key_of
-from tunedb.index.record import Record
-from tunedb.index.stores import open_store
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.model.keys import key_of
+from tunedb.index.model.record import Record
+from tunedb.index.opener import open_store
 from tunedb.transfer.interop.metaschedule import FAILED_RUN_S, config_of, target_of, workload_of
 
 __all__ = ["TunedbDatabase",  # noqa: F822 (built lazily by __getattr__)
@@ -151,7 +151,7 @@ if TYPE_CHECKING:
     import tvm
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    from tunedb.index.estimate import ConfigCost
+    from tunedb.index.model.estimate import ConfigCost
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +205,10 @@ def normalise_target_json(tjson: Mapping[str, Any], default_triple: str | None) 
 
 def entry_costs(db: Any, target: Any, workload: Any, k: int) -> list[ConfigCost]:
     """The ``k`` best configs of (target, workload) by the one estimator, computed from the
-    entry's records (``db.entry_records``: ok, live, not refuted; ``tunedb.index.estimate.rank``)
+    entry's records (``db.entry_records``: ok, live, not refuted; ``tunedb.index.model.estimate.rank``)
     so each MetaSchedule record counts as the mean of its ``run_secs`` whatever the store's
     backend; ranking order, ``[]`` when none or ``k <= 0``."""
-    from tunedb.index.estimate import rank
+    from tunedb.index.model.estimate import rank
 
     if k <= 0:
         return []
@@ -371,7 +371,7 @@ class _TunedbDatabase:
     """MetaSchedule database stored in tunedb (see :mod:`tunedb.transfer.integrations.tvm_db` for the contract).
 
     ``path``: tunedb store location (a DB directory, created when missing, or ``memory:``) or an
-    open :class:`~tunedb.index.base.RecordStore`; ``target``: the current target
+    open :class:`~tunedb.index.contract.base.RecordStore`; ``target``: the current target
     (``tvm.target.Target``, JSON dict or string; see module docstring); ``warm_start``: offer
     nearest-neighbour traces for unseen workloads; ``warm_start_neighbours``: entries asked from
     ``db.nearest``; ``warm_start_per_neighbour``: best records taken from each;

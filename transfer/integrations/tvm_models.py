@@ -60,7 +60,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.base import RecordStore
+from tunedb.index.contract.base import RecordStore
 
 if TYPE_CHECKING:
     import tvm

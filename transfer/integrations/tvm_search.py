@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 def _run_seconds(result: Any) -> float | None:
     """The cost of one MetaSchedule measurement (a ``RunnerResult``, or a ``TuningRecord``) as
     MetaSchedule and the one estimator count it: the mean of its ``run_secs`` repeats, seconds
-    (``tunedb.index.estimate.record_values`` of a MetaSchedule record).  A ``TuningRecord`` the
+    (``tunedb.index.model.estimate.record_values`` of a MetaSchedule record).  A ``TuningRecord`` the
     database answers carries ``run_secs = [estimate]``, so this is the config's estimate.  None
     for a failed build or run."""
     if result is None or getattr(result, "error_msg", None) or not result.run_secs:
@@ -71,7 +71,7 @@ def _run_seconds(result: Any) -> float | None:
         return None
     import numpy as np
 
-    from tunedb.index.estimate import TUNER_META_KEYS, record_values
+    from tunedb.index.model.estimate import TUNER_META_KEYS, record_values
 
     code = TUNER_META_KEYS.index("metaschedule") + 1
     return float(record_values(np.asarray(secs), np.asarray([len(secs)]), np.asarray([code]))[0])

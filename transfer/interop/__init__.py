@@ -4,7 +4,7 @@ Contract
 --------
 * ``FORMATS`` maps a format name (``autotvm``, ``metaschedule``, ``kernel-tuner``, ``parquet``,
   ``jsonl``) to a :class:`Format`.  ``Format.parse(path, device=None)`` yields, in file order,
-  either a :class:`~tunedb.index.record.Record` or an :class:`ImportIssue` (a line/entry that was
+  either a :class:`~tunedb.index.model.record.Record` or an :class:`ImportIssue` (a line/entry that was
   skipped: malformed, or a layout that is never decoded such as AutoTVM v0.1 or pickle lines).
   A whole file that cannot be read or is not in the format raises :class:`ImportFormatError`
   (the one documented import error); nothing else escapes a parser.
@@ -37,7 +37,6 @@ from tunedb.transfer.interop.conflicts import (
     times_disagree,
 )
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.formats import FORMATS, Format, collect, get_format
 from tunedb.transfer.interop.input_files import (
     MAX_IMPORT_LINE,
     MAX_IMPORT_TEXT,
@@ -70,6 +69,7 @@ from tunedb.transfer.interop.record_building import (
     stable_record_id,
     to_utc,
 )
+from tunedb.transfer.interop.registry import FORMATS, Format, collect, get_format
 
 __all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "ExportFormatError",
            "collect", "get_format", "make_record", "merge_device_fields", "stable_record_id", "Prepared",

@@ -31,13 +31,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.record import Record
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.input_files import display_name, iter_json_lines, where
+from tunedb.transfer.interop.input_files import display_name, parse_json_lines
 from tunedb.transfer.interop.outcomes import (
     ExportReport,
-    ImportCapError,
-    ImportFormatError,
     ImportIssue,
     NothingToExport,
 )
@@ -275,49 +273,44 @@ def classify_line(text: str, value: Any, err: str | None) -> tuple[str, str] | N
     return None
 
 
+def recognise_line(text: str, value: Any, err: str | None) -> tuple[bool, tuple[str, str] | None]:
+    """Whether a line is an AutoTVM line (a v0.2 line, one skipped as unsupported, or an object
+    with an ``input``), and (kind, message) of why it is skipped (:func:`classify_line`)."""
+    why = classify_line(text, value, err)
+    known = why is None or why[0] == "unsupported" or (isinstance(value, dict) and "input" in value)
+    return known, why
+
+
 def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
     """Yield one Record per v0.2 line of ``path`` and an ImportIssue per skipped line."""
     targets: dict[str, Prepared] = {}
     workloads: dict[str, Prepared] = {}
     seen: Counter = Counter()
-    lines = recognised = 0
-    for no, text, value, err in iter_json_lines(path):
-        lines += 1
-        why = classify_line(text, value, err)
-        if why is None or why[0] == "unsupported" or (isinstance(value, dict) and "input" in value):
-            recognised += 1
-        if why is not None:
-            yield ImportIssue(where(path, no), why[1], why[0])
-            continue
-        try:
-            inp = value.get("input")
-            if not isinstance(inp, list) or len(inp) not in (3, 4):
-                raise ValueError("'input' must be [target, task_name, args, kwargs]")
-            tstr, task, args = inp[0], inp[1], inp[2]
-            kwargs = inp[3] if len(inp) == 4 else {}
-            if not isinstance(tstr, str):
-                raise ValueError("target must be a string")
-            tp = targets.get(tstr)
-            if tp is None:
-                tp = targets[tstr] = Prepared.of(resolve_target(tstr, device), "target")
-            wkey = json.dumps([task, args, kwargs], sort_keys=True)
-            wp = workloads.get(wkey)
-            if wp is None:
-                wp = workloads[wkey] = Prepared.of(workload_of(task, args, kwargs), "workload")
-            config = config_of(value.get("config"))
-            costs, status, error, wall, ts = result_of(value.get("result"))
-            rid = stable_record_id(FORMAT, tp.key, value, seen)
-            rec = make_record(tp, wp, config, costs=costs, status=status, error=error, wall_s=wall,
-                              timestamp=ts, source=SOURCE, record_id=rid,
-                              meta={"autotvm": value, "origin": {"file": display_name(path.name), "line": no}})
-        except ImportCapError:
-            raise
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
-            yield ImportIssue(where(path, no), str(e) or type(e).__name__)
-            continue
-        yield rec
-    if lines and not recognised:
-        raise ImportFormatError(f"{path} is not an AutoTVM log (no line holds an AutoTVM record)")
+
+    def record_of(no: int, value: Any) -> Record:
+        inp = value.get("input")
+        if not isinstance(inp, list) or len(inp) not in (3, 4):
+            raise ValueError("'input' must be [target, task_name, args, kwargs]")
+        tstr, task, args = inp[0], inp[1], inp[2]
+        kwargs = inp[3] if len(inp) == 4 else {}
+        if not isinstance(tstr, str):
+            raise ValueError("target must be a string")
+        tp = targets.get(tstr)
+        if tp is None:
+            tp = targets[tstr] = Prepared.of(resolve_target(tstr, device), "target")
+        wkey = json.dumps([task, args, kwargs], sort_keys=True)
+        wp = workloads.get(wkey)
+        if wp is None:
+            wp = workloads[wkey] = Prepared.of(workload_of(task, args, kwargs), "workload")
+        config = config_of(value.get("config"))
+        costs, status, error, wall, ts = result_of(value.get("result"))
+        rid = stable_record_id(FORMAT, tp.key, value, seen)
+        return make_record(tp, wp, config, costs=costs, status=status, error=error, wall_s=wall,
+                           timestamp=ts, source=SOURCE, record_id=rid,
+                           meta={"autotvm": value, "origin": {"file": display_name(path.name), "line": no}})
+
+    yield from parse_json_lines(path, record_of, recognise=recognise_line,
+                                not_format=f"{path} is not an AutoTVM log (no line holds an AutoTVM record)")
 
 
 # --------------------------------------------------------------------------------------- export

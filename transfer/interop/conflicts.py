@@ -1,5 +1,5 @@
 """Several devices on one target: the ``disagreeing-times`` check of Kernel Tuner imports
-(:func:`times_disagree`, and :func:`split_disagreeing`, which :func:`~tunedb.transfer.interop.formats.collect`
+(:func:`times_disagree`, and :func:`split_disagreeing`, which :func:`~tunedb.transfer.interop.registry.collect`
 runs; see ``docs/import_conflicts.md``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.record import Record
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop.input_files import file_stem
 from tunedb.transfer.interop.outcomes import ImportIssue, ImportReport
 

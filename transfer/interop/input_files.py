@@ -16,11 +16,14 @@ import io
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunedb.transfer.interop.outcomes import ImportCapError, ImportFormatError
+from tunedb.transfer.interop.outcomes import ImportCapError, ImportFormatError, ImportIssue
+
+if TYPE_CHECKING:
+    from tunedb.index.model.record import Record
 
 #: the most text one imported file may hold after decompression (characters; 16x the largest
 #: Kernel Tuner cache in the shared data): a larger file, or a gzip bomb, is refused unread
@@ -155,12 +158,14 @@ def check_line(path: Path, no: int, line: str) -> None:
                                 f"{MAX_IMPORT_LINE >> 20} MiB per record")
 
 
-def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
-    """Yield ``(line_no, text, value, error)`` for each non-blank, non-``#`` line (1-based)."""
+def iter_json_lines(path: Path, *, comments: bool = True) -> Iterator[tuple[int, str, Any, str | None]]:
+    """Yield ``(line_no, text, value, error)`` for each non-blank line (1-based; ``text`` stripped,
+    ``value`` its JSON value or None, ``error`` why it is not JSON or None), leaving out the lines
+    starting with ``#`` when ``comments``.  ImportCapError for a line over :data:`MAX_IMPORT_LINE`."""
     text = read_text(path)
     for no, line in enumerate(text.splitlines(), 1):
         s = line.strip()
-        if not s or s.startswith("#"):
+        if not s or (comments and s.startswith("#")):
             continue
         check_line(path, no, s)
         try:
@@ -171,5 +176,42 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, str, Any, str | None]]:
             yield no, s, None, "not JSON: nested too deeply"
 
 
-__all__ = ["MAX_IMPORT_LINE", "MAX_IMPORT_TEXT", "check_input_path", "check_line", "display_name", "file_stem",
-           "iter_json_lines", "open_regular", "open_text", "read_text", "where"]
+#: what a line's parser raises for a line it cannot read: the line is skipped as an ImportIssue
+LINE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError)
+
+
+def parse_json_lines(path: Path, parse_line: Callable[[int, Any], Record], *,
+                     recognise: Callable[[str, Any, str | None], tuple[bool, tuple[str, str] | None]],
+                     not_format: str, comments: bool = True) -> Iterator[Record | ImportIssue]:
+    """The records of a JSON-lines file, one line at a time (:func:`iter_json_lines`; ``comments``:
+    ``#`` lines are left out), and an ImportIssue (``file:line``, :func:`where`) per line skipped.
+
+    ``recognise(text, value, error)`` says of each line whether it is of the file's format (a
+    line of the format may still be invalid inside) and why it is skipped before it is parsed:
+    ``(kind, message)`` of the ImportIssue (``malformed`` or ``unsupported``), or None to parse
+    it.  ``parse_line(line_no, value)`` gives the line's Record; the :data:`LINE_ERRORS` it
+    raises skip the line (the ImportIssue says the error's message), an ImportCapError refuses
+    the whole file.  ImportFormatError with the message ``not_format`` when the file has lines
+    but none is of the format."""
+    lines = recognised = 0
+    for no, text, value, err in iter_json_lines(path, comments=comments):
+        lines += 1
+        known, skip = recognise(text, value, err)
+        recognised += bool(known)
+        if skip is not None:
+            yield ImportIssue(where(path, no), skip[1], skip[0])
+            continue
+        try:
+            rec = parse_line(no, value)
+        except ImportCapError:
+            raise
+        except LINE_ERRORS as e:
+            yield ImportIssue(where(path, no), str(e) or type(e).__name__)
+            continue
+        yield rec
+    if lines and not recognised:
+        raise ImportFormatError(not_format)
+
+
+__all__ = ["LINE_ERRORS", "MAX_IMPORT_LINE", "MAX_IMPORT_TEXT", "check_input_path", "check_line", "display_name",
+           "file_stem", "iter_json_lines", "open_regular", "open_text", "parse_json_lines", "read_text", "where"]

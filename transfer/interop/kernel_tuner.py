@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from tunedb.index.hardware.devices import cpu_opencl_name
-from tunedb.index.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
-from tunedb.index.record import Record
+from tunedb.index.model.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop.device_fields import merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import display_name, file_stem, read_text, where
 from tunedb.transfer.interop.outcomes import (
@@ -497,7 +497,7 @@ def _parse_cache(doc: Mapping[str, Any], path: Path, keys: list[str] | None, tp:
 # reproduce exactly (non-finite numbers, ...) returns None and takes the general path, which
 # also raises the error of record.  _check_codec compares both with the general path at import.
 
-_INT_LIMIT = 2**53  # tunedb.index.keys: integral floats below this become ints
+_INT_LIMIT = 2**53  # tunedb.index.model.keys: integral floats below this become ints
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 _is_integer = float.is_integer

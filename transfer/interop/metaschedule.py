@@ -29,13 +29,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.keys import key_of
-from tunedb.index.record import Record
+from tunedb.index.model.keys import key_of
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.input_files import check_input_path, display_name, iter_json_lines, where
+from tunedb.transfer.interop.input_files import (
+    check_input_path,
+    display_name,
+    iter_json_lines,
+    parse_json_lines,
+    where,
+)
 from tunedb.transfer.interop.outcomes import (
     ExportReport,
-    ImportCapError,
     ImportFormatError,
     ImportIssue,
     NothingToExport,
@@ -152,6 +157,14 @@ def _is_record_line(value: Any) -> bool:
             and not isinstance(value[0], bool) and isinstance(value[1], list))
 
 
+def _recognise_line(text: str, value: Any, err: str | None) -> tuple[bool, tuple[str, str] | None]:
+    """Whether a line of the records file has a tuning record's shape (:func:`_is_record_line`),
+    and why it is skipped unparsed: it is not JSON."""
+    if err is not None:
+        return False, ("malformed", err)
+    return _is_record_line(value), None
+
+
 def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssue]:
     """Yield one Record per tuning-record line of the database at ``path`` (a directory), and
     an ImportIssue per line skipped.  ImportFormatError when ``path`` is not a MetaSchedule
@@ -168,58 +181,47 @@ def parse(path: Path, device: str | None = None) -> Iterator[Record | ImportIssu
     targets: dict[str, Prepared] = {}
     wps: dict[str, Prepared] = {}
     seen: Counter = Counter()
-    lines = recognised = 0
-    for no, _text, value, err in iter_json_lines(rfile):
-        lines += 1
-        if err is not None:
-            yield ImportIssue(where(rfile, no), err)
-            continue
-        recognised += _is_record_line(value)
-        try:
-            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)
-                    and not isinstance(value[0], bool) and isinstance(value[1], list) and len(value[1]) == 4):
-                raise ValueError("record line is not [workload_index, [trace, run_secs, target, args_info]]")
-            widx, inner = value
-            trace, run_secs, tjson, args_info = inner
-            if widx not in workloads:
-                raise ValueError(f"workload index {widx} is not a valid line of {WORKLOAD_FILE}")
-            shash, mod_b64 = workloads[widx]
-            tkey = json.dumps(tjson, sort_keys=True) + "\0" + (device or "")
-            tp = targets.get(tkey)
-            if tp is None:
-                t = target_of(tjson)
-                if device:
-                    t["model"] = device
-                tp = targets[tkey] = Prepared.of(t, "target")
-            wkey = shash + "\0" + json.dumps(args_info)
-            wp = wps.get(wkey)
-            if wp is None:
-                wp = wps[wkey] = Prepared.of(workload_of(shash, args_info), "workload")
-            config = config_of(trace)
-            if run_secs is None or run_secs == []:
-                costs, status, error = [], "runtime_error", "MetaSchedule record without run_secs"
+
+    def record_of(no: int, value: Any) -> Record:
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)
+                and not isinstance(value[0], bool) and isinstance(value[1], list) and len(value[1]) == 4):
+            raise ValueError("record line is not [workload_index, [trace, run_secs, target, args_info]]")
+        widx, inner = value
+        trace, run_secs, tjson, args_info = inner
+        if widx not in workloads:
+            raise ValueError(f"workload index {widx} is not a valid line of {WORKLOAD_FILE}")
+        shash, mod_b64 = workloads[widx]
+        tkey = json.dumps(tjson, sort_keys=True) + "\0" + (device or "")
+        tp = targets.get(tkey)
+        if tp is None:
+            t = target_of(tjson)
+            if device:
+                t["model"] = device
+            tp = targets[tkey] = Prepared.of(t, "target")
+        wkey = shash + "\0" + json.dumps(args_info)
+        wp = wps.get(wkey)
+        if wp is None:
+            wp = wps[wkey] = Prepared.of(workload_of(shash, args_info), "workload")
+        config = config_of(trace)
+        if run_secs is None or run_secs == []:
+            costs, status, error = [], "runtime_error", "MetaSchedule record without run_secs"
+        else:
+            if not isinstance(run_secs, list):
+                raise ValueError("run_secs must be a list of seconds")
+            costs = check_costs(run_secs)
+            if any(c >= FAILED_RUN_S for c in costs):
+                costs, status, error = [], "runtime_error", "MetaSchedule failed run (run_secs >= 1e9)"
             else:
-                if not isinstance(run_secs, list):
-                    raise ValueError("run_secs must be a list of seconds")
-                costs = check_costs(run_secs)
-                if any(c >= FAILED_RUN_S for c in costs):
-                    costs, status, error = [], "runtime_error", "MetaSchedule failed run (run_secs >= 1e9)"
-                else:
-                    status, error = "ok", ""
-            rid = stable_record_id(FORMAT, tp.key, [shash, inner], seen)
-            rec = make_record(tp, wp, config, costs=costs, status=status, error=error, source=SOURCE,
-                              record_id=rid,
-                              meta={"metaschedule": {"record": inner, "workload": [shash, mod_b64]},
-                                    "origin": {"file": rfile.name, "line": no}})
-        except ImportCapError:
-            raise
-        except (ValueError, TypeError, KeyError, IndexError, RecursionError) as e:
-            yield ImportIssue(where(rfile, no), str(e) or type(e).__name__)
-            continue
-        yield rec
-    if lines and not recognised:
-        raise ImportFormatError(f"{d} is not a MetaSchedule JSONDatabase (no line of {RECORD_FILE} holds a "
-                                f"MetaSchedule tuning record)")
+                status, error = "ok", ""
+        rid = stable_record_id(FORMAT, tp.key, [shash, inner], seen)
+        return make_record(tp, wp, config, costs=costs, status=status, error=error, source=SOURCE,
+                           record_id=rid,
+                           meta={"metaschedule": {"record": inner, "workload": [shash, mod_b64]},
+                                 "origin": {"file": rfile.name, "line": no}})
+
+    yield from parse_json_lines(rfile, record_of, recognise=_recognise_line,
+                                not_format=f"{d} is not a MetaSchedule JSONDatabase (no line of {RECORD_FILE} "
+                                "holds a MetaSchedule tuning record)")
 
 
 def _order(rec: Record) -> tuple:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tunedb.index.keys import canonical_json_normalised, hash64, key_of, key_of_text, normalise
-from tunedb.index.record import (
+from tunedb.index.model.keys import canonical_json_normalised, hash64, key_of, key_of_text, normalise
+from tunedb.index.model.record import (
     MAX_RECORD_BYTES,
     Record,
     checked_json,
@@ -29,15 +29,15 @@ from tunedb.transfer.interop.outcomes import ImportCapError
 
 
 def fast_normalise(value: Any, what: str = "$") -> Any:
-    """``tunedb.index.keys.normalise(value, what)``: the project's one normaliser (fast on JSON-loaded
+    """``tunedb.index.model.keys.normalise(value, what)``: the project's one normaliser (fast on JSON-loaded
     data; ValueError naming the path for anything that is not plain JSON data, NaN/inf included).
     Kept under this name for the parsers."""
     return normalise(value, what)
 
 
 def canon(value: Any) -> str:
-    """Canonical JSON text of already normalised data (``tunedb.index.keys.canonical_json_normalised``,
-    the same text as ``tunedb.index.keys.canonical_json``)."""
+    """Canonical JSON text of already normalised data (``tunedb.index.model.keys.canonical_json_normalised``,
+    the same text as ``tunedb.index.model.keys.canonical_json``)."""
     return canonical_json_normalised(value)
 
 

@@ -4,7 +4,7 @@
   ``Record.from_dict`` semantics (keys recomputed, never trusted) and validates it; a line
   without a record_id gets a deterministic one from its content, so re-imports never duplicate.
 * ``parquet``: export writes a hive-partitioned directory like the store's ``records/``
-  (``<OUT>/<PARTITION>=<slug>/part-<n>.parquet`` with the columns of ``tunedb.index.schema.RECORD_SCHEMA``),
+  (``<OUT>/<PARTITION>=<slug>/part-<n>.parquet`` with the columns of ``tunedb.index.model.schema.RECORD_SCHEMA``),
   readable by ``pyarrow.dataset.dataset(OUT, partitioning="hive")``.  Import accepts such a
   directory (or a store's ``records/`` directory, or one ``.parquet`` file): every ``*.parquet``
   file under it not starting with ``_`` or ``.``, each read on its own (never through the hive
@@ -28,17 +28,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunedb.index.keys import rid_hash
-from tunedb.index.parquet.parts import target_slug as partition_slug
-from tunedb.index.record import Record, text_problem
-from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.model.keys import rid_hash
+from tunedb.index.model.record import Record, text_problem
+from tunedb.index.model.record import target_slug as partition_slug
+from tunedb.index.model.schema import RECORD_SCHEMA
 from tunedb.transfer.interop.input_files import (
     check_input_path,
-    check_line,
     display_name,
     open_regular,
-    read_text,
-    where,
+    parse_json_lines,
 )
 from tunedb.transfer.interop.outcomes import ExportReport, ImportCapError, ImportFormatError, ImportIssue
 from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id
@@ -49,7 +47,7 @@ _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
 def target_slug(rec: Record) -> str:
-    """Partition value of a record, the same as the store's (``tunedb.index.parquet.parts.target_slug``)."""
+    """Partition value of a record, the same as the store's (``tunedb.index.model.record.target_slug``)."""
     return partition_slug(rec.target_name, rec.target_key)
 
 
@@ -119,39 +117,23 @@ class _Builder:
 
 # ------------------------------------------------------------------------------------------ jsonl
 
+def recognise_jsonl_line(text: str, value: Any, err: str | None) -> tuple[bool, tuple[str, str] | None]:
+    """Whether a line is a JSON object (a record, or an invalid one), and why it is skipped
+    unparsed: it is not JSON, or not an object."""
+    if err is not None:
+        return False, ("malformed", err)
+    if not isinstance(value, dict):
+        return False, ("malformed", "line is not a JSON object")
+    return True, None
+
+
 def parse_jsonl(path: Path) -> Iterator[Record | ImportIssue]:
-    """One record per line of ``path`` (``Record.to_dict`` objects)."""
+    """One record per non-blank line of ``path`` (``Record.to_dict`` objects; a line starting
+    with ``#`` is not a comment here: it is skipped as not JSON)."""
     b = _Builder("jsonl")
-    lines = good = 0
-    text = read_text(path)
-    for no, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s:
-            continue
-        check_line(path, no, s)
-        lines += 1
-        try:
-            d = json.loads(s)
-        except json.JSONDecodeError as e:
-            yield ImportIssue(where(path, no), f"not JSON: {e.msg}")
-            continue
-        except RecursionError:
-            yield ImportIssue(where(path, no), "not JSON: nested too deeply")
-            continue
-        if not isinstance(d, dict):
-            yield ImportIssue(where(path, no), "line is not a JSON object")
-            continue
-        good += 1
-        try:
-            rec = b.build(d, d)
-        except ImportCapError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
-            yield ImportIssue(where(path, no), str(e) or type(e).__name__)
-            continue
-        yield rec
-    if lines and not good:
-        raise ImportFormatError(f"{path} is not a tunedb JSON-lines file (no line is a JSON object)")
+    yield from parse_json_lines(path, lambda _no, d: b.build(d, d), recognise=recognise_jsonl_line,
+                                not_format=f"{path} is not a tunedb JSON-lines file (no line is a JSON object)",
+                                comments=False)
 
 
 def export_jsonl(records: Iterable[Record], out: Path) -> ExportReport:

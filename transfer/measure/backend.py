@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from tunedb.transfer.measure.timing import TimingProtocol
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
-    from tunedb.index.record import Record
+    from tunedb.index.contract.base import RecordStore
+    from tunedb.index.model.record import Record
 
 
 # --------------------------------------------------------------------------- options and backends
@@ -114,7 +114,7 @@ class LocalBackend(MeasureBackend):
     """Build (C families) and run here, each run in an isolated worker (``tunedb.transfer.measure.runner``).
 
     Every record it makes (ok or failed) carries in ``meta``: ``context`` (the conditions of
-    the machine right before the run: ``tunedb.transfer.measure.context.measurement_context``,
+    the machine right before the run: ``tunedb.transfer.measure.machine.measurement_context``,
     plus ``loadavg_after``, the 1-minute load average right after it) and ``protocol`` (the
     timing protocol's ``warmup``, ``min_repeat_ms``, ``repeat``, ``max_number``, ``noisy_cv``).
     Records that were never run (invalid config, build failure) take the context when they are made.
@@ -135,7 +135,7 @@ class LocalBackend(MeasureBackend):
     def _conditions(self, meta: dict[str, Any], context: dict[str, Any] | None = None) -> dict[str, Any]:
         """``meta`` with ``context`` (for a record that was never run: taken now, with
         ``loadavg_after`` = ``loadavg``) and ``protocol`` (unless already there) added."""
-        from tunedb.transfer.measure.context import measurement_context
+        from tunedb.transfer.measure.machine import measurement_context
 
         if context is None:
             context = measurement_context()
@@ -148,7 +148,7 @@ class LocalBackend(MeasureBackend):
     def _prepare(self, target: Mapping[str, Any], workload: Mapping[str, Any], config: Any
                  ) -> tuple[Any, dict, dict | None, Record | None]:
         """Validate; return (family, workload, config or None, failure record or None)."""
-        from tunedb.index.record import Record
+        from tunedb.index.model.record import Record
         from tunedb.transfer.kernels import family_of
         from tunedb.transfer.space import InvalidConfig
 
@@ -167,9 +167,9 @@ class LocalBackend(MeasureBackend):
         return fam.source(w, cfg)
 
     def _run(self, target: dict, fam: Any, w: dict, cfg: dict, build: Any, t_start: float) -> Record:
-        from tunedb.index.record import Record
+        from tunedb.index.model.record import Record
         from tunedb.transfer.kernels.build import BuildError, machine_lock
-        from tunedb.transfer.measure.context import load_average, measurement_context
+        from tunedb.transfer.measure.machine import load_average, measurement_context
         from tunedb.transfer.measure.runner import run_isolated
 
         opts = self.options
@@ -367,7 +367,7 @@ def _with_meta(rec: Record, extra: Mapping[str, Any]) -> Record:
 def _split_repeats(configs: Sequence[Mapping[str, Any]], positions: list[int]
                    ) -> tuple[dict[str, int], list[tuple[int, int]]]:
     """Of ``positions``: config key -> first position with that config, and (repeat, first) pairs."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     first: dict[str, int] = {}
     repeats: list[tuple[int, int]] = []

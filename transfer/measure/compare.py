@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tunedb.index.estimate import fmt_seconds
+from tunedb.index.model.units import fmt_seconds
 
 #: rounds after which the interval is looked at (the comparison may stop there)
 LOOKS = (3, 5, 8, 12)
@@ -195,10 +195,10 @@ def round_medians(res: Comparison) -> tuple[float | None, float | None]:
 def decision_of(res: Comparison, target: dict, workload: dict, a: dict, b: dict, *, by: str,
                 kept: dict | None = None) -> dict:
     """The stored form of a "sign" comparison of configs ``a`` and ``b`` of (target, workload)
-    (``tunedb.index.decisions.decision_summary``): its verdict, ratio, interval, level and
+    (``tunedb.index.contract.decisions.decision_summary``): its verdict, ratio, interval, level and
     rounds; ``kept``: the config the deciding run kept (``tune-model``), None for ``compare``."""
-    from tunedb.index.decisions import decision_summary
-    from tunedb.index.keys import key_of
+    from tunedb.index.contract.decisions import decision_summary
+    from tunedb.index.model.keys import key_of
 
     if res.question != "sign":
         raise ValueError("only a 'sign' comparison is a decision between two configs")

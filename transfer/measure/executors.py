@@ -27,11 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.keys import key_of
+from tunedb.index.model.keys import key_of
 from tunedb.transfer.measure.backend import MeasureBackend
 
 if TYPE_CHECKING:
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
 
 class ExecutorUnavailable(RuntimeError):

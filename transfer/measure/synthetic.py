@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tunedb.index.keys import canonical_json
-from tunedb.index.record import Record
+from tunedb.index.model.keys import canonical_json
+from tunedb.index.model.record import Record
 from tunedb.transfer.measure.backend import MeasureBackend
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 ``verify(db, target, backend=...)`` walks the entries (target, workload) of ``target`` (or the
 given workloads).  Per entry it takes the ``top_k`` best configs by the one cost estimator
-(``db.best_costs``, ``tunedb.index.estimate``) and, of each, every record the estimate is made
+(``db.best_costs``, ``tunedb.index.model.estimate``) and, of each, every record the estimate is made
 from (``db.entry_records``) that is *foreign* - not this target's own measurement: source
 ``imported:*`` or ``migrated:*``, or a ``host`` other than this machine (records whose host is
 unknown, ``""``, count as foreign only by their source) - and that carries no verdict yet: a
@@ -52,13 +52,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.estimate import CostEstimate, estimate, fmt_seconds
-from tunedb.index.keys import canonical_json, key_of
+from tunedb.index.model.estimate import CostEstimate, estimate
+from tunedb.index.model.keys import canonical_json, key_of
+from tunedb.index.model.units import fmt_seconds
 from tunedb.transfer.measure.backend import MeasureBackend, ReplayBackend
 
 if TYPE_CHECKING:
-    from tunedb.index.base import Entry, RecordStore
-    from tunedb.index.record import Record
+    from tunedb.index.contract.base import Entry, RecordStore
+    from tunedb.index.model.record import Record
 
 #: relative tolerance of the verification band (see the module docstring and docs/trust.md)
 DEFAULT_TOLERANCE = 1.0
@@ -158,7 +159,7 @@ def is_foreign(rec: Record, host: str | None = None) -> bool:
     if not rh:
         return False
     if host is None:
-        from tunedb.index.record import this_host
+        from tunedb.index.model.record import this_host
 
         host = this_host()
     return rh != host
@@ -345,7 +346,7 @@ def verify(db: RecordStore, target: Any, *, workloads: Iterable[Mapping[str, Any
     target, or a target/workload the backend cannot measure."""
     _check_args(top_k, tolerance, attempts)
     if host is None:
-        from tunedb.index.record import this_host
+        from tunedb.index.model.record import this_host
 
         host = this_host()
     tdict = _target_of(db, target)

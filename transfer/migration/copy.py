@@ -42,11 +42,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from tunedb.index.base import RecordStore
-from tunedb.index.batch import RecordBatch
-from tunedb.index.checks import is_key
-from tunedb.index.keys import key_of
-from tunedb.index.tables import rows_with_ids
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.contract.checks import is_key
+from tunedb.index.contract.tables import rows_with_ids
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import key_of
 
 DEFAULT_BATCH = 5_000
 

@@ -26,7 +26,7 @@ device is DST, measurements are answered from the file, and the DST workload is 
 kernel (SRC's workloads of the same family and kernel migrate to it).
 
 Costs are seconds, and every cost the report gives is the one estimator's
-(``tunedb.index.estimate``: the median of the values of all of a config's records, each the statistic its tuner computes,
+(``tunedb.index.model.estimate``: the median of the values of all of a config's records, each the statistic its tuner computes,
 ``db.best_costs`` / ``db.cost``), never one record's cost or a minimum over records: a row's
 ``src_best`` (SRC's best config), ``dst_best`` (DST's best config after the run), ``default``
 and ``src_best_on_dst`` (those configs on DST; ``status`` is that of the candidate's record:
@@ -45,16 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.keys import key_of
-from tunedb.index.record import Record, target_display_name
+from tunedb.index.model.keys import key_of
+from tunedb.index.model.record import Record, target_display_name
 from tunedb.transfer.measure.backend import MeasureOptions, lookup_or_measure
 from tunedb.transfer.measure.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
 from tunedb.transfer.measure.jobs import Job
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
-    from tunedb.index.estimate import ConfigCost
+    from tunedb.index.contract.base import RecordStore
+    from tunedb.index.model.estimate import ConfigCost
 
 ProgressFn = Callable[[dict], None]
 

@@ -43,11 +43,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.base import RecordStore
-from tunedb.index.fsutil import atomic_write_bytes
-from tunedb.index.keys import canonical_json
-from tunedb.index.schema import RECORD_SCHEMA
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.model.keys import canonical_json
+from tunedb.index.model.schema import RECORD_SCHEMA
 from tunedb.index.snapshot import format as fmt
+from tunedb.index.support.fsutil import atomic_write_bytes
 from tunedb.transfer.migration.copy import resolve_targets
 
 _PUBLISHER_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -314,9 +314,9 @@ def publish(src: RecordStore, out: str | os.PathLike, *, targets: Iterable[Any] 
     ``ValueError`` (one line, nothing written) for an unknown target, a bad publisher name,
     ``since`` that holds no snapshot or a bad key."""
     from tunedb.index.hardware.catalog import catalog_hash
+    from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
     from tunedb.index.retrieval import features
-    from tunedb.index.trust import trusted_view
-    from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+    from tunedb.index.views.trust import trusted_view
 
     publisher = check_publisher(publisher if publisher is not None else default_publisher())
     try:

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tunedb.index import ParquetStore, Record
-from tunedb.index.estimate import rank
+from tunedb.index.model.estimate import rank
 
 T1 = {"kind": "gpu", "name": "dev-a", "sm": 80}
 T2 = {"kind": "gpu", "name": "dev-b", "sm": 90}

@@ -226,7 +226,7 @@ def test_best_costs_from_columns_equals_the_estimator_over_records(tmp_path, see
     ``estimate.rank`` over ``entry_records``: the same configs in the same order, the same
     estimates and the same representative records -- with several files, repeated configs,
     confirmation re-measurements, noisy records, failures, ties and a refuted record."""
-    from tunedb.index.estimate import rank
+    from tunedb.index.model.estimate import rank
 
     rng = random.Random(seed)
     db = ParquetStore.open(tmp_path / "db")
@@ -288,8 +288,8 @@ def test_memory_store_filtered_read_costs_the_matching_records_not_the_store(cap
     """MemoryStore keeps its records' indices by target, workload and entry: a filtered read
     answers the same rows as a scan of every record, in commit order, and does not touch the
     other targets' records (the timing ratio is printed, not asserted)."""
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
+    from tunedb.index.model.batch import RecordBatch
 
     s = MemoryStore()
     many = [Record({"kind": "cpu", "name": f"t{i % 40}"}, {"family": "mm", "M": i % 7}, {"i": i}, [1e-3])

@@ -173,7 +173,7 @@ def test_entries_are_remembered_until_the_db_changes(tmp_path, monkeypatch):
     db = ParquetStore.open(tmp_path / "db")
     first = db.entries()
     assert len(list((tmp_path / "db" / "derived").glob("entries2-*.parquet"))) == 1
-    from tunedb.index import tables
+    from tunedb.index.contract import tables
 
     def no_summary(t):
         raise AssertionError("entries were recomputed although derived/ holds them for this token")

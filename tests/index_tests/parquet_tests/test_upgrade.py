@@ -20,11 +20,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tunedb.index.estimate import estimate, rank
+from tunedb.index.model.estimate import estimate, rank
+from tunedb.index.model.record import Record
+from tunedb.index.model.schema import RECORD_SCHEMA
+from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
 from tunedb.index.parquet.store import ParquetStore
-from tunedb.index.record import Record
-from tunedb.index.schema import RECORD_SCHEMA
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 from helpers import ROOT, TESTS, run_cli
 
@@ -57,7 +57,7 @@ def assert_answers_like_010(db: ParquetStore) -> None:
     exp = EXPECTED
     assert len(db) == exp["len"]
     # 0.1.0 ranked configs by their fastest record; a config's cost is now the one estimator
-    # (tunedb.index.estimate): every other column of every entry is as 0.1.0 gave it, and each
+    # (tunedb.index.model.estimate): every other column of every entry is as 0.1.0 gave it, and each
     # cost is the estimator over that entry's records as they were stored
     got_entries = db.entries().to_pylist()
     assert [_without(g, "best_cost") for g in got_entries] == [_without(e, "best_cost") for e in exp["entries"]]

@@ -10,8 +10,8 @@ import json
 import pytest
 
 import tunedb
-from tunedb.index.redact import MASK, mask_url, url_secrets
-from tunedb.index.stores import open_error_line, parse_location
+from tunedb.index.opener import open_error_line, parse_location
+from tunedb.index.support.redact import MASK, mask_url, url_secrets
 
 SECRET = "S3cretPass-api7"
 
@@ -81,8 +81,8 @@ def test_an_open_store_never_shows_its_password(postgres_server, postgres_url):
     import psycopg
 
     from tunedb.index import Record
-    from tunedb.index.layered import LayeredStore
-    from tunedb.index.trust import parse_trust, trusted_view
+    from tunedb.index.views.layered import LayeredStore
+    from tunedb.index.views.trust import parse_trust, trusted_view
 
     url = _with_password(postgres_url)
     store = tunedb.open(url)

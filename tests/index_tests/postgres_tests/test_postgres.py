@@ -23,10 +23,10 @@ from pg_workers import POOL, pool_record
 
 psycopg = pytest.importorskip("psycopg")
 
-from tunedb.index.keys import rid_hash  # noqa: E402
+from tunedb.index.model.keys import rid_hash  # noqa: E402
+from tunedb.index.model.record import target_slug  # noqa: E402
 from tunedb.index.postgres.migrations import CURRENT_VERSION, migrate, schema_version  # noqa: E402
 from tunedb.index.postgres.store import PostgresStore  # noqa: E402
-from tunedb.index.record import target_slug  # noqa: E402
 
 WORKERS = str(TESTS / "pg_workers.py")
 T1 = {"kind": "cpu", "name": "alpha", "vector_bits": 256}

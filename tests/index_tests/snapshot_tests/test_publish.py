@@ -26,11 +26,11 @@ import pytest
 
 import tunedb
 from tunedb.index import Record
-from tunedb.index.layered import LayeredStore
 from tunedb.index.snapshot.format import MANIFEST, SnapshotError, sha256
 from tunedb.index.snapshot.store import SnapshotStore
 from tunedb.index.testing.store_tests import ReadOnlyStoreTests, prefill
-from tunedb.index.trust import TrustedStore
+from tunedb.index.views.layered import LayeredStore
+from tunedb.index.views.trust import TrustedStore
 from tunedb.transfer.cli.main import main
 from tunedb.transfer.migration.publish import publish
 
@@ -264,7 +264,7 @@ def test_layered_entries_over_a_snapshot_fetch_its_entries_not_its_parts(source,
     """A layered store over a snapshot layer answers entries() (and so nearest's index) from the
     snapshot's entries files; only a target both layers hold is summarised from records (its
     part list and parts).  The answer is the records-based one."""
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
     publish(source, tmp_path / "snap", block_size=BS)
     man = _manifest(tmp_path / "snap")

@@ -25,7 +25,7 @@ from tunedb.index import Record  # noqa: E402
 from tunedb.transfer.apps import figures  # noqa: E402
 from tunedb.transfer.apps.dashboard.app import create_app  # noqa: E402
 from tunedb.transfer.apps.dashboard.data import DashboardData  # noqa: E402
-from tunedb.transfer.apps.report import cost_brief  # noqa: E402
+from tunedb.transfer.apps.entries import cost_brief  # noqa: E402
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData  # noqa: E402
 from tunedb.transfer.search import runlog  # noqa: E402
 from tunedb.transfer.search.tuner import TuneOptions, Tuner  # noqa: E402
@@ -183,7 +183,7 @@ def test_every_view_shows_the_db_numbers_and_never_writes(filled):
 
     # the per-entry page of the A4000: the k best configs, ascending, one per config, with provenance
     a4000 = made["a4000"]
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     tk, wk = key_of(a4000.target), key_of(a4000.workload)
     en = page(client, "/entry", f"?t={tk}&w={wk}")
@@ -279,8 +279,7 @@ def test_empty_db_renders_every_view(tmp_path):
 
 
 def test_the_report_and_the_dashboard_draw_the_same_figure(filled, tmp_path):
-    from tunedb.transfer.apps.report import add_summaries
-    from tunedb.transfer.apps.rundata import RunsData
+    from tunedb.transfer.apps.rundata import RunsData, add_summaries
 
     db = tunedb.open(filled[0], create=False)
     runs = RunsData()
@@ -557,7 +556,7 @@ def _history(costs: list[float]) -> list[list]:
 
 def _task(workload: dict, source: str, costs: list[float], *, hits: int = 0, best_config: dict | None = None) -> dict:
     """A ``tasks`` entry as ``runlog.task_summary`` writes it (``best``: what the run saw)."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     return {"name": "", "workload": workload, "workload_key": key_of(workload), "weight": 1.0, "source": source,
             "evaluations": len(costs), "measurements": len(costs) - hits, "cache_hits": hits, "remeasurements": 0,
@@ -600,7 +599,7 @@ def test_every_cost_shown_is_the_estimators_with_n_and_interval(where, tmp_path)
     the runs table and the configs table; the run's own 1 ms only as "in-run"."""
     import html as _html
 
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
     from tunedb.transfer.apps.report import build_report
 
     db = _estimator_db(where, tmp_path)
@@ -653,7 +652,7 @@ def _demo_runs(db, *, all_parts_stored: bool, demo_first: bool) -> list[dict]:
     Returns the parts (each a tuning run)."""
     import uuid
 
-    from tunedb.transfer.apps.figures import gain_model
+    from tunedb.transfer.apps.gain_fit import gain_model
 
     target = {"kind": "cpu", "name": "demo-cpu"}
     parts = []
@@ -722,8 +721,7 @@ def test_the_comparison_shows_only_workloads_with_warm_and_cold_in_one_colour_pe
     """Panels only for the workloads with both a warm and a cold search (none empty, none
     overlapping), one colour per label in every panel, each label once in a shared legend; the reach
     table of the same workloads; no such workload: one line saying why."""
-    from tunedb.transfer.apps.report import add_summaries
-    from tunedb.transfer.apps.rundata import RunsData
+    from tunedb.transfer.apps.rundata import RunsData, add_summaries
 
     db = _open("memory", tmp_path)
     target = {"kind": "gpu", "name": "cmp-gpu"}
@@ -783,7 +781,7 @@ def test_the_comparison_shows_only_workloads_with_warm_and_cold_in_one_colour_pe
 def test_the_trend_never_shows_a_g_max_above_1(tmp_path):
     """Runs whose gains a fit with G_max up to 1.5 put at G_max = 1.5 ± 36 (G <= 1 by definition): the
     trend says "no fit" with the reason; runs that do show a level give a G_max <= 1."""
-    from tunedb.transfer.apps.figures import gain_model
+    from tunedb.transfer.apps.gain_fit import gain_model
 
     target = {"kind": "cpu", "name": "g-cpu"}
 

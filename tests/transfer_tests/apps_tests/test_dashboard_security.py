@@ -141,7 +141,7 @@ def test_html_in_names_is_text_on_every_page(tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     db = evil_db(tmp_path / "db")
     tk = key_of({"kind": "gpu", "name": EVIL})

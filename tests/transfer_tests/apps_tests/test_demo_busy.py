@@ -16,7 +16,7 @@ from helpers import run_cli
 
 def _demo_summaries(db_dir) -> list[dict]:
     """The stored ``demo`` run summaries, oldest first."""
-    from tunedb.index.stores import open_store
+    from tunedb.index.opener import open_store
 
     runs = open_store(str(db_dir), create=False).runs("demo")
     return sorted(runs, key=lambda r: r.get("started") or "")

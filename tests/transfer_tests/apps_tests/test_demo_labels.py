@@ -3,8 +3,8 @@ samples; the table shows them in their own column, apart from the DB estimates (
 
 from __future__ import annotations
 
-from tunedb.index.estimate import fmt_seconds
 from tunedb.index.hardware.localcpu import local_target
+from tunedb.index.model.units import fmt_seconds
 from tunedb.transfer.apps import demo
 from tunedb.transfer.cli.commands.demo import human
 

@@ -14,9 +14,9 @@ import pytest
 
 import tunedb
 from tunedb.datasets.models import load_model
-from tunedb.index.decisions import DECISION_KIND, answer, decision_summary, store_decision
-from tunedb.index.keys import key_of
-from tunedb.index.record import Record
+from tunedb.index.contract.decisions import DECISION_KIND, answer, decision_summary, store_decision
+from tunedb.index.model.keys import key_of
+from tunedb.index.model.record import Record
 from tunedb.transfer.apps.tune_model import ModelOptions, tune_model
 from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.search.runlog import run_hit_rate, run_totals
@@ -71,8 +71,8 @@ def test_a_kept_default_is_what_best_and_the_next_model_answer(tmp_path, model_f
 @pytest.mark.slow
 def test_model_counts_add_up_and_every_surface_has_one_hit_rate(tmp_path, model_file):
     from tunedb.transfer.apps.dashboard.data import hit_rate as dashboard_hit_rate
-    from tunedb.transfer.apps.report import build_report, merge_runs, stored_runs
-    from tunedb.transfer.apps.rundata import RunsData
+    from tunedb.transfer.apps.report import build_report
+    from tunedb.transfer.apps.rundata import RunsData, merge_runs, stored_runs
     from tunedb.transfer.cli.commands.model import human_summary
 
     path = tmp_path / "db"

@@ -12,15 +12,10 @@ import pytest
 import tunedb
 from tunedb.datasets import convolution_files, dataset_path
 from tunedb.index import ParquetStore
-from tunedb.transfer.apps.report import (
-    build_report,
-    entry_curves,
-    fit_saturation,
-    gain_model,
-    load_runs,
-    saturation,
-    saturation_fit_reason,
-)
+from tunedb.transfer.apps.entries import entry_curves
+from tunedb.transfer.apps.gain_fit import fit_saturation, gain_model, saturation, saturation_fit_reason
+from tunedb.transfer.apps.report import build_report
+from tunedb.transfer.apps.rundata import load_runs
 from tunedb.transfer.interop import collect
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
@@ -103,7 +98,7 @@ def test_report_without_runs_omits_run_figures_with_a_note(filled, tmp_path):
 def test_report_of_a_memory_store_equals_the_parquet_db(filled, tmp_path):
     """The same records in a MemoryStore give the same page (but for where the store lives),
     figures and summary."""
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
 
     path, runs, _ = filled
     db = ParquetStore.open(path, create=False)

@@ -139,7 +139,7 @@ def test_json_errors_are_one_json_object_on_stdout(db_path, args):
 
 # ---------------------------------------------------------------------------- interval labels
 def test_interval_labels_state_95_percent_whenever_reached():
-    from tunedb.index.estimate import LEVEL, ci_label, estimate, order_rank
+    from tunedb.index.model.estimate import LEVEL, ci_label, estimate, order_rank
 
     # an order-statistic interval's exact coverage is 96-99 % for many n: all of them are 95 % intervals
     levels = {n: order_rank(n)[1] for n in range(2, 40)}
@@ -233,7 +233,7 @@ def test_probe_describes_the_cpu_with_or_without_a_gpu():
     {"family": "tir", "shapes": [[128, 128], [128, 128]], "dtypes": ["float32"], "opts": {"a": 1}},
 ])
 def test_a_printed_workload_reads_back_to_the_same_key(w):
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
     from tunedb.transfer.cli.workload_spec import parse_spec, workload_spec
 
     spec = workload_spec(w)

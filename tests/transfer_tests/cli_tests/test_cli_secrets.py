@@ -181,7 +181,7 @@ def test_an_unexpected_exception_prints_its_traceback_masked(password_db, tmp_pa
     """A bug's traceback (here: the opener raises a RuntimeError quoting the URL, planted by a
     sitecustomize) is printed with the password masked."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import tunedb.index.stores as s\n"
+        "import tunedb.index.opener as s\n"
         "def boom(location, **kw):\n"
         "    raise RuntimeError(f'unexpected failure at {location}')\n"
         "s.open_store = boom\n")

@@ -110,7 +110,7 @@ def test_global_options_before_or_after_the_command(db_path, tmp_path):
 
 
 def test_version_text_and_json():
-    from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+    from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
 
     r = run_cli("--version")
     assert r.returncode == 0, r.stderr

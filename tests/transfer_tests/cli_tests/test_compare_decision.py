@@ -9,7 +9,7 @@ import json
 import statistics
 
 import tunedb
-from tunedb.index.decisions import DECISION_KIND
+from tunedb.index.contract.decisions import DECISION_KIND
 
 from helpers import run_cli
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunedb.index.keys import canonical_json
+from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.interop import ImportIssue
 from tunedb.transfer.interop.kernel_tuner import load_cache, parse_loaded
 from tunedb.transfer.measure.replay import ReplayData
@@ -115,7 +115,7 @@ def history_db(tmp_path_factory) -> Path:
 
 
 def test_replayed_cli_tune_evaluates_what_a_fully_parsed_replay_evaluates(tmp_path, history_db):
-    from tunedb.index.stores import open_store
+    from tunedb.index.opener import open_store
     from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayStore
     from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
@@ -145,7 +145,7 @@ def test_replayed_cli_tune_evaluates_what_a_fully_parsed_replay_evaluates(tmp_pa
 
 def test_warm_start_in_simulation_mode_repeats_its_evaluations(tmp_path):
     kernel_tuner = pytest.importorskip("kernel_tuner")
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
     from tunedb.kernel_tuner import WarmStart
     from tunedb.transfer.interop import collect
 

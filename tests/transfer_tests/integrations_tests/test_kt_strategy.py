@@ -20,8 +20,8 @@ kernel_tuner = pytest.importorskip("kernel_tuner")
 from kernel_tuner.searchspace import Searchspace  # noqa: E402
 from kernel_tuner.strategies.common import CostFunc  # noqa: E402
 
-from tunedb.index.keys import key_of  # noqa: E402
-from tunedb.index.memory import MemoryStore  # noqa: E402
+from tunedb.index.memory.store import MemoryStore  # noqa: E402
+from tunedb.index.model.keys import key_of  # noqa: E402
 from tunedb.kernel_tuner import (  # noqa: E402
     KernelTunerBackend,
     Recorder,
@@ -204,7 +204,7 @@ def test_a_db_answer_is_the_configs_estimate_not_one_of_its_records(db, caches, 
     """A config with records of 1, 2 and 10 ms (1 ms committed last) is answered as 2 ms (n=3),
     not as its latest record or its minimum; a config whose minimum (0.1 ms) is a fluke among
     50 and 60 ms is not the run's best, neither for tunedb nor for Kernel Tuner."""
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
     path, doc = caches[HELD]
     keys = keys_of(doc)

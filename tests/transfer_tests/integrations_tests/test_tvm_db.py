@@ -19,8 +19,8 @@ from tvm.s_tir import meta_schedule as ms  # noqa: E402
 from tvm.s_tir.meta_schedule.database import JSONDatabase  # noqa: E402
 
 from tunedb.index import ParquetStore  # noqa: E402
-from tunedb.index.estimate import rank  # noqa: E402
-from tunedb.index.memory import MemoryStore  # noqa: E402
+from tunedb.index.memory.store import MemoryStore  # noqa: E402
+from tunedb.index.model.estimate import rank  # noqa: E402
 from tunedb.transfer.integrations.tvm_db import (  # noqa: E402
     TunedbDatabase,
     local_builder,

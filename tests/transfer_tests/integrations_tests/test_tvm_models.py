@@ -134,7 +134,7 @@ def test_model_b_measures_a_s_adapted_traces_as_offered_then_answers_from_the_db
         # B's records of the task include the adapted traces exactly as offered (postprocessors
         # re-run, nothing mutated): compare the stored traces cut before their postprocessors
         wl = db._workload_of_object(db.commit_workload(task_mods[t["name"]]))[1]
-        from tunedb.index.keys import key_of
+        from tunedb.index.model.keys import key_of
 
         recs = by_wl[key_of(wl)]
         assert len(recs) == TRIALS and all(r.target == db.target for r in recs)

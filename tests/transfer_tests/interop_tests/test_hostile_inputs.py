@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tunedb
-from tunedb.index.record import Record
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop import ImportFormatError, ImportIssue, collect, get_format
 from tunedb.transfer.interop.input_files import display_name
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tunedb.index import ParquetStore
-from tunedb.index.estimate import record_value
-from tunedb.index.keys import canonical_json
+from tunedb.index.model.estimate import record_value
+from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import collect, times_disagree
 from tunedb.transfer.interop.kernel_tuner import device_choice, host_like_device_name

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tunedb
-from tunedb.index.record import Record
+from tunedb.index.model.record import Record
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop.tabular import records_from_table
 

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from tunedb.index.estimate import estimate, estimate_of_row, estimate_table, rank, record_value
-from tunedb.index.memory import MemoryStore
-from tunedb.index.record import Record
+from tunedb.index.memory.store import MemoryStore
+from tunedb.index.model.estimate import estimate, estimate_of_row, estimate_table, rank, record_value
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop import collect
 
 from helpers import SHARED_DATA

@@ -167,7 +167,7 @@ def test_replay_backend_answers_from_the_recorded_data():
     assert isinstance(backend, ReplayBackend) and backend.name == "replay"
     cfg, cost = data.optimum()
     r = backend.measure(data.target, data.workload, cfg)
-    from tunedb.index.estimate import estimate
+    from tunedb.index.model.estimate import estimate
 
     assert (r.source, r.status) == ("replay", "ok") and estimate([r]).value == pytest.approx(cost)
     absent = dict(cfg, **{data.space.knobs[0].name: 10**9})
@@ -238,7 +238,7 @@ class MadeBackend(MeasureBackend):
         self.made = []
 
     def measure(self, target, workload, config):
-        from tunedb.index.record import Record
+        from tunedb.index.model.record import Record
 
         rec = Record(dict(target), dict(workload), dict(config), costs=[config["x"] * 1e-3], source="replay",
                      meta={"backend": self.name, "origin": "backend's"})
@@ -247,7 +247,7 @@ class MadeBackend(MeasureBackend):
 
 
 def test_annotate_merges_meta_before_the_commit_and_keeps_the_record_id():
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
     from tunedb.transfer.measure.backend import lookup_or_measure
 
     db = MemoryStore()

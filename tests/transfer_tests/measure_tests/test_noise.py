@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tunedb
-from tunedb.index.estimate import record_value
+from tunedb.index.model.estimate import record_value
 from tunedb.transfer.measure.compare import compare, interleaved
 from tunedb.transfer.measure.synthetic import NoiseModel, SyntheticBackend, lognormal_sigma
 from tunedb.transfer.search.tuner import TuneOptions, Tuner

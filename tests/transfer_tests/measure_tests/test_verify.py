@@ -13,10 +13,10 @@ import random
 import pytest
 
 from tunedb.index import ParquetStore
-from tunedb.index.estimate import estimate
 from tunedb.index.hardware.localcpu import preset
-from tunedb.index.memory import MemoryStore
-from tunedb.index.record import Record, this_host
+from tunedb.index.memory.store import MemoryStore
+from tunedb.index.model.estimate import estimate
+from tunedb.index.model.record import Record, this_host
 from tunedb.transfer.measure.backend import LocalBackend
 from tunedb.transfer.measure.jobs import local_job
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData

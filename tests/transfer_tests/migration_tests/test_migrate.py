@@ -14,9 +14,9 @@ import pytest
 
 import tunedb
 from tunedb.index import ParquetStore
-from tunedb.index.estimate import estimate
 from tunedb.index.hardware.localcpu import preset
-from tunedb.index.keys import canonical_json, key_of
+from tunedb.index.model.estimate import estimate
+from tunedb.index.model.keys import canonical_json, key_of
 from tunedb.transfer.kernels import family_of
 from tunedb.transfer.migration.migrate import migrate
 
@@ -205,8 +205,8 @@ def test_source_best_is_the_estimate_over_all_its_records():
     """SRC's config X measured three times (2, 10 and 1 ms) costs 2 ms (n=3): it is SRC's best
     and reported as 2 ms, not 1 ms; Y (one record, 3 ms) is second.  DST's costs are the
     estimator's too."""
-    from tunedb.index.memory import MemoryStore
-    from tunedb.index.record import Record
+    from tunedb.index.memory.store import MemoryStore
+    from tunedb.index.model.record import Record
     from tunedb.transfer.measure.replay import ReplayData
 
     truth = ReplayData(CONV_DIR / "A4000.json.gz")
@@ -238,7 +238,7 @@ def test_source_best_is_the_estimate_over_all_its_records():
 def test_migrate_on_a_memory_store_equals_the_parquet_db(tmp_path):
     """Replay migration with a short search (same seed) on the in-memory store and on a Parquet DB:
     the same report and the same destination records."""
-    from tunedb.index.memory import MemoryStore
+    from tunedb.index.memory.store import MemoryStore
     from tunedb.transfer.interop import collect
 
     recs, _ = collect("kernel-tuner", [CONV_DIR / "A100.json.gz"])

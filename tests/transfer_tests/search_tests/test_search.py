@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tunedb.index import ParquetStore
-from tunedb.index.memory import MemoryStore
+from tunedb.index.memory.store import MemoryStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search.costmodel import LightGBMCostModel, RidgeCostModel, spearman, training_data
 from tunedb.transfer.search.proposals.seeds import transferred_seeds
@@ -192,7 +192,7 @@ def test_hindsight_mixture_ranks_an_exact_mix_first_and_a_close_gpu_well(replay)
     import copy
     import math
 
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
     from tunedb.transfer.apps.evaluation import hindsight_mixture
 
     datas = {d: replay[d] for d in ("A6000", "MI250X", "W7800")}
@@ -349,7 +349,7 @@ def test_rgpe_surrogate_stops_following_a_source_that_ranks_the_device_backwards
     """A "mirror" source (the A6000's times inverted: its best configs are the A6000's worst) is
     as similar as the A6000 itself; after the first measurements the surrogate gives it ~0
     weight and none of its seeds is measured again."""
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
     held, src = replay[HELD], replay["A6000"]
     mirror_target = {**src.target, "name": "Mirror GPU"}
@@ -403,7 +403,7 @@ def test_ei_acquisition_leaves_a_refuted_region_and_a_bad_acquisition_is_one_err
 
 
 def test_union_of_bests_round_robins_the_other_devices_bests_then_goes_random(replay):
-    from tunedb.index.keys import canonical_json
+    from tunedb.index.model.keys import canonical_json
     from tunedb.transfer.apps.evaluation import order_history, union_curve, union_of_bests
 
     datas = {d: replay[d] for d in ("A6000", "W7800", HELD)}
@@ -438,7 +438,7 @@ def test_every_evaluation_has_an_origin_and_seeded_records_name_the_device_they_
     """A warm replay run on real Kernel Tuner data (convolution_milo): its origins count every
     evaluation, the callback sees each in evaluation order, and each measured seed's record says
     which other device's entry seeded it (meta.seeded_from) before it was committed."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
     from tunedb.transfer.search.tuner import ORIGINS
 
     held = replay[HELD]

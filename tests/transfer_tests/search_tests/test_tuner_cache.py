@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tunedb.index import ParquetStore
-from tunedb.index.memory import MemoryStore
+from tunedb.index.memory.store import MemoryStore
 from tunedb.transfer.measure.backend import lookup_or_measure
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
 from tunedb.transfer.search import modelcache

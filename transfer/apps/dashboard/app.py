@@ -48,7 +48,7 @@ def _query(search: str | None) -> dict[str, str]:
 
 def render(data: DashboardData, pathname: str | None, search: str | None) -> Any:
     """The page at ``pathname`` (+ ``search``) from the latest snapshot."""
-    from tunedb.index.checks import is_key
+    from tunedb.index.contract.checks import is_key
 
     snap = data.snapshot
     path = (pathname or "/").rstrip("/") or "/"

@@ -17,14 +17,14 @@ come from its invalidation files and file sizes (read only).  (``refresh`` of a 
 finishes what a crashed writer left - folds a dead process's journal - as every reader of that
 store does.)
 
-Costs: every cost shown for a config or an entry is the estimator's (``tunedb.index.estimate``:
+Costs: every cost shown for a config or an entry is the estimator's (``tunedb.index.model.estimate``:
 the number ``tunedb best`` shows, with its n, interval and noisy flag), computed with
-``estimate_table`` over the records already read (``report.entry_estimates``; refuted records
+``estimate_table`` over the records already read (``entries.entry_estimates``; refuted records
 left out, as ``db.best_costs`` leaves them out), never a minimum over records nor one record's
 ``cost`` (one measurement).  The curves over time are histories and say so: the fastest single
 measurement so far; a run's own numbers (a task's ``best``) are what the run saw ("in-run").
 
-Runs: each tuning run is counted and listed once (``report.add_summaries``: a demo's parts that
+Runs: each tuning run is counted and listed once (``rundata.add_summaries``: a demo's parts that
 ``tune-model`` stored as runs of their own are counted there, a demo left with no part is not a
 run of its own); the overview's count, the hit rates, the pipeline, the comparison and the
 trend's G(n) all read the same de-duplicated summaries (``Snapshot.runs``).
@@ -37,7 +37,7 @@ plotly.js reads a figure's texts (trace names, titles, tick labels, hover texts)
 subset, ``<a href>`` included; so every figure the dashboard draws goes through
 :func:`plain_figure`, which escapes them (``<`` -> ``&lt;``, which plotly.js shows as ``<``).
 Errors shown (stderr, the status line) have their passwords masked
-(:func:`tunedb.index.redact.mask_url`).
+(:func:`tunedb.index.support.redact.mask_url`).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.estimate import estimate_of_row, estimate_table, rank_key
-from tunedb.index.redact import mask_url
+from tunedb.index.model.estimate import estimate_of_row, estimate_table, rank_key
+from tunedb.index.support.redact import mask_url
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.figures import FigureSpec
 
@@ -82,7 +82,7 @@ class Snapshot:
     ACTIVE_WINDOW_S; ``pipeline`` one row per recent run; ``figs`` the figure specs by key;
     ``reach`` the warm-vs-cold "evaluations to reach 95% of the best" rows (of the workloads
     with both a warm and a cold search); ``runs`` the stored run summaries, each tuning run once
-    (``report.add_summaries``)."""
+    (``rundata.add_summaries``)."""
 
     version: int
     key: tuple
@@ -123,30 +123,19 @@ def plain_figure(fig: Any) -> Any:
 
 # ------------------------------------------------------------------------- helpers
 def _store_size(db: Any) -> int | None:
-    """Bytes the store's records take: the Parquet directory's record and journal files, else
-    ``stats().size_bytes`` (0 in memory)."""
-    records_dir = getattr(db, "records_dir", None)
-    if records_dir is not None:
-        from tunedb.index.fsutil import tree_bytes
-
-        return tree_bytes(records_dir, getattr(db, "journal_dir", records_dir))
+    """Bytes the store's own storage takes (``RecordStore.size_bytes``: 0 in memory); None when
+    the store cannot say (a size for a page never stops the page)."""
     try:
-        return int(db.stats().size_bytes)
-    except Exception:  # a size for a page never stops the page
+        return int(db.size_bytes())
+    except Exception:
         return None
 
 
 def _stale_target_keys(db: Any) -> list[str]:
-    """The target keys the store has invalidated (read from its invalidation files for a
-    Parquet directory, else from ``stats()``)."""
-    inval_dir = getattr(db, "inval_dir", None)
-    if inval_dir is not None:
-        from tunedb.index.parquet.invalidations import load
-
-        return sorted(load(inval_dir))
+    """The target keys the store has invalidated (``RecordStore.stale_targets``)."""
     try:
-        return list(db.stats().stale_targets)
-    except Exception:
+        return list(db.stale_targets())
+    except Exception:  # as for the size: the page shows no stale targets rather than no page
         return []
 
 
@@ -208,8 +197,8 @@ def _iso_us(text: Any) -> int | None:
 def hit_rate(summaries: list[Mapping[str, Any]]) -> tuple[int, int]:
     """(cache hits, evaluations) over run summaries (a demo counted by its parts; pass the
     de-duplicated summaries, ``RunsData.summaries``, so each run counts once), each run by
-    ``runlog.run_totals`` (via ``report.part_totals``): the one hit rate of docs/runs.md."""
-    from tunedb.transfer.apps.report import part_totals, run_parts
+    ``runlog.run_totals`` (via ``rundata.part_totals``): the one hit rate of docs/runs.md."""
+    from tunedb.transfer.apps.rundata import part_totals, run_parts
 
     hits = evals = 0
     for s in summaries:
@@ -279,9 +268,9 @@ def _entry_summary(t: pa.Table, committed: np.ndarray, recent_mask: np.ndarray, 
 
 def decided_entries(db: Any, rows: Iterable[dict]) -> None:
     """Set ``best`` / ``best_cost`` of every entry row (``target_key``, ``workload_key``) that has
-    a stored decision to the entry's answer (``tunedb.index.decisions.answer``: ``tunedb best``'s
+    a stored decision to the entry's answer (``tunedb.index.contract.decisions.answer``: ``tunedb best``'s
     first row); the other rows keep the estimator's best, the same answer read for all at once."""
-    from tunedb.index.decisions import answer, stored_decisions
+    from tunedb.index.contract.decisions import answer, stored_decisions
 
     decisions = stored_decisions(db) if hasattr(db, "runs") else []
     decided = {(d.get("target_key"), d.get("workload_key")) for d in decisions}
@@ -298,7 +287,7 @@ def records_part(db: Any, t: pa.Table) -> dict:
     entries table (each entry's best config by the estimator: ``best``, a CostEstimate, and
     ``best_cost``, its value), active entries, failed records (for the pipeline) and the figure
     specs of records over time and the fastest measurement so far per entry."""
-    from tunedb.transfer.apps.report import cost_brief, entry_estimates, not_refuted, refuted_ids
+    from tunedb.transfer.apps.entries import cost_brief, entry_estimates, not_refuted, refuted_ids
 
     n = t.num_rows
     committed = t.column("committed").cast(pa.int64()).fill_null(0).to_numpy().astype(np.int64)
@@ -386,10 +375,11 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
     ``session_start``, ISO UTC), the pipeline rows of the newest runs, the warm-vs-cold,
     hit-rate, time-split and G(n) figure specs, the reach table (of the workloads with both a
     warm and a cold search) and ``summaries``/``runs``: the summaries with each tuning run once
-    (``report.add_summaries``) and how many tuning runs they hold (``report.count_runs``).  Every
+    (``rundata.add_summaries``) and how many tuning runs they hold (``rundata.count_runs``).  Every
     count and row comes from those, so the overview, the pipeline, the comparison and the trend
     agree with each other and with ``tunedb report``."""
-    from tunedb.transfer.apps.report import (
+    from tunedb.transfer.apps.gain_fit import saturation
+    from tunedb.transfer.apps.rundata import (
         RunsData,
         add_summaries,
         count_runs,
@@ -397,7 +387,6 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
         part_name,
         part_totals,
         run_parts,
-        saturation,
     )
     from tunedb.transfer.search.runlog import run_count
 
@@ -478,17 +467,18 @@ def entry_page(db: Any, target_key: str, workload_key: str, summaries: list[dict
     """The per-entry page's data (None when the store holds no live record of the entry): the
     entry's counts, its ``k`` best configs (``estimate_table`` over the entry's live records,
     refuted ones left out, in the answer's order with the stored decisions,
-    ``tunedb.index.decisions.order``: the same configs, order and numbers as ``tunedb best``), each with its estimate (``estimate``: value, n, interval,
+    ``tunedb.index.contract.decisions.order``: the same configs, order and numbers as ``tunedb best``), each with its estimate (``estimate``: value, n, interval,
     noisy), the spread of its measurements, its provenance (of the record nearest the estimate:
     measured / imported / migrated, and the warm runs whose best it was with the entries that
     seeded them), the stored runs that tuned it (``runs``: each task's chosen config with its
     CURRENT estimate from the DB, ``estimate``, and what the run saw, ``best``: in-run), and the
     fastest-measurement-so-far curve with the best config's estimate as a line.  Reads only this
     entry's records."""
-    from tunedb.index.decisions import Candidate, decisions_of, stored_decisions
-    from tunedb.index.decisions import order as answer_order
-    from tunedb.index.keys import key_of
-    from tunedb.transfer.apps.report import cost_brief, not_refuted, refuted_ids, run_parts
+    from tunedb.index.contract.decisions import Candidate, decisions_of, stored_decisions
+    from tunedb.index.contract.decisions import order as answer_order
+    from tunedb.index.model.keys import key_of
+    from tunedb.transfer.apps.entries import cost_brief, not_refuted, refuted_ids
+    from tunedb.transfer.apps.rundata import run_parts
 
     t = db.records(target_key, workload_key, include_stale=False, columns=ENTRY_PAGE_COLUMNS)
     if t.num_rows == 0:

@@ -5,7 +5,7 @@ and :func:`entry` (the per-entry page).  Each returns a ``html.Div`` whose id is
 ``view-<name>``; the numbers tests and users look for carry ids (``ov-records``, ...).  Text
 from records (names, workloads, configs) is passed to Dash as text, which it escapes; no HTML
 is built from record content; figures are escaped (``data.plain_figure``: plotly.js would read
-their texts as markup).  Times are shown with :func:`tunedb.index.estimate.fmt_seconds`
+their texts as markup).  Times are shown with :func:`tunedb.index.model.units.fmt_seconds`
 (the one unit style); the cost of a config or an entry is always the estimator's, as a compact
 cell (:func:`cost_cell`: ``4.54 ms ±3% n=5`` and ``noisy``, the interval in full as its
 tooltip); a run's own number is labelled "in-run" (what the run saw).
@@ -28,11 +28,12 @@ from urllib.parse import urlencode
 
 from dash import dcc, html
 
-from tunedb.index.estimate import CostEstimate, fmt_seconds
-from tunedb.index.redact import mask_url
+from tunedb.index.model.estimate import CostEstimate
+from tunedb.index.model.units import fmt_seconds
+from tunedb.index.support.redact import mask_url
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.dashboard.data import ACTIVE_WINDOW_S, Snapshot, plain_figure
-from tunedb.transfer.apps.report import cost_brief
+from tunedb.transfer.apps.entries import cost_brief
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 VIEWS = (("overview", "/", "Overview"), ("pipeline", "/pipeline", "Pipeline"),
@@ -40,13 +41,13 @@ VIEWS = (("overview", "/", "Overview"), ("pipeline", "/pipeline", "Pipeline"),
 
 
 def fmt_s(v: float | None) -> str:
-    """Seconds with a unit (:func:`tunedb.index.estimate.fmt_seconds`), ``–`` when unknown."""
+    """Seconds with a unit (:func:`tunedb.index.model.units.fmt_seconds`), ``–`` when unknown."""
     return fmt_seconds(v, missing="–")
 
 
 def cost_cell(est: CostEstimate | None) -> Any:
     """An estimate as a table cell: ``4.54 ms ±3% n=5`` (``noisy`` appended when it is;
-    ``report.cost_brief``) with the estimate in full (``text()``: value, interval and its
+    ``entries.cost_brief``) with the estimate in full (``text()``: value, interval and its
     confidence, n) as its tooltip; ``–`` without one."""
     if est is None:
         return "–"
@@ -88,10 +89,10 @@ def _stored(s: Mapping[str, Any]) -> str:
 
 
 def run_origins(snap: Snapshot) -> dict[tuple[str, str, int], Mapping[str, Any]]:
-    """(run_id, stored, n) -> the n-th part (``report.run_parts``; a plain run is its own only
+    """(run_id, stored, n) -> the n-th part (``rundata.run_parts``; a plain run is its own only
     part) with that run_id of the stored summary stored then, among the snapshot's summaries: a
     pipeline row's summary part, to read its ``origins`` / ``origin_split``."""
-    from tunedb.transfer.apps.report import run_parts
+    from tunedb.transfer.apps.rundata import run_parts
 
     out: dict[tuple[str, str, int], Mapping[str, Any]] = {}
     for s in snap.runs:
@@ -266,7 +267,7 @@ def pipeline(snap: Snapshot) -> html.Div:
     its search evaluations) and ``not recorded`` for random / default, ``failed`` = records of the
     run's target that failed while it ran.  Then where the time went (measuring vs T_query), plus
     the hit rate per run.  Each tuning run is one row (a demo's parts stored as runs of their own
-    are listed once, as those runs: ``report.add_summaries``)."""
+    are listed once, as those runs: ``rundata.add_summaries``)."""
     rows = []
     parts = run_origins(snap)
     seen: dict[tuple[str, str], int] = {}
@@ -339,7 +340,7 @@ def comparison(snap: Snapshot) -> html.Div:
 
 def trend(snap: Snapshot) -> html.Div:
     """The fastest measurement so far per entry over time, records over time, and the saturation
-    curve G(n) with its fitted G_max and beta (``report.saturation``: 0 <= G_max <= 1, or "no
+    curve G(n) with its fitted G_max and beta (``gain_fit.saturation``: 0 <= G_max <= 1, or "no
     fit" and why), counted over the same tuning runs as the overview."""
     ov = snap.overview
     fit = ov.get("fit")

@@ -26,7 +26,7 @@ def run_copy(args) -> int:
     batch = DEFAULT_BATCH if args.batch is None else args.batch
     if batch < 1:
         raise UserError("--batch must be >= 1")
-    from tunedb.index.stores import parse_location
+    from tunedb.index.opener import parse_location
 
     try:
         same = parse_location(args.src).same_store_as(parse_location(args.dst))

@@ -43,7 +43,7 @@ def _open_read_only(args):
     written, not even the fold of a crashed writer's journal); a PostgreSQL URL must hold tunedb's
     schema (``PostgresStore(read_only=True)``: no migration, the server refuses writes); several
     locations are a ``LayeredStore`` with no writable layer."""
-    from tunedb.index.layered import LayeredStore
+    from tunedb.index.views.layered import LayeredStore
     from tunedb.transfer.cli.util import checked_locations
 
     locs = checked_locations(args)
@@ -54,9 +54,9 @@ def _open_read_only(args):
 
 
 def _open_one_read_only(loc: str):
-    """One location opened as the stores read it (:func:`tunedb.index.stores.parse_location`),
+    """One location opened as the stores read it (:func:`tunedb.index.opener.parse_location`),
     with ``read_only`` (a new in-memory store has nothing to protect) and the CLI's one-line error."""
-    from tunedb.index.stores import MEMORY, parse_location
+    from tunedb.index.opener import MEMORY, parse_location
 
     if parse_location(loc).kind == MEMORY:
         return open_location(loc, create=False)

@@ -1,6 +1,6 @@
 """``tunedb doctor``: is this machine fit to measure now, and what to do about it.
 
-``tunedb doctor [--seconds S] [--json]`` runs ``tunedb.transfer.measure.context.machine_check``
+``tunedb doctor [--seconds S] [--json]`` runs ``tunedb.transfer.measure.machine.machine_check``
 (quick=False): the reference kernel for S seconds (default 1; the other processes' CPU use is
 sampled over the same time), the load average, the CPU frequency, governor and turbo boost.
 Prints one line per check (OK / WARN / ``--`` for what cannot be read), the verdict line
@@ -44,7 +44,7 @@ def human_report(rep: dict) -> str:
 
 
 def run_doctor(args) -> int:
-    from tunedb.transfer.measure.context import machine_check
+    from tunedb.transfer.measure.machine import machine_check
 
     s = args.seconds
     if not (math.isfinite(s) and 0 < s <= MAX_SECONDS):

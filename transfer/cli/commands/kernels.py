@@ -49,7 +49,7 @@ def run_measure(args) -> int:
         rec, cached = measure(target, workload, config, db=db, backend=LocalBackend(opts), force=args.force)
     except ValueError as e:
         raise UserError(str(e).splitlines()[0]) from None
-    from tunedb.index.estimate import record_value
+    from tunedb.index.model.estimate import record_value
 
     est = db.cost(rec.target, rec.workload, rec.config) if rec.status == "ok" else None
     payload = {"config": rec.config, "measurement": record_value(rec), "costs": list(rec.costs),
@@ -74,11 +74,11 @@ def run_measure(args) -> int:
 def run_compare(args) -> int:
     """``tunedb compare``: A vs B by :func:`tunedb.transfer.measure.compare.compare` (question
     "sign"); every round's two measurements are committed (``meta.origin = "compare"``), and a
-    decided verdict (faster, slower, equivalent) is stored (``tunedb.index.decisions``) for
+    decided verdict (faster, slower, equivalent) is stored (``tunedb.index.contract.decisions``) for
     ``tunedb best`` to follow.  The text gives the rounds' medians (what the test compared) apart
     from the configs' DB estimates (all their records)."""
-    from tunedb.index.decisions import store_decision
-    from tunedb.index.estimate import record_value
+    from tunedb.index.contract.decisions import store_decision
+    from tunedb.index.model.estimate import record_value
     from tunedb.transfer.cli.commands.store import ci_text
     from tunedb.transfer.measure.backend import lookup_or_measure
     from tunedb.transfer.measure.compare import LOOKS, compare, decision_of, interleaved, round_medians

@@ -1,6 +1,6 @@
 """``tunedb migrate``: move a body of tuning results from one device to another (tunedb.transfer.migration.migrate).
 
-Every cost shown is the one estimator's (``tunedb.index.estimate``): ``--json`` rows carry
+Every cost shown is the one estimator's (``tunedb.index.model.estimate``): ``--json`` rows carry
 ``cost`` (seconds) and ``estimate`` (``CostEstimate.to_dict()``: n, interval) for the SRC best,
 the DST best, the default and SRC's best on DST; the table shows ``CostEstimate.text()``
 (value, 95% CI, n) and ``fmt_seconds`` elsewhere."""
@@ -11,7 +11,8 @@ import json
 import os
 from pathlib import Path
 
-from tunedb.index.estimate import CostEstimate, fmt_seconds
+from tunedb.index.model.estimate import CostEstimate
+from tunedb.index.model.units import fmt_seconds
 from tunedb.transfer.cli.util import (
     UserError,
     emit,
@@ -97,7 +98,7 @@ def run_migrate(args) -> int:
         raise UserError(f"replay file {args.replay} does not exist")
     db = open_db(args, must_exist=True)
     src = target_arg(args.src, db)
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     if key_of(src) not in set(db.entries().column("target_key").to_pylist()):
         raise UserError(f"source target {args.src!r} has no records in {args.db}")

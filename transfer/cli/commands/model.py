@@ -81,12 +81,12 @@ def run_tune_model(args) -> int:
 
 def _est_cell(d: dict | None, fallback: float | None) -> str:
     """A table cell for a cost: the estimate with its interval's half-width and n."""
-    from tunedb.index.estimate import CostEstimate
+    from tunedb.index.model.estimate import CostEstimate
 
     if not d:
         return fmt_seconds(fallback)
     e = CostEstimate.from_dict(d)
-    from tunedb.index.estimate import LEVEL, ci_label
+    from tunedb.index.model.estimate import LEVEL, ci_label
 
     pm = f" ±{e.rel_halfwidth * 100:.0f}%" if e.has_interval else ""
     if e.has_interval and e.coverage < LEVEL - 1e-9:

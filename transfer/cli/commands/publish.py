@@ -38,15 +38,15 @@ def _source(args):
     also = getattr(args, "also", None) or []
     if not also:
         return src
-    from tunedb.index.layered import LayeredStore
+    from tunedb.index.views.layered import LayeredStore
 
     lower = [open_location(loc, create=False, what="lower layer", **snapshot_options(args, loc)) for loc in also]
     return LayeredStore([src, *lower], writable=None, mode=getattr(args, "layers", None) or "ordered")
 
 
 def run_publish(args) -> int:
+    from tunedb.index.opener import parse_location
     from tunedb.index.snapshot.format import BLOCK_SIZE
-    from tunedb.index.stores import parse_location
     from tunedb.transfer.migration.publish import publish
 
     try:

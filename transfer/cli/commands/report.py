@@ -37,7 +37,8 @@ def _check_out_dir(out: str) -> Path:
 
 
 def run_report(args) -> int:
-    from tunedb.transfer.apps.report import build_report, load_runs
+    from tunedb.transfer.apps.report import build_report
+    from tunedb.transfer.apps.rundata import load_runs
 
     db = open_db(args, must_exist=True)
     try:

@@ -73,7 +73,7 @@ def _confirm_args(p) -> None:
 def best_text(res) -> str:
     """The winner's cost as a user reads it: the estimate with its interval and n, and whether
     it is selection-biased (not confirmed by re-measurement)."""
-    from tunedb.index.estimate import CostEstimate
+    from tunedb.index.model.estimate import CostEstimate
 
     if res.best_estimate is None:
         return "-"
@@ -204,7 +204,7 @@ def run_warm_start(args) -> int:
     target = target_arg(args.target, db)
     if not args.workloads:
         src = target_arg(args.from_target, db)
-        from tunedb.index.keys import key_of
+        from tunedb.index.model.keys import key_of
 
         skey = key_of(src)
         ents = [e for e in db.entries().to_pylist() if e["target_key"] == skey]

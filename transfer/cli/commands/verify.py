@@ -21,7 +21,7 @@ import json
 import math
 import os
 
-from tunedb.index.estimate import fmt_seconds
+from tunedb.index.model.units import fmt_seconds
 from tunedb.transfer.cli.util import (
     UserError,
     emit,
@@ -56,7 +56,7 @@ def register(sub, common) -> None:
 def _backend(args, target: dict, workloads: list[dict] | None):
     """(backend, workloads) for the run: a replay of ``--replay`` (its workload when none given)
     or the local backend for a preset of this machine."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     if args.replay:
         if not os.path.isfile(args.replay):
@@ -97,7 +97,7 @@ def run_verify(args) -> int:
         raise UserError("--device applies to --replay only")
     db = open_db(args, must_exist=True)
     target = target_arg(args.target, db)
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     if not any(t["target_key"] == key_of(target) for t in db.targets()):
         raise UserError(f"target {args.target!r} has no records in {args.db}")

@@ -1,7 +1,7 @@
 """Many records as columns: the bulk path into the store.
 
 A ``RecordBatch`` holds records as one Arrow table in the store's column layout
-(``tunedb.index.schema.RECORD_SCHEMA`` without ``target_slug`` and ``committed``, which the
+(``tunedb.index.model.schema.RECORD_SCHEMA`` without ``target_slug`` and ``committed``, which the
 store adds when it writes).  It is validated and keyed when it is built, exactly as
 ``Record`` is (the same canonical JSON, keys and rules, so a record gets the same keys
 whichever way it was built), and is immutable afterwards.  ``ParquetStore.commit`` takes a
@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index.keys import MAX_JSON_DEPTH, canonical_json, canonical_json_normalised, key_of_text, rid_hashes
-from tunedb.index.record import (
+from tunedb.index.model.keys import MAX_JSON_DEPTH, canonical_json, canonical_json_normalised, key_of_text, rid_hashes
+from tunedb.index.model.record import (
     MAX_RECORD_BYTES,
     SIZED_COLUMNS,
     SOURCE_RE,
@@ -43,8 +43,8 @@ from tunedb.index.record import (
     text_problem,
     this_host,
 )
-from tunedb.index.schema import RECORD_SCHEMA
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.model.schema import RECORD_SCHEMA
+from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 #: columns of a batch: the record schema less what the store adds when it writes
 BATCH_SCHEMA = pa.schema([f for f in RECORD_SCHEMA if f.name not in ("target_slug", "committed")])
@@ -449,7 +449,7 @@ def _canon_column(values: Sequence[Any], what: str, ids: list[str]) -> tuple[lis
     for i, v in enumerate(values):
         hit = memo.get(id(v))
         if hit is None:
-            d = as_json_object(v, what, ids[i])  # normalised by tunedb.index.keys.normalise, as Record does
+            d = as_json_object(v, what, ids[i])  # normalised by tunedb.index.model.keys.normalise, as Record does
             text = canonical_json_normalised(d)
             why = text_problem(text)
             if why is not None:

@@ -1,4 +1,4 @@
-"""Tuning-run summaries as the backends store them (see "Tuning runs" in ``tunedb.index.base``):
+"""Tuning-run summaries as the backends store them (see "Tuning runs" in ``tunedb.index.contract.base``):
 ``prepare_run`` checks a summary and encodes it (strict JSON text with ``run_id`` and ``stored``
 set) before anything is stored, ``decode_run`` reads one back (None, with a :class:`RunWarning`,
 for a torn or foreign one) and ``select_runs`` orders, filters and limits decoded summaries as
@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tunedb.index.checks import is_key
+from tunedb.index.contract.checks import is_key
 
 #: bytes: the largest run summary :meth:`RecordStore.add_run` stores (its UTF-8 JSON encoding)
 MAX_RUN_BYTES = 16 << 20

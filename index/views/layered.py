@@ -3,7 +3,7 @@
 ``LayeredStore([local, team, published])`` reads through its layers (e.g. a local Parquet
 directory over a team's PostgreSQL over a read-only published snapshot) and writes to one of
 them (``writable``, default the first; ``None``: a read-only view).  It implements the whole
-``tunedb.index.base.RecordStore`` contract; where the contract is silent about several stores
+``tunedb.index.contract.base.RecordStore`` contract; where the contract is silent about several stores
 this module decides, as follows.
 
 Modes (MetaSchedule's two union databases)
@@ -99,14 +99,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tunedb.index import tables
-from tunedb.index.base import RecordStore, StoreStats
-from tunedb.index.batch import RecordBatch
-from tunedb.index.checks import check_columns, check_runs_query, check_verdicts, validated_commit
-from tunedb.index.keys import hash64, rid_hash
-from tunedb.index.record import Record
-from tunedb.index.runs_codec import select_runs
-from tunedb.index.schema import conform, empty_records
+from tunedb.index.contract import tables
+from tunedb.index.contract.base import RecordStore, StoreStats
+from tunedb.index.contract.checks import check_columns, check_runs_query, check_verdicts, validated_commit
+from tunedb.index.contract.runs_codec import select_runs
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import hash64, rid_hash
+from tunedb.index.model.record import Record
+from tunedb.index.model.schema import conform, empty_records
+from tunedb.index.retrieval.mixin import RetrievalMixin
 
 MODES = ("ordered", "union")
 
@@ -136,7 +137,7 @@ class _View:
         return self.refuted | self.stale
 
 
-class LayeredStore(RecordStore):
+class LayeredStore(RetrievalMixin, RecordStore):
     """Several record stores read as one (see the module docstring for the semantics).
 
     ``layers``: most specific first; ``writable``: index of the layer that takes writes (None: a
@@ -482,6 +483,14 @@ class LayeredStore(RecordStore):
             files=sum(p.files for p in per), size_bytes=sum(p.size_bytes for p in per),
             stale_targets=sorted({k for p in per for k in p.stale_targets}),
             lookups=self.lookups, hits=self.hits, location=self.location, offline=any(p.offline for p in per))
+
+    def size_bytes(self) -> int:
+        """The layers' sizes summed (as :meth:`stats`)."""
+        return sum(int(s.size_bytes()) for s in self.layers)
+
+    def stale_targets(self) -> list[str]:
+        """The union of the layers' stale targets, sorted (as :meth:`stats`)."""
+        return sorted({k for s in self.layers for k in s.stale_targets()})
 
     # ------------------------------------------------------------------ derived data, life cycle
     def cache_dir(self) -> Path:

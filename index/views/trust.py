@@ -28,24 +28,23 @@ strings.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.base import RecordStore, StoreStats
-from tunedb.index.checks import check_columns
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.contract.checks import check_columns
+from tunedb.index.retrieval.mixin import RetrievalMixin
+from tunedb.index.views.filtered import FilteredStore
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
-_FORMAT_RE = re.compile(r"[A-Za-z0-9_.-]+")  # as tunedb.index.record.SOURCE_RE accepts after "imported:"
+_FORMAT_RE = re.compile(r"[A-Za-z0-9_.-]+")  # as tunedb.index.model.record.SOURCE_RE accepts after "imported:"
 PATTERN_HELP = "measured, replay, imported[:FORMAT], migrated[:TARGET], verified or host:NAME"
 
 
@@ -149,22 +148,24 @@ def as_policy(policy: TrustPolicy | str) -> TrustPolicy:
     return policy if isinstance(policy, TrustPolicy) else parse_trust(policy)
 
 
-class TrustedStore(RecordStore):
-    """A view of ``inner`` whose reads answer only from records ``policy`` trusts.
+class TrustedStore(RetrievalMixin, FilteredStore):
+    """A view of ``inner`` whose reads answer only from records ``policy`` trusts: a
+    :class:`~tunedb.index.views.filtered.FilteredStore` whose filter is the policy, with the bulk
+    reads filtered too.
 
-    Filtered: :meth:`lookup`, :meth:`lookup_many`, :meth:`best`, :meth:`records` (and what the
-    base class builds on it: ``iter_records``, :meth:`entries`, ``entry_list``, :meth:`nearest`).
+    Filtered: :meth:`lookup`, :meth:`lookup_many`, ``entry_records`` and ``best``/``best_costs``/
+    ``cost`` (as in every filtered store), and here also :meth:`records` (and what the base class
+    builds on it: ``iter_records``, ``entries``, ``entry_list``, ``nearest``, ``predict_best``).
     An untrusted record never answers: :meth:`lookup` returns the latest *trusted* live record
     of the triple (None when there is none, or when the store's own answer is None: nothing
-    live, or its latest record is ``refuted``), so a tuner on this view measures the config
-    itself; :meth:`best` ranks trusted ``ok`` records only (stale and ``refuted`` ones
-    excluded, as in every store).  Entries with no trusted record drop out of :meth:`entries`.
+    live, or its latest record is ``refuted``), so a tuner on this view measures an untrusted
+    config itself; ``best`` ranks trusted ``ok`` records only (stale and ``refuted`` ones
+    excluded, as in every store).  Entries with no trusted record drop out of ``entries``.
 
-    Passed through unchanged: every write (:meth:`commit`, :meth:`mark`, :meth:`invalidate`,
-    :meth:`compact`, :meth:`dedup`, :meth:`forget`, :meth:`add_run`), :meth:`verdicts`,
-    :meth:`runs` (a run summary is not a record: the policy does not apply), :meth:`targets` and
-    ``find_target`` (a target is known even when none of its records is trusted), ``len``,
-    :meth:`refresh`, :meth:`close` and :attr:`location`.  :meth:`stats` is the inner store's
+    Passed through unchanged, as in every filtered store: every write, ``verdicts``, ``runs`` (a
+    run summary is not a record: the policy does not apply), ``targets`` and ``find_target`` (a
+    target is known even when none of its records is trusted), ``len``, ``size_bytes``,
+    ``stale_targets``, ``refresh``, ``close`` and ``location``.  ``stats`` is the inner store's
     with this view's ``lookups``/``hits``.  :meth:`cache_dir` is a sub-directory of the inner
     store's per policy (the vector index of a view differs from the store's) and
     :meth:`change_token` the inner token plus the policy.  Thread-safe as the inner store is.
@@ -173,111 +174,20 @@ class TrustedStore(RecordStore):
     def __init__(self, inner: RecordStore, policy: TrustPolicy | str) -> None:
         if not isinstance(inner, RecordStore):
             raise ValueError(f"TrustedStore wraps a RecordStore, got {type(inner).__name__}")
-        self.inner = inner
         self.policy = as_policy(policy)
-        self.lookups = 0
-        self.hits = 0
-        self._lock = threading.Lock()
-        self._verdict_cache: tuple[tuple, dict[str, str]] | None = None
+        super().__init__(inner, name="trusted:" + self.policy.text)
 
     def __repr__(self) -> str:
         return f"TrustedStore({self.inner.location!r}, trust={self.policy.text!r})"
 
-    # ------------------------------------------------------------------ helpers
-    def _verdicts(self) -> dict[str, str]:
-        """The inner store's verdicts, re-read only when its change token moved."""
-        token = self.inner.change_token()
-        with self._lock:
-            if self._verdict_cache is not None and self._verdict_cache[0] == token:
-                return self._verdict_cache[1]
-        v = self.inner.verdicts()
-        with self._lock:
-            self._verdict_cache = (token, v)
-        return v
+    # ------------------------------------------------------------------ the filter
+    def keeps(self, rec: Record) -> bool:
+        """Whether the policy trusts ``rec``."""
+        return self.policy.trusts_record(rec, self.cached_verdicts() if self.policy.verified else None)
 
-    def _trusted(self, rec: Record) -> bool:
-        return self.policy.trusts_record(rec, self._verdicts() if self.policy.verified else None)
-
-    def _count(self, answers: list[Record | None]) -> None:
-        with self._lock:
-            self.lookups += len(answers)
-            self.hits += sum(a is not None for a in answers)
-
-    def _latest_trusted(self, table: pa.Table, config_keys: set[str]) -> dict[str, Record | None]:
-        """config_key -> the latest-committed trusted record of each of ``config_keys`` in
-        ``table`` (one (target, workload)'s live records), None when it is refuted or absent."""
-        from tunedb.index.record import Record
-
-        verdicts = self._verdicts()
-        t = table.filter(self.policy.mask(table, verdicts))
-        ck = t.column("config_key").to_pylist()
-        committed = t.column("committed").to_pylist() if "committed" in t.column_names else [None] * len(ck)
-        latest: dict[str, int] = {}
-        for i, (k, c) in enumerate(zip(ck, committed)):
-            if k in config_keys:
-                j = latest.get(k)
-                if j is None or c is None or committed[j] is None or c >= committed[j]:
-                    latest[k] = i
-        out: dict[str, Record | None] = dict.fromkeys(config_keys)
-        for k, i in latest.items():
-            row = t.slice(i, 1).to_pylist()[0]
-            out[k] = None if verdicts.get(row["record_id"]) == "refuted" else Record.from_row(row)
-        return out
-
-    # ------------------------------------------------------------------ writing (passed through)
-    def commit(self, records: Record | RecordBatch | Iterable[Record]) -> int:
-        """``inner.commit`` (writes are never filtered)."""
-        return self.inner.commit(records)
-
-    def invalidate(self, target: Any) -> str:
-        return self.inner.invalidate(target)
-
-    def compact(self) -> dict:
-        return self.inner.compact()
-
-    def dedup(self) -> dict:
-        return self.inner.dedup()
-
-    def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
-               target: Any = None) -> dict:
-        return self.inner.forget(keep_top=keep_top, older_than_days=older_than_days, target=target)
-
-    def mark(self, verdicts: dict[str, str]) -> int:
-        return self.inner.mark(verdicts)
-
-    def verdicts(self) -> dict[str, str]:
-        return self.inner.verdicts()
-
-    def add_run(self, summary: Mapping[str, Any]) -> str:
-        """``inner.add_run``."""
-        return self.inner.add_run(summary)
-
-    def runs(self, kind: str | None = None, *, limit: int | None = None) -> list[dict]:
-        """``inner.runs`` (not filtered by the policy)."""
-        return self.inner.runs(kind, limit=limit)
-
-    # ------------------------------------------------------------------ point reads (filtered)
-    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
-        """The latest trusted live record of the triple, or None (see the class docstring)."""
-        return self.lookup_many(target, workload, [config])[0]
-
-    def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
-        """:meth:`lookup` of each config of one (target, workload), in order; the entry's records
-        are read at most once, and only when the store's answer for some config is untrusted."""
-        answers = list(self.inner.lookup_many(target, workload, list(configs)))
-        bad = {i: a for i, a in enumerate(answers) if a is not None and not self._trusted(a)}
-        if bad:
-            first = next(iter(bad.values()))
-            table = self.inner.records(first.target_key, first.workload_key, include_stale=False)
-            found = self._latest_trusted(table, {a.config_key for a in bad.values()})
-            for i, a in bad.items():
-                answers[i] = found.get(a.config_key)
-        self._count(answers)
-        return answers
-
-    def entry_records(self, target: Any, workload: Any) -> list[Record]:
-        """The inner store's :meth:`entry_records` that the policy trusts."""
-        return [r for r in self.inner.entry_records(target, workload) if self._trusted(r)]
+    def mask(self, table: pa.Table) -> pa.Array:
+        """The policy's mask of a records table (vectorised)."""
+        return self.policy.mask(table, self.cached_verdicts() if self.policy.verified else None)
 
     # ------------------------------------------------------------------ bulk reads (filtered)
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
@@ -292,29 +202,17 @@ class TrustedStore(RecordStore):
                 (["record_id"] if self.policy.verified else [])
             read = cols + [c for c in need if c not in cols]
         t = self.inner.records(target, workload, include_stale=include_stale, columns=read)
-        t = t.filter(self.policy.mask(t, self._verdicts() if self.policy.verified else None))
+        t = t.filter(self.mask(t))
         return t if cols is None else t.select(cols)
 
-    def targets(self) -> list[dict]:
-        """Every target of the inner store (not filtered: a target stays resolvable by name)."""
-        return self.inner.targets()
+    def entries(self) -> pa.Table:
+        """The entries of the trusted records (an entry with none drops out)."""
+        return RecordStore.entries(self)
 
-    def find_target(self, name_or_key: str) -> dict | None:
-        return self.inner.find_target(name_or_key)
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def stats(self) -> StoreStats:
-        """The inner store's counts, with this view's lookups and hits."""
-        with self._lock:
-            lookups, hits = self.lookups, self.hits
-        return dataclasses.replace(self.inner.stats(), lookups=lookups, hits=hits)
-
-    # ------------------------------------------------------------------ derived data, life cycle
+    # ------------------------------------------------------------------ derived data
     def cache_dir(self) -> Path:
         """``inner.cache_dir() / "trusted" / <policy hash>`` (created on demand)."""
-        from tunedb.index.keys import key_of_text
+        from tunedb.index.model.keys import key_of_text
 
         d = Path(self.inner.cache_dir()) / "trusted" / key_of_text(self.policy.text)[:16]
         d.mkdir(parents=True, exist_ok=True)
@@ -322,16 +220,6 @@ class TrustedStore(RecordStore):
 
     def change_token(self) -> tuple:
         return ("trusted", self.policy.text, self.inner.change_token())
-
-    @property
-    def location(self) -> str:
-        return self.inner.location
-
-    def refresh(self) -> None:
-        self.inner.refresh()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def trusted_view(store: RecordStore, trust: TrustPolicy | str | None) -> RecordStore:

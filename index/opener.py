@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tunedb.index.base import RecordStore
-from tunedb.index.redact import mask_url
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.support.redact import mask_url
 
 PARQUET = "parquet"
 """A Parquet directory on the local (or a mounted) file system."""
@@ -61,13 +61,13 @@ class Location:
     name: str = ""
 
     def __repr__(self) -> str:
-        """The fields, the text's password masked (:func:`~tunedb.index.redact.mask_url`)."""
+        """The fields, the text's password masked (:func:`~tunedb.index.support.redact.mask_url`)."""
         return f"Location(text={mask_url(self.text)!r}, kind={self.kind!r}, path={self.path!r}, name={self.name!r})"
 
     @property
     def shown(self) -> str:
         """The text as it may be printed or logged: any password in it masked
-        (:func:`~tunedb.index.redact.mask_url`)."""
+        (:func:`~tunedb.index.support.redact.mask_url`)."""
         return mask_url(self.text)
 
     @property
@@ -156,7 +156,7 @@ def open_store(location: str | os.PathLike | Location, *, create: bool = True, *
         options.pop("read_only", None)
         return SnapshotStore(loc.text, **options)
     if loc.kind == MEMORY:
-        from tunedb.index.memory import MemoryStore
+        from tunedb.index.memory.store import MemoryStore
 
         return MemoryStore(loc.name, **options)
     from tunedb.index.parquet.store import ParquetStore
@@ -168,7 +168,7 @@ def open_error_line(error: BaseException) -> str:
     """The one line that says why :func:`open_store` failed with ``error``: an ``OSError``'s
     ``strerror`` when it has one, else the first line of its text (what the command line and
     the dashboard print after the location), any password in it masked
-    (:func:`~tunedb.index.redact.mask_url`)."""
+    (:func:`~tunedb.index.support.redact.mask_url`)."""
     text = (error.strerror if isinstance(error, OSError) and error.strerror else str(error)).strip().splitlines()
     return mask_url(text[0]) if text else type(error).__name__
 

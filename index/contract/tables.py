@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 ENTRY_COLUMNS = ["target_key", "target_name", "target", "workload_key", "family", "workload"]
-#: what ``tunedb.index.estimate.estimate_table`` reads of each record, per config
+#: what ``tunedb.index.model.estimate.estimate_table`` reads of each record, per config
 ESTIMATE_COLUMNS = ["lookup_key", "status", "costs", "meta"]
 
 
@@ -52,10 +52,10 @@ def entries(t: pa.Table) -> pa.Table:
     """One row per (target_key, workload_key) of ``t``: target_key, target_name, target,
     workload_key, family, workload, records, ok_records, best_cost (seconds: the lowest
     estimated cost of the entry's configs, the lowest confirmed one when there is one: the cost
-    of the config ``best`` lists first, ``tunedb.index.estimate.rank_key``; null when none is ok),
+    of the config ``best`` lists first, ``tunedb.index.model.estimate.rank_key``; null when none is ok),
     sorted by (target_name, workload_key).  ``t`` needs :data:`ENTRY_COLUMNS` and
     :data:`ESTIMATE_COLUMNS`."""
-    from tunedb.index.estimate import estimate_table
+    from tunedb.index.model.estimate import estimate_table
 
     cols = ENTRY_COLUMNS
     if t.num_rows == 0:
@@ -80,7 +80,7 @@ def entries(t: pa.Table) -> pa.Table:
         _, first = np.unique(lk, return_index=True)
         kt = keys.take(pa.array(first))
         est = est.join(kt, "lookup_key")
-        # the entry's first config in ranking order (tunedb.index.estimate.rank_key: confirmed
+        # the entry's first config in ranking order (tunedb.index.model.estimate.rank_key: confirmed
         # estimates first): the lowest confirmed value, else the lowest value
         confirmed = pc.equal(est.column("basis"), "confirmed")
         est = est.append_column("value_confirmed", pc.if_else(confirmed, est.column("value"), None))

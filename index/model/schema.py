@@ -29,7 +29,7 @@ RECORD_SCHEMA = pa.schema([
     ("tunedb_version", pa.string()),
     ("schema_version", pa.int32()),
     ("target_slug", pa.string()),     # equals the hive partition value
-    ("rid_hash", pa.int64()),         # tunedb.index.keys.rid_hash(record_id), for vectorised de-duplication
+    ("rid_hash", pa.int64()),         # tunedb.index.model.keys.rid_hash(record_id), for vectorised de-duplication
     ("committed", pa.timestamp("us", tz="UTC")),  # when the commit that wrote it began
     # schema 2 (appended: the positions of the columns above never move)
     ("host", pa.string()),            # machine whose tunedb created the record; "" = unknown

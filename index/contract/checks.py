@@ -1,12 +1,12 @@
 """Argument checks every record-store backend shares: the refusals the contract
-(``tunedb.index.base.RecordStore``) states, written once so every backend refuses the same
+(``tunedb.index.contract.base.RecordStore``) states, written once so every backend refuses the same
 input with the same one-line ``ValueError``.
 
 ``is_key`` (a 32-hex-digit key), :data:`VERDICTS` and ``check_verdicts`` (:meth:`RecordStore.mark`),
 ``check_columns`` (the projection of :meth:`RecordStore.records`), ``validated_commit`` (what
 :meth:`RecordStore.commit` was given), ``check_forget_options`` (:meth:`RecordStore.forget`) and
 ``check_runs_query`` (:meth:`RecordStore.runs`).  The encoding of tuning-run summaries is
-``tunedb.index.runs_codec``.  Nothing here imports the contract module: it imports this one.
+``tunedb.index.contract.runs_codec``.  Nothing here imports the contract module: it imports this one.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.record import Record
+    from tunedb.index.model.batch import RecordBatch
+    from tunedb.index.model.record import Record
 
 _KEY_RE = re.compile(r"[0-9a-f]{32}")
 
@@ -48,7 +48,7 @@ def check_columns(columns: Any) -> list[str] | None:
     sequence of characters, not of names)."""
     if columns is None:
         return None
-    from tunedb.index.schema import RECORD_SCHEMA
+    from tunedb.index.model.schema import RECORD_SCHEMA
 
     if isinstance(columns, (str, bytes)) or not isinstance(columns, Iterable):
         raise ValueError(f"columns must be a sequence of column names, got {type(columns).__name__}")
@@ -71,10 +71,10 @@ def validated_commit(records: Any) -> RecordBatch | list[Record]:
     RecordBatch (``check()``-ed) as it is, else a list of Records, each validated.  ``ValueError``
     (one line) for the first invalid record or anything that is not a Record.  These are the
     checks every backend shares (``Record.validate``/``RecordBatch.validate``: lone surrogates,
-    NUL, size, numbers, timestamps; see the ``tunedb.index.record`` docstring), so no backend
+    NUL, size, numbers, timestamps; see the ``tunedb.index.model.record`` docstring), so no backend
     stores what another would refuse or could not read back."""
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.record import Record
+    from tunedb.index.model.batch import RecordBatch
+    from tunedb.index.model.record import Record
 
     if isinstance(records, RecordBatch):
         records.check()

@@ -41,7 +41,7 @@ Ranking (:func:`rank`, and so ``best``, an entry's best cost, the tuner's answer
     config ranks by cost alone.  :func:`rank_key` is the order.
 
 A number shown to a user comes with ``records`` (n), the interval and the noisy flag:
-:meth:`CostEstimate.text`.  :func:`fmt_seconds` is the one unit style (seconds with SI
+:meth:`CostEstimate.text`.  :func:`tunedb.index.model.units.fmt_seconds` is the one unit style (seconds with SI
 prefixes, three significant digits).
 """
 
@@ -56,10 +56,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tunedb.index.model.units import fmt_seconds
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
 #: the confidence level of the intervals
 LEVEL = 0.95
@@ -85,22 +87,6 @@ TUNER_STATISTIC_NAMES = {"kernel_tuner": "Kernel Tuner's time", "autotvm": "Auto
 #: (a tunedb replay of a Kernel Tuner cache, ``meta.replay_file``, replays Kernel Tuner's measurements)
 _TUNER_RES = tuple('"' + k + '":[{\\[]' + ('|"replay_file":"' if k == "kernel_tuner" else "") for k in TUNER_META_KEYS)
 _TUNER_RE = tuple(re.compile(r) for r in _TUNER_RES)
-
-
-def fmt_seconds(s: float | None, *, missing: str = "-") -> str:
-    """A duration in seconds with an SI prefix and three significant digits: ``1.23 ms``,
-    ``456 us``, ``7.80 ns``, ``2.00 s``; ``missing`` for None or NaN."""
-    if s is None or (isinstance(s, float) and math.isnan(s)):
-        return missing
-    if math.isinf(s):
-        return "inf s"
-    a = abs(s)
-    for unit, f in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if a >= f * 0.9995:
-            return f"{s / f:#.3g} {unit}".replace(". ", " ")
-    if a == 0:
-        return "0 s"
-    return f"{s * 1e9:#.3g} ns".replace(". ", " ")
 
 
 def ci_label(coverage: float) -> str:
@@ -256,7 +242,7 @@ def tuner_of_meta(meta: str | Any) -> str:
 
 def canonical_meta(meta: Any) -> str:
     """The canonical JSON text of a meta dict (``{}`` when empty)."""
-    from tunedb.index.keys import canonical_json
+    from tunedb.index.model.keys import canonical_json
 
     return canonical_json(dict(meta)) if meta else "{}"
 
@@ -572,5 +558,5 @@ def estimate_of_row(row: dict[str, Any]) -> CostEstimate:
 
 __all__ = ["CostEstimate", "ConfigCost", "estimate", "rank", "rank_key", "estimate_table", "estimate_groups", "estimate_of_row",
            "record_medians", "record_value", "record_values", "record_tuner", "tuner_of_meta", "tuner_codes",
-           "TUNER_META_KEYS", "TUNER_STATISTIC_NAMES", "order_rank", "fmt_seconds", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
+           "TUNER_META_KEYS", "TUNER_STATISTIC_NAMES", "order_rank", "is_confirmation", "LEVEL", "MIN_CI_UNITS",
            "MIN_CONFIRMED", "NOISY_REL_HALFWIDTH", "CONFIRM_ORIGIN", "CONFIRM_ORIGINS"]

@@ -1,22 +1,22 @@
 """The record store contract: what every tunedb backend does, stated once.
 
-A *record store* holds tuning records (:class:`~tunedb.index.record.Record`): measurements of a
+A *record store* holds tuning records (:class:`~tunedb.index.model.record.Record`): measurements of a
 ``config`` of a ``workload`` on a ``target``.  Search, measurement, migration, the cost model, the
 report and the TVM database talk to a store only through this class, so any backend that
 implements it plugs in.  Backends: :class:`tunedb.index.parquet.store.ParquetStore` (a Parquet
-directory, the embedded default and the truth), :class:`tunedb.index.memory.MemoryStore`
+directory, the embedded default and the truth), :class:`tunedb.index.memory.store.MemoryStore`
 (in-process, nothing on disk: tests, notebooks, evaluation loops),
 :class:`tunedb.index.postgres.store.PostgresStore` (a PostgreSQL database a team shares) and
 :class:`tunedb.index.snapshot.store.SnapshotStore` (a published snapshot, read-only); views
-over other stores: :class:`tunedb.index.layered.LayeredStore` (several read as one) and
-:class:`tunedb.index.trust.TrustedStore` (only trusted sources answer).  ``tunedb.open``
-(``tunedb.index.stores``) picks one by location.
+over other stores: :class:`tunedb.index.views.layered.LayeredStore` (several read as one) and
+:class:`tunedb.index.views.trust.TrustedStore` (only trusted sources answer).  ``tunedb.open``
+(``tunedb.index.opener``) picks one by location.
 
 Arguments
     ``target`` may be a target dict, a :class:`Record` (its target is used), a ``target_key``
     (32 hex digits) or a ``target_name`` known to the store; ``workload`` a workload dict, a
     Record or a ``workload_key``; ``config`` a config dict or a ``config_key``.  Dicts are
-    compared by canonical JSON (``tunedb.index.keys``), so key order and ``1.0`` vs ``1`` do not
+    compared by canonical JSON (``tunedb.index.model.keys``), so key order and ``1.0`` vs ``1`` do not
     matter while ``True`` and ``1`` stay apart.  A name or key the store does not know raises
     ``ValueError`` where the method says so.
 
@@ -26,7 +26,7 @@ Units
 
 The cost of a config
     One record is one measurement.  What a config costs is estimated over all its records by
-    one function, ``tunedb.index.estimate`` (median of per-record medians with a confidence
+    one function, ``tunedb.index.model.estimate`` (median of per-record medians with a confidence
     interval); :meth:`best_costs` and :meth:`cost` return it and every surface shows it.
 
 Errors
@@ -69,7 +69,7 @@ Tuning runs
 
 Writing a backend
     The checks every backend shares (the refusals stated here, one ``ValueError`` text for all)
-    are ``tunedb.index.checks``; the encoding of run summaries is ``tunedb.index.runs_codec``.
+    are ``tunedb.index.contract.checks``; the encoding of run summaries is ``tunedb.index.contract.runs_codec``.
     ``tunedb.index.testing`` is the contract suite: subclass its ``RecordStoreTests`` (or
     ``ReadOnlyStoreTests``) with a fixture that opens your store, and pytest runs every test of
     the contract against it.  ``CONTRIBUTING.md`` ("A store backend") has a complete one-file
@@ -84,19 +84,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.checks import VERDICTS, is_key
-from tunedb.index.lazy import lazy_getattr
-from tunedb.index.lookups import Lookups
-from tunedb.index.runs_codec import MAX_RUN_BYTES, RunWarning
+from tunedb.index.contract.answers import Lookups
+from tunedb.index.contract.checks import VERDICTS, is_key
+from tunedb.index.contract.runs_codec import MAX_RUN_BYTES, RunWarning
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tunedb.index.batch import RecordBatch
-    from tunedb.index.estimate import ConfigCost, CostEstimate
-    from tunedb.index.record import Record
-    from tunedb.index.retrieval.nearest import Match
-    from tunedb.index.retrieval.predict import Prediction
+    from tunedb.index.model.batch import RecordBatch
+    from tunedb.index.model.estimate import ConfigCost, CostEstimate
+    from tunedb.index.model.record import Record
 
 
 @dataclass(frozen=True)
@@ -157,8 +154,8 @@ class RecordStore(ABC):
     def _target_key(self, target: Any) -> str:
         """The target_key of a target argument (a dict, a Record, a key, or a name this store
         holds: ``ValueError`` for an unknown name).  Backends with faster paths override it."""
-        from tunedb.index.keys import canonical_json, key_of_text
-        from tunedb.index.record import Record
+        from tunedb.index.model.keys import canonical_json, key_of_text
+        from tunedb.index.model.record import Record
 
         if isinstance(target, Record):
             return target.target_key
@@ -175,8 +172,8 @@ class RecordStore(ABC):
     def _other_key(value: Any, what: str) -> str:
         """The workload_key (``what="workload"``) or config_key of an argument (a dict, a Record
         or a key)."""
-        from tunedb.index.keys import canonical_json, key_of_text
-        from tunedb.index.record import Record
+        from tunedb.index.model.keys import canonical_json, key_of_text
+        from tunedb.index.model.record import Record
 
         if isinstance(value, Record):
             return value.workload_key if what == "workload" else value.config_key
@@ -243,7 +240,7 @@ class RecordStore(ABC):
         ``"stored"`` (when this call stored it: ISO-8601 UTC with microseconds,
         ``2026-12-01T18:40:00.123456+00:00``) set; ``summary`` itself is not changed.  Adding a
         ``run_id`` that is stored already replaces that summary (a run saved part-way and again
-        at its end).  ``ValueError`` (one line, nothing stored) for anything :func:`~tunedb.index.runs_codec.prepare_run`
+        at its end).  ``ValueError`` (one line, nothing stored) for anything :func:`~tunedb.index.contract.runs_codec.prepare_run`
         refuses: not a mapping, no str ``kind``, a bad ``run_id``, not strict JSON (NaN or
         infinity, a non-str key, a value JSON has no form for) or over :data:`MAX_RUN_BYTES`
         encoded.  All-or-nothing and durable when it returns, like :meth:`commit`; changes
@@ -256,7 +253,7 @@ class RecordStore(ABC):
         (still oldest first).  New dicts every call (as JSON decodes them: lists, not tuples).
         A summary the backend cannot read (a torn or foreign file) is left out with a warning
         (``warnings.warn``), never an exception.  ``ValueError`` for a ``kind`` that is not a
-        str or a ``limit`` that is not an int >= 0 (see :func:`~tunedb.index.checks.check_runs_query`)."""
+        str or a ``limit`` that is not an int >= 0 (see :func:`~tunedb.index.contract.checks.check_runs_query`)."""
 
     # ------------------------------------------------------------------ point reads
     @abstractmethod
@@ -273,7 +270,7 @@ class RecordStore(ABC):
 
     def lookup_batch(self, target: Any, workload: Any, configs: Iterable[Any]) -> Lookups:
         """:meth:`lookup` of a population of configs of one (target, workload) in one call, as
-        :class:`~tunedb.index.lookups.Lookups`: which configs have an answer (``found``, one bool
+        :class:`~tunedb.index.contract.answers.Lookups`: which configs have an answer (``found``, one bool
         array), each answer's Record built when it is read.  A backend with a faster batch path
         overrides this; the answers are :meth:`lookup_many`'s."""
         return Lookups.of(self.lookup_many(target, workload, configs))
@@ -282,16 +279,16 @@ class RecordStore(ABC):
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every record of (target, workload) that a cost is estimated from: ``ok``, not stale,
         not ``refuted``; any order.  ``[]`` when there are none.  What :meth:`best`,
-        :meth:`best_costs` and :meth:`cost` are computed from (``tunedb.index.estimate``)."""
+        :meth:`best_costs` and :meth:`cost` are computed from (``tunedb.index.model.estimate``)."""
 
     def best_costs(self, target: Any, workload: Any, k: int = 1) -> list[ConfigCost]:
         """The ``k`` best configs of (target, workload) by the one estimator
-        (``tunedb.index.estimate``: the median of the values of each config's ok records -- a
+        (``tunedb.index.model.estimate``: the median of the values of each config's ok records -- a
         record's value is its tuner's statistic, the mean for Kernel Tuner/TVM records, else the median -- confirmation re-measurements only once there are enough of them), in its
         ranking order (confirmed estimates first, then by cost, then config_key:
-        ``tunedb.index.estimate.rank_key``), each with its interval and a representative
+        ``tunedb.index.model.estimate.rank_key``), each with its interval and a representative
         record.  ``[]`` when there are none or ``k <= 0``."""
-        from tunedb.index.estimate import rank
+        from tunedb.index.model.estimate import rank
 
         if k <= 0:
             return []
@@ -304,9 +301,9 @@ class RecordStore(ABC):
         return [c.record for c in self.best_costs(target, workload, k)]
 
     def cost(self, target: Any, workload: Any, config: Any) -> CostEstimate | None:
-        """The estimated cost of one config (``tunedb.index.estimate``), None when it has no
+        """The estimated cost of one config (``tunedb.index.model.estimate``), None when it has no
         ok, live, unrefuted record."""
-        from tunedb.index.estimate import estimate
+        from tunedb.index.model.estimate import estimate
 
         ck = self._other_key(config, "config")
         return estimate(r for r in self.entry_records(target, workload) if r.config_key == ck)
@@ -316,7 +313,7 @@ class RecordStore(ABC):
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
                 columns: Sequence[str] | None = None) -> pa.Table:
         """Every record (optionally of one target and/or workload) as a new Arrow table with the
-        columns of ``tunedb.index.schema.RECORD_SCHEMA`` (JSON fields as canonical JSON text),
+        columns of ``tunedb.index.model.schema.RECORD_SCHEMA`` (JSON fields as canonical JSON text),
         one row per record_id.  Row order is the backend's (the Parquet store groups rows by
         target; the memory store keeps commit order): sort by ``committed`` if order matters.
 
@@ -329,12 +326,12 @@ class RecordStore(ABC):
         a narrow projection of a large store is much cheaper than a full read.  ``None`` (the
         default): every column.  ``ValueError`` (one line) for a name that is not a
         ``RECORD_SCHEMA`` column, a name given twice, an empty list or a bare ``str`` (see
-        :func:`~tunedb.index.checks.check_columns`)."""
+        :func:`~tunedb.index.contract.checks.check_columns`)."""
 
     def iter_records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True
                      ) -> Iterator[Record]:
         """The rows of :meth:`records` as Records."""
-        from tunedb.index.record import Record
+        from tunedb.index.model.record import Record
 
         for row in self.records(target, workload, include_stale=include_stale).to_pylist():
             yield Record.from_row(row)
@@ -343,7 +340,7 @@ class RecordStore(ABC):
         """One row per (target, workload) of the live (non-stale) records, as an Arrow table:
         target_key, target_name, target, workload_key, family, workload (JSON text), records,
         ok_records, best_cost (seconds, null when none ok); sorted by (target_name, workload_key)."""
-        from tunedb.index import tables
+        from tunedb.index.contract import tables
 
         return tables.entries(self.records(include_stale=False))
 
@@ -394,6 +391,17 @@ class RecordStore(ABC):
     def stats(self) -> StoreStats:
         """Counts of the store and of this handle's lookups (see :class:`StoreStats`)."""
 
+    def size_bytes(self) -> int:
+        """Bytes the store's own storage takes (its record, journal and mark files or tables; 0
+        in memory): ``stats().size_bytes``, which a backend answers without counting records.
+        Derived caches (:meth:`cache_dir`) are not counted."""
+        return int(self.stats().size_bytes)
+
+    def stale_targets(self) -> list[str]:
+        """The keys of the targets the store has invalidated (:meth:`invalidate`), sorted:
+        ``stats().stale_targets``, which a backend answers without counting records."""
+        return sorted(self.stats().stale_targets)
+
     # ------------------------------------------------------------------ derived data
     @abstractmethod
     def cache_dir(self) -> Path:
@@ -405,22 +413,6 @@ class RecordStore(ABC):
         """A cheap value that changes whenever what reads return may have changed (commits,
         maintenance, invalidations, here or - after :meth:`refresh` - in other processes).
         Caches of derived data compare it to decide whether they are stale."""
-
-    def nearest(self, target: Any, workload: Any, k: int = 5, **kwargs: Any) -> list[Match]:
-        """The ``k`` entries most similar to (target, workload); see
-        ``tunedb.index.retrieval.nearest.nearest`` for the options."""
-        from tunedb.index.retrieval.nearest import nearest
-
-        return nearest(self, target, workload, k, **kwargs)
-
-    def predict_best(self, target: Any, workload: Any, k: int = 3, **kwargs: Any) -> Prediction:
-        """The ``k`` configs predicted for (target, workload) from the nearest entries of other
-        targets and workloads, for an entry with no records (each marked predicted, with where it
-        came from); see ``tunedb.index.retrieval.predict.predict_best`` for the rule and options.
-        Measures and writes nothing."""
-        from tunedb.index.retrieval.predict import predict_best
-
-        return predict_best(self, target, workload, k, **kwargs)
 
     # ------------------------------------------------------------------ life cycle
     @property
@@ -441,14 +433,5 @@ class RecordStore(ABC):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-#: the helpers that lived here before ``tunedb.index.checks`` and ``tunedb.index.runs_codec``
-#: held them: still importable from this module (loaded on first use), not part of the contract
-_MOVED = {name: (module, name) for module, names in (
-    ("tunedb.index.checks", ("check_verdicts", "check_forget_options", "validated_commit", "check_columns",
-                             "check_runs_query")),
-    ("tunedb.index.runs_codec", ("prepare_run", "decode_run", "select_runs"))) for name in names}
-
-__getattr__ = lazy_getattr("tunedb.index.base", _MOVED, globals())
 
 __all__ = ["RecordStore", "Entry", "StoreStats", "VERDICTS", "MAX_RUN_BYTES", "RunWarning", "is_key"]

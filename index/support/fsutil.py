@@ -69,17 +69,6 @@ def tree_bytes(*roots: Path) -> int:
     return size
 
 
-def publish(tmp: Path, final: Path) -> None:
-    """fsync ``tmp``, rename it to ``final`` and fsync the directory: durable on return."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, final)
-    fsync_dir(final.parent)
-
-
 def replace_derived(final: Path, write: Callable[[Path], None], others: str) -> None:
     """Derived data (rebuildable, so no fsync): ``write(tmp)`` a temp file next to ``final``,
     rename it over ``final``, then remove the other files of its directory matching the glob

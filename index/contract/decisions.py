@@ -7,7 +7,7 @@ later answer for the entry (``tunedb best``, the next ``tune-model`` that finds 
 follows it.
 
 Storage (every backend, through the store contract): a decision is a run summary
-(:meth:`~tunedb.index.base.RecordStore.add_run`) of kind :data:`DECISION_KIND` holding
+(:meth:`~tunedb.index.contract.base.RecordStore.add_run`) of kind :data:`DECISION_KIND` holding
 ``target_key``, ``workload_key``, ``a`` / ``b`` (configs), ``a_key`` / ``b_key`` (their
 config keys), ``verdict`` (``faster`` / ``slower`` / ``equivalent`` / ``inconclusive``: of A
 against B), ``ratio`` / ``lo`` / ``hi`` (A / B with its interval at ``level``), ``rounds``,
@@ -25,7 +25,7 @@ The answer (:func:`answer`), in order of strength:
    answer for the entry);
 2. without a decision between two configs, an estimate whose 95 % interval lies entirely below
    another's beats it with confidence and is placed above it;
-3. otherwise the estimator's ranking (``tunedb.index.estimate.rank_key``: confirmed first, then
+3. otherwise the estimator's ranking (``tunedb.index.model.estimate.rank_key``: confirmed first, then
    by cost).
 
 So the first config is never one that another stored config beats with confidence: by a stored
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
-    from tunedb.index.estimate import ConfigCost
+    from tunedb.index.contract.base import RecordStore
+    from tunedb.index.model.estimate import ConfigCost
 
 #: the ``kind`` of a stored decision (a run summary that is not a tuning run)
 DECISION_KIND = "decision"
@@ -99,7 +99,7 @@ def decision_summary(target_key: str, workload_key: str, a: Mapping[str, Any], b
                      rounds: int = 0, margin: float | None = None) -> dict:
     """The run summary (strict JSON) that stores one decision (module docstring).  ValueError
     for a verdict not in :data:`VERDICTS` or a ``kept`` that is neither A nor B."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
@@ -197,7 +197,7 @@ class Answer:
 
 def _beats_by_interval(x: ConfigCost, y: ConfigCost) -> bool:
     """x's interval lies entirely below y's (both with an interval at the full level)."""
-    from tunedb.index.estimate import LEVEL
+    from tunedb.index.model.estimate import LEVEL
 
     ex, ey = x.estimate, y.estimate
     full = ex.has_interval and ey.has_interval and ex.coverage >= LEVEL - 1e-9 and ey.coverage >= LEVEL - 1e-9
@@ -211,7 +211,7 @@ def order(costs: Sequence[ConfigCost | Candidate], decisions: Sequence[Decision]
     no remaining config beats (a decision, else an interval entirely below); when every
     remaining config is beaten by another (contradictory evidence), the estimator's first.
     About linear in the number of configs (an entry of 5,000 configs: milliseconds)."""
-    from tunedb.index.estimate import LEVEL
+    from tunedb.index.model.estimate import LEVEL
 
     n = len(costs)
     keys = [c.config_key for c in costs]

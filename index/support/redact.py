@@ -1,7 +1,7 @@
 """Masking secrets in text that is shown: passwords in URLs and in libpq connection strings.
 
 :func:`mask_url` is the one masking helper.  The stores apply it where they format a location or
-a driver's error (``PostgresStore.location``, its errors, :func:`tunedb.index.stores.open_error_line`),
+a driver's error (``PostgresStore.location``, its errors, :func:`tunedb.index.opener.open_error_line`),
 and the command line applies it again to every line it prints (a last line of defence: a message
 built from a raw ``--db`` value is masked there).  :func:`url_secrets` names the password of one
 URL, for error texts that quote it without the URL around it (psycopg's ``invalid percent-encoded

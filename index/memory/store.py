@@ -1,4 +1,4 @@
-"""An in-memory record store: the whole contract of ``tunedb.index.base.RecordStore``, nothing
+"""An in-memory record store: the whole contract of ``tunedb.index.contract.base.RecordStore``, nothing
 on disk but a private cache directory for derived data.
 
 For tests, notebooks and evaluation loops that need a throw-away store (``tunedb.open("memory:")``).
@@ -19,12 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.base import RecordStore, StoreStats
-from tunedb.index.batch import RecordBatch
-from tunedb.index.checks import check_columns, check_forget_options, check_runs_query, check_verdicts, validated_commit
-from tunedb.index.keys import rid_hash
-from tunedb.index.record import ROW_VALUES, Record, target_slug
-from tunedb.index.runs_codec import decode_run, prepare_run, select_runs
+from tunedb.index.contract.base import RecordStore, StoreStats
+from tunedb.index.contract.checks import (
+    check_columns,
+    check_forget_options,
+    check_runs_query,
+    check_verdicts,
+    validated_commit,
+)
+from tunedb.index.contract.runs_codec import decode_run, prepare_run, select_runs
+from tunedb.index.model.batch import RecordBatch
+from tunedb.index.model.keys import rid_hash
+from tunedb.index.model.record import ROW_VALUES, Record, target_slug
+from tunedb.index.retrieval.mixin import RetrievalMixin
 
 
 def _now_us() -> int:
@@ -40,7 +47,7 @@ _COLUMN_OF: dict[str, Callable[[Record], Any]] = {
 }
 
 
-class MemoryStore(RecordStore):
+class MemoryStore(RetrievalMixin, RecordStore):
     """A record store held in this process (see the module docstring)."""
 
     def __init__(self, name: str = "") -> None:
@@ -155,14 +162,14 @@ class MemoryStore(RecordStore):
             return {"rows_before": n, "rows_after": n, "files_before": 0, "files_after": 0}
 
     def dedup(self) -> dict:
-        from tunedb.index.retention import dedup_mask
+        from tunedb.index.contract.retention import dedup_mask
 
         with self._lock:
             return self._rewrite(dedup_mask(self._table(range(len(self._recs)))))
 
     def forget(self, *, keep_top: int | None = None, older_than_days: float | None = None,
                target: Any = None) -> dict:
-        from tunedb.index.retention import retention_mask
+        from tunedb.index.contract.retention import retention_mask
 
         check_forget_options(keep_top, older_than_days, target)
         with self._lock:
@@ -183,7 +190,7 @@ class MemoryStore(RecordStore):
 
     # ------------------------------------------------------------------ reads
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
-        from tunedb.index.keys import hash64
+        from tunedb.index.model.keys import hash64
 
         lk = hash64(self._target_key(target), self._other_key(workload, "workload"), self._other_key(config, "config"))
         with self._lock:
@@ -195,7 +202,7 @@ class MemoryStore(RecordStore):
             return self._recs[i]
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
-        from tunedb.index.keys import hash64
+        from tunedb.index.model.keys import hash64
 
         ek = hash64(self._target_key(target), self._other_key(workload, "workload"))
         with self._lock:
@@ -207,7 +214,7 @@ class MemoryStore(RecordStore):
         ``columns`` (checked names, in that order): only those columns are built."""
         import pyarrow as pa
 
-        from tunedb.index.schema import RECORD_SCHEMA, record_schema
+        from tunedb.index.model.schema import RECORD_SCHEMA, record_schema
 
         idx = list(indices)
         names = RECORD_SCHEMA.names if columns is None else columns
@@ -225,7 +232,7 @@ class MemoryStore(RecordStore):
         """Indices (ascending: commit order) of the records of ``tkey`` and/or ``wkey`` (every
         record when both are None), found through the filter maps: the cost is proportional to
         the records of the smaller map entry, not to the store."""
-        from tunedb.index.keys import hash64
+        from tunedb.index.model.keys import hash64
 
         if tkey is None and wkey is None:
             return list(range(len(self._recs)))
@@ -274,6 +281,14 @@ class MemoryStore(RecordStore):
             return StoreStats(records=len(self._recs), targets=len(tk), workloads=len(wk), entries=len(ek), files=0,
                               size_bytes=0, stale_targets=sorted(self._invalidated), lookups=self.lookups,
                               hits=self.hits, location=self.location)
+
+    def size_bytes(self) -> int:
+        """0: nothing is stored outside the process's memory."""
+        return 0
+
+    def stale_targets(self) -> list[str]:
+        with self._lock:
+            return sorted(self._invalidated)
 
     # ------------------------------------------------------------------ derived data, life cycle
     def cache_dir(self) -> Path:

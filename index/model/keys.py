@@ -60,7 +60,7 @@ def normalise(value: Any, path: str = "$") -> Any:
     infinities, non-string keys), e.g. ``$.a[2]: non-finite number nan is not JSON data``, and
     of objects/lists nested deeper than :data:`MAX_JSON_DEPTH` levels (one line, the path cut
     short; never a RecursionError).  Strings are not checked here: a lone surrogate is refused
-    where a record's text is validated (``tunedb.index.record.text_problem``).
+    where a record's text is validated (``tunedb.index.model.record.text_problem``).
 
     This is the one normaliser of the project: ``Record``, ``RecordBatch``, the store's query
     keys and the importers all call it (tests/index_tests/test_keys_property.py checks they agree).

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunedb.index.record import Record
+from tunedb.index.model.record import Record
 from tunedb.transfer.interop.conflicts import split_disagreeing
 from tunedb.transfer.interop.input_files import check_input_path, display_name
 from tunedb.transfer.interop.outcomes import ExportReport, ImportFormatError, ImportIssue, ImportReport

@@ -22,7 +22,7 @@ every backend's ``commit`` calls, so each refuses the same input with the same o
 * NUL -- refused in the plain text columns (:data:`TEXT_FIELDS`; PostgreSQL text cannot hold
   one); in the JSON columns it is written escaped (``\u0000``) and round-trips;
 * size -- at most :data:`MAX_RECORD_BYTES` a record (all its text and JSON columns together);
-* nesting -- JSON columns nest at most ``tunedb.index.keys.MAX_JSON_DEPTH`` levels (refused when
+* nesting -- JSON columns nest at most ``tunedb.index.model.keys.MAX_JSON_DEPTH`` levels (refused when
   the Record is built);
 * numbers -- costs are ``int``/``float`` (numpy numbers too), never ``bool`` or ``str``, finite and
   >= 0 (stored as floats); ``compile_s``/``wall_s`` likewise, an ``int`` among them at most
@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from tunedb.index.keys import canonical_json, hash64, key_of_text, normalise
-from tunedb.index.version import SCHEMA_VERSION, TUNEDB_VERSION
+from tunedb.index.model.keys import canonical_json, hash64, key_of_text, normalise
+from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
 
 STATUSES = ("ok", "compile_error", "runtime_error", "wrong_result", "timeout", "invalid")
 SOURCE_RE = re.compile(r"^(measured|replay|imported:[A-Za-z0-9_.-]+|migrated:.+)$")
@@ -366,7 +366,7 @@ class Record:
 
     # -------------------------------------------------------------- conversion
     def to_row(self) -> dict:
-        """Column values of this record (see tunedb.index.schema.RECORD_SCHEMA); the same as
+        """Column values of this record (see tunedb.index.model.schema.RECORD_SCHEMA); the same as
         ``{c: get(self) for c, get in ROW_VALUES.items()}``, written out because a commit builds
         one per record (a literal dict is twice as fast as the per-column calls)."""
         return {

@@ -1,4 +1,4 @@
-"""The answers of a batch look-up (:meth:`tunedb.index.base.RecordStore.lookup_batch`).
+"""The answers of a batch look-up (:meth:`tunedb.index.contract.base.RecordStore.lookup_batch`).
 
 A tuner proposes a population of configs at once (a Kernel Tuner genetic algorithm's generation,
 a MetaSchedule batch of candidates) and asks which of them are already measured.  Most are not,
@@ -7,7 +7,7 @@ which configs have an answer as one boolean array and builds each answering ``Re
 when it is read (then keeps it).
 
 Contract: ``found[i]`` is True exactly when ``lookups[i]`` is a Record, the record that
-:meth:`~tunedb.index.base.RecordStore.lookup` returned for config ``i`` at the time of the batch
+:meth:`~tunedb.index.contract.base.RecordStore.lookup` returned for config ``i`` at the time of the batch
 look-up (a record committed later does not change the answer).
 """
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, overload
 import numpy as np
 
 if TYPE_CHECKING:
-    from tunedb.index.record import Record
+    from tunedb.index.model.record import Record
 
 
 class Lookups(Sequence["Record | None"]):
