@@ -24,11 +24,22 @@ Replayed CLI tune (``cli``, goal <= 1 s + 20 ms per evaluation): ``tunedb tune -
 to exit (the ``tunedb`` executable beside this Python, else ``python -m tunedb``), ``--repeats``
 times; the median counts.  ``summary`` gives each goal and the ratio median / goal (<= 1: met).
 Timings depend on whether Python may write bytecode (``PYTHONDONTWRITEBYTECODE``, reported as
-``bytecode_cached``): without it every process compiles tunedb's sources again.
+``bytecode_cached``): without it every process compiles tunedb's sources again, which an
+installed tunedb never does.  ``--pycache-prefix DIR`` lets the measured processes write their
+bytecode under DIR (``PYTHONPYCACHEPREFIX``) even where the environment forbids writing it
+beside the sources, so a checkout is measured as an installation runs.
+
+Baseline (``--baseline DIR``): DIR holds another version of the package as ``DIR/tunedb`` (e.g.
+``git archive <commit> | tar -x -C DIR/tunedb``); every measurement above is made for it too, in
+the same run, alternating with the current tree's (its own import into its own DB, its own
+child process, its CLI tunes interleaved repeat by repeat), so a busy shared machine slows both
+alike.  ``summary["baseline"]`` holds its medians and ``summary["speedup"]`` baseline / current
+per measure.
 
     .venv/bin/python benchmarks/bench_overhead.py --json                  # 6 devices, about 3 min
     .venv/bin/python benchmarks/bench_overhead.py --devices A100 --evals 20
     .venv/bin/python benchmarks/bench_overhead.py --devices W7800 --kt "" --repeats 3 --json
+    .venv/bin/python benchmarks/bench_overhead.py --repeats 3 --baseline /tmp/base --pycache-prefix /tmp/pyc --json
 """
 
 from __future__ import annotations
@@ -136,22 +147,47 @@ def tunedb_command() -> list[str]:
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "tunedb"]
 
 
-def cli_tune(db: Path, held: Path, evals: int, repeats: int) -> dict:
-    """``tunedb tune --replay held --budget evals`` on fresh copies of ``db``, each timed from
-    process start to exit (seconds): {"wall_s": [...], "median_s", "evaluations"}."""
-    walls, evaluations = [], None
+def variant_env(baseline: str | None, pycache: str | None) -> dict[str, str]:
+    """The environment of a measured process: the current tree's (``baseline`` None) or the
+    package under ``baseline`` first on the path; bytecode written under ``pycache`` when given."""
+    env = dict(os.environ)
+    if baseline:
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(Path(baseline).resolve()), env.get("PYTHONPATH")) if x)
+    if pycache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(pycache).resolve())
+    return env
+
+
+def cli_once(db: Path, held: Path, evals: int, env: dict[str, str], tag: str) -> tuple[float, int | None]:
+    """One ``tunedb tune --replay held --budget evals`` on a fresh copy of ``db``, timed from
+    process start to exit: (seconds, evaluations)."""
+    d = db.with_name(f"{db.name}-cli-{tag}")
+    shutil.copytree(db, d)
+    t0 = time.perf_counter()
+    p = subprocess.run([*tunedb_command(), "tune", "--replay", str(held), "--budget", str(evals), "--db", str(d),
+                        "--json"], capture_output=True, text=True, timeout=900, env=env)
+    wall = round(time.perf_counter() - t0, 3)
+    shutil.rmtree(d, ignore_errors=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"tunedb tune --replay failed: {p.stderr.strip()[-2000:]}")
+    return wall, json.loads(p.stdout).get("evaluations")
+
+
+def cli_tune(dbs: dict[str, Path], held: Path, evals: int, repeats: int, envs: dict[str, dict[str, str]]
+             ) -> dict[str, dict]:
+    """``tunedb tune --replay held --budget evals`` ``repeats`` times per variant (name -> its
+    DB, its environment), the variants alternating within each repeat: per variant
+    {"wall_s": [...], "median_s", "evaluations"}."""
+    walls: dict[str, list[float]] = {v: [] for v in dbs}
+    evaluations: dict[str, int | None] = {}
+    order = list(dbs)
     for i in range(repeats):
-        d = db.with_name(f"{db.name}-cli{i}")
-        shutil.copytree(db, d)
-        t0 = time.perf_counter()
-        p = subprocess.run([*tunedb_command(), "tune", "--replay", str(held), "--budget", str(evals), "--db", str(d),
-                            "--json"], capture_output=True, text=True, timeout=900)
-        walls.append(round(time.perf_counter() - t0, 3))
-        if p.returncode != 0:
-            raise RuntimeError(f"tunedb tune --replay failed: {p.stderr.strip()[-2000:]}")
-        evaluations = json.loads(p.stdout).get("evaluations")
-        shutil.rmtree(d, ignore_errors=True)
-    return {"wall_s": walls, "median_s": round(statistics.median(walls), 3), "evaluations": evaluations}
+        for v in (order if i % 2 == 0 else order[::-1]):
+            w, evaluations[v] = cli_once(dbs[v], held, evals, envs[v], f"{v}{i}")
+            walls[v].append(w)
+    return {v: {"wall_s": walls[v], "median_s": round(statistics.median(walls[v]), 3),
+                "evaluations": evaluations[v]} for v in dbs}
 
 
 def main() -> int:
@@ -162,62 +198,73 @@ def main() -> int:
     ap.add_argument("--kt", default="random_sample,genetic_algorithm,greedy_ils", help="Kernel Tuner strategies")
     ap.add_argument("--repeats", type=int, default=1, help="replayed CLI tunes per device (default 1)")
     ap.add_argument("--no-cli", action="store_true", help="skip the replayed CLI tune")
+    ap.add_argument("--baseline", metavar="DIR", help="also measure the package DIR/tunedb, alternating, in this run")
+    ap.add_argument("--pycache-prefix", metavar="DIR", help="measured processes write their bytecode under DIR")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(a.child[0], a.child[1], a.child[2], int(a.child[3]), [x for x in a.child[4].split(",") if x])
         return 0
+    if a.baseline and not (Path(a.baseline) / "tunedb" / "__init__.py").is_file():
+        sys.stderr.write(f"bench_overhead: --baseline {a.baseline} holds no tunedb/__init__.py\n")
+        return 2
+    envs = {"current": variant_env(None, a.pycache_prefix)}
+    if a.baseline:
+        envs["baseline"] = variant_env(a.baseline, a.pycache_prefix)
     files = sorted(p for p in (DATA / a.kernel).glob("*.json.gz") if "_T4" not in p.name)
     held = [p for p in files if not a.devices or p.name.split(".")[0] in a.devices.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
-    rows = []
-    for h in held:
-        db = work / f"db-{h.name.split('.')[0]}"
-        cache = work / f"{h.name.split('.')[0]}.json"
+    rows: dict[str, list[dict]] = {v: [] for v in envs}
+    for n, h in enumerate(held):
+        dev = h.name.split(".")[0]
+        cache = work / f"{dev}.json"
         cache.write_bytes(gzip.open(h).read())
-        t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "tunedb", "--db", str(db), "--json", "import", "kernel-tuner",
-                            *[str(f) for f in files if f != h]], capture_output=True, text=True, timeout=900)
-        if p.returncode != 0:
-            sys.stderr.write(p.stderr)
-            return 1
-        imp = json.loads(p.stdout)
-        import_s = time.perf_counter() - t0
-        p = subprocess.run([sys.executable, __file__, "--child", str(db), str(cache), a.kernel, str(a.evals), a.kt],
-                           capture_output=True, text=True, timeout=900)
-        if p.returncode != 0:
-            sys.stderr.write(p.stderr[-3000:])
-            return 1
-        r = json.loads(p.stdout.strip().splitlines()[-1])
-        r.update(device=h.name.split(".")[0], import_s=round(import_s, 3), records=imp.get("new"),
-                 model_fit_s=sum(imp.get("models", {}).values()))
+        dbs: dict[str, Path] = {}
+        variants = list(envs) if n % 2 == 0 else list(envs)[::-1]
+        for v in variants:
+            db = dbs[v] = work / f"db-{dev}-{v}"
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "tunedb", "--db", str(db), "--json", "import", "kernel-tuner",
+                                *[str(f) for f in files if f != h]], capture_output=True, text=True, timeout=900,
+                               env=envs[v])
+            if p.returncode != 0:
+                sys.stderr.write(p.stderr)
+                return 1
+            imp = json.loads(p.stdout)
+            import_s = time.perf_counter() - t0
+            p = subprocess.run([sys.executable, __file__, "--child", str(db), str(cache), a.kernel, str(a.evals),
+                                a.kt], capture_output=True, text=True, timeout=900, env=envs[v])
+            if p.returncode != 0:
+                sys.stderr.write(p.stderr[-3000:])
+                return 1
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            r.update(device=dev, import_s=round(import_s, 3), records=imp.get("new"),
+                     model_fit_s=sum(imp.get("models", {}).values()))
+            rows[v].append(r)
         if not a.no_cli:
-            r["cli"] = cli_tune(db, h, a.evals, max(a.repeats, 1))
-        rows.append(r)
+            for v, c in cli_tune(dbs, h, a.evals, max(a.repeats, 1), envs).items():
+                next(r for r in rows[v] if r["device"] == dev)["cli"] = c
         if not a.json:
-            cli = f"  CLI tune {r['cli']['median_s']:5.2f} s" if "cli" in r else ""
-            print(f"{r['device']:8s} import {import_s:5.1f} s (model {r['model_fit_s']:.1f} s)  tunedb first run "
-                  f"{r['first']['own_s']:5.2f} s (first proposal {r['first']['first_proposal_s']} s), second "
-                  f"{r['second']['own_s']:5.2f} s{cli}  |  " +
-                  "  ".join(f"{k} {r[k]['own_s']:.2f} s" for k in a.kt.split(",") if k), flush=True)
+            for v in variants:
+                r = rows[v][-1]
+                cli = f"  CLI tune {r['cli']['median_s']:5.2f} s" if "cli" in r else ""
+                print(f"{v:8s} {r['device']:8s} import {r['import_s']:5.1f} s (model {r['model_fit_s']:.1f} s)  "
+                      f"tunedb first run {r['first']['own_s']:5.2f} s (first proposal "
+                      f"{r['first']['first_proposal_s']} s), second {r['second']['own_s']:5.2f} s{cli}  |  " +
+                      "  ".join(f"{k} {r[k]['own_s']:.2f} s" for k in a.kt.split(",") if k), flush=True)
     goal = 1.0 + 0.02 * a.evals
-    summary: dict = {"goal_s": goal, "first_proposal_goal_s": FIRST_PROPOSAL_GOAL_S}
-    for key in ["first", "second", *[k for k in a.kt.split(",") if k]]:
-        v = [r[key]["own_s"] for r in rows]
-        summary[key] = {"median_s": round(statistics.median(v), 3), "min_s": min(v), "max_s": max(v),
-                        "ratio_to_goal": round(statistics.median(v) / goal, 3)}
-        f = [r[key]["first_proposal_s"] for r in rows if r[key].get("first_proposal_s") is not None]
-        if f:
-            summary[key]["first_proposal_median_s"] = round(statistics.median(f), 3)
-            summary[key]["first_proposal_ratio_to_goal"] = round(statistics.median(f) / FIRST_PROPOSAL_GOAL_S, 3)
-    if not a.no_cli:
-        v = [r["cli"]["median_s"] for r in rows]
-        summary["cli"] = {"median_s": round(statistics.median(v), 3), "min_s": min(v), "max_s": max(v),
-                          "ratio_to_goal": round(statistics.median(v) / goal, 3)}
+    kt = [k for k in a.kt.split(",") if k]
+    summary = summarise(rows["current"], goal, kt, not a.no_cli)
+    if a.baseline:
+        summary["baseline"] = summarise(rows["baseline"], goal, kt, not a.no_cli)
+        summary["speedup"] = speedups(summary["baseline"], summary)
     out = {"host": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "kernel": a.kernel,
-           "evals": a.evals, "bytecode_cached": not os.environ.get("PYTHONDONTWRITEBYTECODE"),
-           "summary": summary, "runs": rows}
+           "evals": a.evals, "load_avg": [round(x, 2) for x in os.getloadavg()],
+           "bytecode_cached": bool(a.pycache_prefix) or not os.environ.get("PYTHONDONTWRITEBYTECODE"),
+           "baseline": a.baseline, "summary": summary, "runs": rows["current"]}
+    if a.baseline:
+        out["baseline_runs"] = rows["baseline"]
     shutil.rmtree(work, ignore_errors=True)
     if a.json:
         print(json.dumps(out, indent=1))
@@ -228,7 +275,43 @@ def main() -> int:
               (f"; replayed CLI tune median {summary['cli']['median_s']:.2f} s" if "cli" in summary else "") +
               f"; first proposal goal {FIRST_PROPOSAL_GOAL_S} s, median "
               f"{summary['first'].get('first_proposal_median_s')} s")
+        if a.baseline:
+            print(f"baseline: first run median {summary['baseline']['first']['median_s']:.2f} s, first proposal "
+                  f"median {summary['baseline']['first'].get('first_proposal_median_s')} s" +
+                  (f", replayed CLI tune median {summary['baseline']['cli']['median_s']:.2f} s"
+                   if "cli" in summary["baseline"] else "") + f"; speedup {summary['speedup']}")
     return 0
+
+
+def summarise(rows: list[dict], goal: float, kt: list[str], cli: bool) -> dict:
+    """Per measure (``first``, ``second``, each Kernel Tuner strategy, ``cli``): median, min and
+    max over the devices (seconds) and the ratio median / goal (<= 1: met); first-proposal
+    medians and their ratio to :data:`FIRST_PROPOSAL_GOAL_S` where measured."""
+    summary: dict = {"goal_s": goal, "first_proposal_goal_s": FIRST_PROPOSAL_GOAL_S}
+    for key in ["first", "second", *kt]:
+        v = [r[key]["own_s"] for r in rows]
+        summary[key] = {"median_s": round(statistics.median(v), 3), "min_s": min(v), "max_s": max(v),
+                        "ratio_to_goal": round(statistics.median(v) / goal, 3)}
+        f = [r[key]["first_proposal_s"] for r in rows if r[key].get("first_proposal_s") is not None]
+        if f:
+            summary[key]["first_proposal_median_s"] = round(statistics.median(f), 3)
+            summary[key]["first_proposal_ratio_to_goal"] = round(statistics.median(f) / FIRST_PROPOSAL_GOAL_S, 3)
+    if cli:
+        v = [r["cli"]["median_s"] for r in rows]
+        summary["cli"] = {"median_s": round(statistics.median(v), 3), "min_s": min(v), "max_s": max(v),
+                          "ratio_to_goal": round(statistics.median(v) / goal, 3)}
+    return summary
+
+
+def speedups(base: dict, cur: dict) -> dict:
+    """Baseline median / current median per measure of tunedb (own time, first proposal, CLI)."""
+    out = {}
+    for key, field in (("first", "median_s"), ("second", "median_s"), ("first", "first_proposal_median_s"),
+                       ("cli", "median_s")):
+        b, c = base.get(key, {}).get(field), cur.get(key, {}).get(field)
+        if b is not None and c:
+            out[f"{key}.{field}"] = round(b / c, 2)
+    return out
 
 
 if __name__ == "__main__":

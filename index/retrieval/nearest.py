@@ -14,7 +14,7 @@ w_wl * cos_wl`` say how much of it came from each side (they sum to ``similarity
 An entry's nearest neighbour is itself with similarity 1.0.
 
 Best configs.  Each match carries its entry's ``best_n`` best configs by the one cost
-estimator (``db.best_costs``, ``tunedb.index.estimate``): :attr:`Match.best_costs`, each a
+estimator (``db.best_costs``, ``tunedb.index.model.estimate``): :attr:`Match.best_costs`, each a
 ``ConfigCost`` with the config's estimate (median of its records' medians, seconds, with n and
 a confidence interval).  :attr:`Match.best` holds their representative records, in the same
 order, for callers that need a record (its config, trace, provenance); a record's own ``cost``
@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tunedb.index.hardware.targets import resolve_target
-from tunedb.index.keys import key_of
-from tunedb.index.record import Record
+from tunedb.index.model.keys import key_of
+from tunedb.index.model.record import Record
 from tunedb.index.retrieval import features, vectors
 
 if TYPE_CHECKING:
-    from tunedb.index.estimate import ConfigCost
+    from tunedb.index.model.estimate import ConfigCost
     from tunedb.index.retrieval.source import EntrySource
 
 
@@ -89,10 +89,10 @@ class Match:
 
     def config_costs(self) -> list[ConfigCost]:
         """``best_costs``, or (a Match built with records only) each ``best`` record's own
-        estimate (``tunedb.index.estimate.rank`` of that one record; failed records left out)."""
+        estimate (``tunedb.index.model.estimate.rank`` of that one record; failed records left out)."""
         if self.best_costs or not self.best:
             return list(self.best_costs)
-        from tunedb.index.estimate import rank
+        from tunedb.index.model.estimate import rank
 
         return [c for r in self.best for c in rank([r])]
 

@@ -1,8 +1,8 @@
 """What nearest-entry search reads from a store: :class:`EntrySource`.
 
-Every ``tunedb.index.base.RecordStore`` is one.  Retrieval is written against this protocol, not
-against ``RecordStore``, so the store contract may use retrieval (``RecordStore.nearest``)
-without the two modules referring to each other.
+Every ``tunedb.index.contract.base.RecordStore`` is one.  Retrieval is written against this
+protocol, not against ``RecordStore``: the contract and retrieval never import each other, and a
+store class gets ``nearest``/``predict_best`` from ``tunedb.index.retrieval.mixin.RetrievalMixin``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from tunedb.index.estimate import ConfigCost
+    from tunedb.index.model.estimate import ConfigCost
 
 
 class EntrySource(Protocol):

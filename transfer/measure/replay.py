@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tunedb.index.keys import canonical_json
-from tunedb.index.record import Record
+from tunedb.index.contract.base import RecordStore
+from tunedb.index.model.keys import canonical_json
+from tunedb.index.model.record import Record
+from tunedb.index.views.filtered import FilteredStore
 from tunedb.transfer.measure.backend import ReplayBackend
 from tunedb.transfer.space import Space
 
@@ -81,6 +83,44 @@ def _plain_value(v: Any) -> bool:
             return False
         return all(map(math.isfinite, v)) and (int not in kinds or all(-_INT_BOUND < x < _INT_BOUND for x in v))
     return t is bool or v is None
+
+
+def plain_values(values: Iterable[Any]) -> bool:
+    """Whether every one of ``values`` is plain (``all(map(_plain_value, values))``, with the
+    common scalars checked inline: a cache file has some twenty values per entry)."""
+    isfinite = math.isfinite
+    for v in values:
+        t = type(v)
+        if t is float:
+            if not isfinite(v):
+                return False
+        elif t is int:
+            if not -_INT_BOUND < v < _INT_BOUND:
+                return False
+        elif t is str:
+            if len(v) > _TEXT_LIMIT or not v.isascii():
+                return False
+        elif not _plain_value(v):
+            return False
+    return True
+
+
+def plain_status(entry: dict) -> str:
+    """``entry_result(entry)[1]`` (the importer's status of a cache entry; ValueError where it
+    raises one) for an entry whose values all passed :func:`_plain_value`, without building its
+    costs: a time or times list of plain numbers is checked here, anything else by
+    ``entry_result`` itself."""
+    from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, FAILED_TIME_MS, entry_result
+
+    t = entry.get("time")
+    if type(t) is str:
+        return ERROR_STATUS.get(t, "runtime_error")
+    times = entry.get("times")
+    vals = times if type(times) is list and times else ([t] if t is not None else None)
+    # plain values: floats are finite and ints bounded, so only the types and the sign are left
+    if vals is None or not set(map(type, vals)) <= _NUMBER_TYPES or min(vals) < 0:
+        return entry_result(entry)[1]
+    return "runtime_error" if max(vals) >= FAILED_TIME_MS else "ok"
 
 
 class ReplayData:
@@ -168,8 +208,7 @@ class ReplayData:
         """Read each entry's config and status (the importer's, see :func:`_plain_value`);
         ``results`` becomes a :class:`LazyResults`.  (configs of the non-invalid results, first
         Record)."""
-        from tunedb.index.keys import canonical_json_normalised, normalise
-        from tunedb.transfer.interop.kernel_tuner import entry_result
+        from tunedb.index.model.keys import canonical_json_normalised, normalise
 
         key_set = frozenset(keys)
         index: dict[str, str] = {}
@@ -181,9 +220,9 @@ class ReplayData:
             rec = None
             try:
                 if not (type(entry) is dict and entry.keys() >= key_set and type(key) is str
-                        and len(key) <= _TEXT_LIMIT and key.isascii() and all(map(_plain_value, entry.values()))):
+                        and len(key) <= _TEXT_LIMIT and key.isascii() and plain_values(entry.values())):
                     raise ValueError("left to the importer")
-                status = entry_result(entry)[1]
+                status = plain_status(entry)
                 config = normalise({k: entry[k] for k in keys}, "config")
             except (ValueError, TypeError, OverflowError):
                 rec = self.entry_record(key)
@@ -209,9 +248,9 @@ class ReplayData:
 
     def optimum(self) -> tuple[dict, float]:
         """(config, cost in seconds) of the fastest ok entry by the one estimator (each entry is
-        one record: the median of its repeats, ``tunedb.index.estimate``): the true optimum of
+        one record: the median of its repeats, ``tunedb.index.model.estimate``): the true optimum of
         the device as every surface of tunedb measures it."""
-        from tunedb.index.estimate import estimate
+        from tunedb.index.model.estimate import estimate
 
         ok = [(estimate([r]), r) for r in self.results.values() if r.status == "ok" and r.costs]
         est, best = min(ok, key=lambda er: (er[0].value, er[1].config_key))
@@ -219,7 +258,7 @@ class ReplayData:
 
     def costs_ok(self) -> list[float]:
         """Every ok entry's cost (seconds, the estimator's: the median of its repeats)."""
-        from tunedb.index.estimate import record_value
+        from tunedb.index.model.estimate import record_value
 
         return [record_value(r) for r in self.results.values() if r.status == "ok" and r.costs]
 
@@ -247,28 +286,32 @@ class KernelTunerReplayBackend(ReplayBackend):
                       meta={"backend": self.name, "replay_file": self.data.path.name})
 
 
-class ReplayStore:
-    """A view of ``inner`` (any ``RecordStore``) whose :meth:`lookup`/:meth:`lookup_many` answer
-    only with records of the replayed file ``data``; every other attribute (commits, ``best``,
+class ReplayStore(FilteredStore):
+    """A view of ``inner`` (any ``RecordStore``) whose look-ups answer only with records of the
+    replayed file ``data`` (:meth:`from_file`): a
+    :class:`~tunedb.index.views.filtered.FilteredStore`.  Filtered: ``lookup``, ``lookup_many``,
+    ``entry_records`` and ``best``/``best_costs``/``cost``; everything else (commits,
     ``records``, ``nearest``, run summaries, ...) is ``inner``'s.  Seeds and the cost model may
     still use other records (they only choose which configs to evaluate); an evaluation's cost
-    always comes from the file, through a hit of this view or through the replay backend.
+    always comes from the file, through a hit of this view or through the replay backend."""
 
-    Not a ``RecordStore`` subclass: the store contract (``tunedb.index.base``) is unchanged."""
-
-    def __init__(self, inner: Any, data: ReplayData) -> None:
-        self.inner = inner
+    def __init__(self, inner: RecordStore, data: ReplayData) -> None:
+        super().__init__(inner, name=data.path.name)
         self.data = data
-        self.name = data.path.name
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
-
-    def __len__(self) -> int:
-        return len(self.inner)
 
     def __repr__(self) -> str:
         return f"ReplayStore({self.inner!r}, replay={self.name!r})"
+
+    def cache_dir(self) -> Path:
+        """``inner.cache_dir()``: what is derived and cached from a store (the family's base cost
+        model, the vector index) is derived from its bulk reads (``records``, ``entries``), which
+        this view leaves to the inner store, so a replay shares the inner store's cache instead
+        of fitting and keeping its own copy (a base-model fit each replayed run)."""
+        return self.inner.cache_dir()
+
+    def keeps(self, rec: Record) -> bool:
+        """:meth:`from_file`: only the replayed file's records answer a look-up."""
+        return self.from_file(rec)
 
     def from_file(self, rec: Record) -> bool:
         """Whether ``rec`` came from the replayed file: imported from a file of that name
@@ -282,60 +325,6 @@ class ReplayStore:
         if want is None:
             return rec.status != "ok"
         return rec.status == want.status and tuple(rec.costs) == tuple(want.costs)
-
-    def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
-        """The latest live record of the triple that came from the replayed file, or None."""
-        return self.lookup_many(target, workload, [config])[0]
-
-    def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
-        """:meth:`lookup` of each config of one (target, workload), in order.  The inner store
-        answers first; where its latest record is from elsewhere, the entry's live records are
-        read (once) for the latest one from the file."""
-        answers = list(self.inner.lookup_many(target, workload, list(configs)))
-        bad = {i: a for i, a in enumerate(answers) if a is not None and not self.from_file(a)}
-        if bad:
-            first = next(iter(bad.values()))
-            table = self.inner.records(first.target_key, first.workload_key, include_stale=False)
-            want = {a.config_key for a in bad.values()}
-            latest: dict[str, tuple[Any, Record]] = {}
-            refuted = {rid for rid, v in self.inner.verdicts().items() if v == "refuted"}
-            committed = table.column("committed").to_pylist() if "committed" in table.column_names else None
-            keys = table.column("config_key").to_pylist()
-            for j, k in enumerate(keys):
-                if k not in want:
-                    continue
-                rec = Record.from_row(table.slice(j, 1).to_pylist()[0])
-                if rec.record_id in refuted or not self.from_file(rec):
-                    continue
-                c = committed[j] if committed is not None else j
-                if k not in latest or latest[k][0] is None or c is None or c >= latest[k][0]:
-                    latest[k] = (c, rec)
-            for i, a in bad.items():
-                got = latest.get(a.config_key)
-                answers[i] = got[1] if got else None
-        return answers
-
-
-    def entry_records(self, target: Any, workload: Any) -> list[Record]:
-        """The inner store's :meth:`entry_records` that came from the replayed file."""
-        return [r for r in self.inner.entry_records(target, workload) if self.from_file(r)]
-
-    def best_costs(self, target: Any, workload: Any, k: int = 1) -> list:
-        """``RecordStore.best_costs`` over the replayed file's records only."""
-        from tunedb.index.estimate import rank
-
-        return rank(self.entry_records(target, workload), k) if k > 0 else []
-
-    def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
-        return [c.record for c in self.best_costs(target, workload, k)]
-
-    def cost(self, target: Any, workload: Any, config: Any) -> Any:
-        """``RecordStore.cost`` over the replayed file's records only."""
-        from tunedb.index.estimate import estimate
-        from tunedb.index.keys import canonical_json, key_of_text
-
-        ck = config if isinstance(config, str) else key_of_text(canonical_json(dict(config)))
-        return estimate(r for r in self.entry_records(target, workload) if r.config_key == ck)
 
 
 def isolated_store(db: Any, data: ReplayData) -> Any:

@@ -18,7 +18,7 @@ then the workload vector and the hardware vector of ``tunedb.index.retrieval.fea
 Sample weights (``record_weight``): a record counts 1.0 in a fit, or :data:`NOISY_WEIGHT` when
 it was measured on a noisy machine -- its meta says ``noisy`` (its repeats' CV was over the
 timing protocol's threshold) or its ``meta["context"]`` shows the machine was loaded
-(``tunedb.transfer.measure.context.context_is_loaded``).  :func:`training_set` carries them in
+(``tunedb.transfer.measure.machine.context_is_loaded``).  :func:`training_set` carries them in
 ``TrainingSet.weights`` and :func:`training_data` returns them with ``with_weights=True``; pass
 them to ``fit`` / ``fit_matrix`` as ``sample_weight`` (and to ``corrected``).
 """
@@ -38,7 +38,7 @@ from tunedb.transfer.search import lgbm_capi
 from tunedb.transfer.search.trees import TreeEnsemble, boost_residuals
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
 MAX_LIST = 4
 #: sample weight (relative to 1.0) of a record measured on a noisy machine (see ``record_weight``)
@@ -408,7 +408,7 @@ def record_weight(meta: Any) -> float:
     when ``meta["noisy"]`` is true (the repeats' CV was over the protocol's threshold) or
     ``meta["context"]`` says the machine was loaded (``context_is_loaded``, with the record's
     ``meta["threads"]``), else 1.0 (also for meta that is not an object or not JSON)."""
-    from tunedb.transfer.measure.context import context_is_loaded
+    from tunedb.transfer.measure.machine import context_is_loaded
 
     if isinstance(meta, str):
         import json
@@ -434,7 +434,7 @@ def meta_weights(meta: Any) -> np.ndarray:
     Only rows mentioning ``"noisy":true`` or ``"context":{`` can weigh less than 1; those are
     parsed at once by Arrow's JSON reader (only the few keys the rule needs; about 0.2 s per
     100,000 such rows on one core), falling back to :func:`record_weight` row by row when their values are
-    not of the expected types.  tests/transfer_tests/measure_tests/test_context.py checks both agree with ``record_weight``."""
+    not of the expected types.  tests/transfer_tests/measure_tests/test_machine.py checks both agree with ``record_weight``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -465,7 +465,7 @@ def _parsed_weights(texts: Any) -> np.ndarray:
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    from tunedb.transfer.measure.context import LOAD_HEADROOM_CPUS
+    from tunedb.transfer.measure.machine import LOAD_HEADROOM_CPUS
 
     texts = pc.fill_null(texts, "{}")
     lines = pc.binary_join_element_wise(texts, pa.scalar("\n"), "")

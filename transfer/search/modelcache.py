@@ -51,7 +51,7 @@ from tunedb.transfer.search.costmodel import (
 )
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
 
 FORMAT = "tunedb-costmodel"
 #: bump when the feature layout, the training rows or the file layout change

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
+    from tunedb.index.contract.base import RecordStore
     from tunedb.transfer.search.tuner import TuneResult
 
 RUN_KINDS = ("tune", "tune-model", "warm-start", "migrate", "demo")
@@ -59,7 +59,7 @@ def task_summary(res: TuneResult, *, weight: float = 1.0, source: str | None = N
                  default_cost: float | None = None, name: str = "") -> dict:
     """One ``tasks`` entry from a Tuner result (``source`` default: warm when seeded, else cold);
     ``origins`` / ``origin_split`` are the result's (``TuneResult.origins`` / ``origin_split``)."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     if source is None:
         source = "warm" if res.seeds else "cold"
@@ -85,7 +85,7 @@ def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float =
              default_cost: float | None = None, saved_s: float = 0.0, best_config: Any = None) -> dict:
     """A ``tasks`` entry answered wholly from the DB (no search): ``saved_s`` is the measuring time
     of the records that answered."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     return {"name": name, "workload": dict(workload), "workload_key": key_of(dict(workload)),
             "weight": float(weight), "source": "hit", "evaluations": 0, "measurements": 0, "cache_hits": 0,
@@ -96,8 +96,8 @@ def hit_task(workload: Mapping[str, Any], best: float | None, *, weight: float =
 
 def is_tuning_run(summary: Mapping[str, Any]) -> bool:
     """Whether a stored summary is a tuning run (not a stored decision between two configs,
-    ``tunedb.index.decisions``, which ``add_run`` stores beside the runs)."""
-    from tunedb.index.decisions import DECISION_KIND
+    ``tunedb.index.contract.decisions``, which ``add_run`` stores beside the runs)."""
+    from tunedb.index.contract.decisions import DECISION_KIND
 
     return summary.get("kind") != DECISION_KIND
 
@@ -197,8 +197,8 @@ def run_summary(kind: str, *, target: Mapping[str, Any], tasks: Iterable[Mapping
     evaluations (a ``tune-model`` run passes hit tasks over tasks); ``measure_s`` default: the
     tasks' measuring time; ``query_s`` is the rest of ``wall_s``; ``origins`` /
     ``origin_split``: the tasks' summed (``origin_totals``)."""
-    from tunedb.index.keys import key_of
-    from tunedb.index.version import TUNEDB_VERSION
+    from tunedb.index.model.keys import key_of
+    from tunedb.index.model.version import TUNEDB_VERSION
 
     tasks = [dict(t) for t in tasks]
     evals = sum(int(t.get("evaluations") or 0) for t in tasks)
@@ -270,14 +270,14 @@ def save_run(db: RecordStore | None, summary: Mapping[str, Any]) -> str | None:
 class Stopwatch:
     """``started`` (ISO UTC) and seconds since construction (``elapsed()``).  With
     ``check_machine=True`` a run that measures on this machine starts with the quick machine
-    check (``tunedb.transfer.measure.context.machine_check(quick=True)``: the reference kernel's
+    check (``tunedb.transfer.measure.machine.machine_check(quick=True)``: the reference kernel's
     spread, load, busy processes; about 0.25 s), kept in ``machine`` and stored in the run's
     summary (``run_summary(machine=...)``); None otherwise."""
 
     def __init__(self, check_machine: bool = False) -> None:
         self.machine: dict | None = None
         if check_machine:
-            from tunedb.transfer.measure.context import machine_check
+            from tunedb.transfer.measure.machine import machine_check
 
             self.machine = machine_check(quick=True)
         self.started = utc_now()

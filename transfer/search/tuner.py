@@ -86,9 +86,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tunedb.index.estimate import MIN_CONFIRMED, estimate, record_value
-from tunedb.index.estimate import rank as rank_configs
-from tunedb.index.keys import canonical_json
+from tunedb.index.model.estimate import MIN_CONFIRMED, estimate, record_value
+from tunedb.index.model.estimate import rank as rank_configs
+from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport
 from tunedb.transfer.search.proposals import ProposalSource, Round
@@ -97,8 +97,8 @@ from tunedb.transfer.search.proposals.neighbours import Neighbourhood
 from tunedb.transfer.space import Space
 
 if TYPE_CHECKING:
-    from tunedb.index.base import RecordStore
-    from tunedb.index.record import Record
+    from tunedb.index.contract.base import RecordStore
+    from tunedb.index.model.record import Record
 
 
 #: why a candidate was evaluated (module docstring): the keys of ``TuneResult.origins``
@@ -177,7 +177,7 @@ class TuneResult:
     #: answered (preloaded records included), those measured (new records, failed ones included;
     #: cache_hits + measured = origins[origin]) and, of the measured, those not ``ok``
     origin_split: dict = field(default_factory=dict)
-    #: the estimate of ``best_config``'s cost (``tunedb.index.estimate.CostEstimate.to_dict()``:
+    #: the estimate of ``best_config``'s cost (``tunedb.index.model.estimate.CostEstimate.to_dict()``:
     #: value, lo, hi in seconds, records, samples, coverage, basis, noisy); ``best_cost`` is its value
     best_estimate: dict | None = None
     #: True when ``best_cost`` rests on the search's own samples (no confirmation
@@ -219,7 +219,7 @@ def _sig(cfg: Mapping[str, Any]) -> str:
 
 def _sig_short(cfg: Mapping[str, Any]) -> str:
     """The config's ``config_key`` (32 hex digits), as records name it."""
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     return key_of(dict(cfg))
 
@@ -489,7 +489,7 @@ class Tuner:
            leader with the lowest estimate over all its records.
         2. *Confirmation*: the winner alone is re-measured ``confirm_rounds`` more times
            (``meta["origin"] = "confirm"``).  With two or more of them its cost is estimated
-           from them alone (``tunedb.index.estimate``): they were measured after the choice, so
+           from them alone (``tunedb.index.model.estimate``): they were measured after the choice, so
            the reported cost is not biased low by it (the best of n noisy samples is).
 
         Every repeat is committed.  Repeats are not evaluations (they do not count against the
@@ -553,7 +553,7 @@ class Tuner:
         return estimate(self.run_records.get(s, ()))
 
     def _lowest(self) -> str | None:
-        """The first of this run's configs as the store ranks them (``tunedb.index.estimate.rank``
+        """The first of this run's configs as the store ranks them (``tunedb.index.model.estimate.rank``
         over the DB's records of this run's configs: confirmed estimates first), over this
         run's own records when there is no DB."""
         by_key = {_sig_short(self.configs[s]): s for s in self.run_records}
@@ -589,6 +589,10 @@ class Tuner:
 
     def _result(self, stopped_by: str, interrupted: bool, total_s: float) -> TuneResult:
         """The TuneResult of this run (``total_s``: its wall time in seconds)."""
+        for src in self.sources:
+            finish = getattr(src, "finish", None)
+            if finish is not None:
+                finish(self)
         over = {k: round(self.timers.get(k, 0.0), 6) for k in self.OVERHEAD_STEPS if k not in ("other", "total")}
         over["other"] = round(max(total_s - sum(self.timers.values()), 0.0), 6)
         over["total"] = round(total_s, 6)

@@ -13,7 +13,14 @@ ascending ``order``) through three hooks:
 ``propose(state, rnd)``
     fill the round: add (config, origin) pairs to ``rnd`` (a ``Round``), at most
     ``rnd.free`` of them; a source that ranks the whole round (the RGPE surrogate, the cost
-    model) sets ``rnd.claimed`` so the other rankers leave it alone.
+    model) sets ``rnd.claimed`` so the other rankers leave it alone;
+``finish(state)``
+    when the run's result is made (possibly more than once): complete what the source reports
+    in the result but put off until first needed (the RGPE source models of a run too short
+    to use them).
+
+Work a source needs only for later rounds belongs in ``before_round`` (done the first time it is
+needed), not in ``start``: everything ``start`` does comes before the run's first evaluation.
 
 The defaults do nothing, so a source implements only what it needs.  A new source is one new
 module defining a subclass and registering it (``@register``), plus its import in
@@ -31,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tunedb.index.keys import canonical_json
+from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.space import Space
 
 __all__ = ["ProposalSource", "Round", "SearchState", "Tagged", "register", "unregister", "sources", "sig", "seed_or"]
@@ -140,6 +147,10 @@ class ProposalSource:
 
     def propose(self, state: SearchState, rnd: Round) -> None:
         """Add this source's configs to ``rnd`` (at most ``rnd.free``; default: none)."""
+
+    def finish(self, state: SearchState) -> None:
+        """Called when the run's result is made (default: nothing): complete what the source
+        reports in the result but left undone because the run never needed it."""
 
 
 _REGISTRY: dict[str, type[ProposalSource]] = {}

@@ -40,7 +40,6 @@ share]`` per round).  Off in cold runs, with ``guard=False``, and without seed s
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from typing import Any
@@ -49,6 +48,7 @@ import numpy as np
 
 from tunedb.transfer.search.costmodel import spearman
 from tunedb.transfer.search.proposals.base import ProposalSource, Round, SearchState, Tagged, register, sig
+from tunedb.transfer.search.proposals.history import source_rows
 from tunedb.transfer.search.seed_order import similarity_weights
 
 __all__ = ["HistoryGuard", "arm_gains", "explore", "misfit", "prior_table"]
@@ -71,17 +71,15 @@ def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, flo
     weights = similarity_weights([s["similarity"] for s in srcs], state.opt.similarity_power)
     num: dict[str, float] = {}
     den: dict[str, float] = {}
-    for src, w in zip(srcs, weights):
+    for i, w in enumerate(weights):
         if w <= 0:
             continue
-        m = src["match"]
         try:
-            t = state.db.records(m.target, m.workload, columns=["config", "cost", "status"])
+            rows = source_rows(state, i)
         except (ValueError, TypeError):
             continue
         best: dict[str, float] = {}
-        for c, v, st in zip(t.column("config").to_pylist(), t.column("cost").to_pylist(),
-                            t.column("status").to_pylist()):
+        for c, v, st in zip(rows.configs, rows.costs, rows.statuses):
             if st == "ok" and v is not None and 0 < v < math.inf:
                 best[c] = min(best.get(c, math.inf), float(v))
             if len(best) >= max_configs:
@@ -93,7 +91,7 @@ def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, flo
         z = (y - float(y.mean())) / sd
         for c, zi in zip(best, z.tolist()):
             try:
-                s = sig(json.loads(c))
+                s = rows.signature(c)
             except (ValueError, TypeError):
                 continue
             num[s] = num.get(s, 0.0) + w * zi
@@ -211,18 +209,22 @@ class HistoryGuard(ProposalSource):
         self.credit = 0.0
         self.rng = random.Random(0)
         self.members: set[str] | None = None
+        self.prior_read = False    # prior read (prior_table), on the first judgement
+        self.members_read = False  # members computed, on the explorer's first proposal
         self.info: dict[str, Any] = {}
 
     def start(self, state: SearchState) -> list[Tagged]:
-        """Warm runs with seed sources and ``guard`` on: read the sources' prior (``prior_table``)."""
+        """Warm runs with seed sources and ``guard`` on: switch on.  The sources' prior
+        (``prior_table``) is read when the guard first judges the history (``guard_after`` ok
+        evaluations), so the run's first evaluations do not wait for it; it is the same table
+        either way (the sources' records are not the run's entry)."""
         opt = state.opt
         self.active = bool(getattr(opt, "guard", True)) and not opt.cold and bool(state.seed_sources)
         if not self.active:
             return []
         self.rng = random.Random(opt.seed * 7919 + 17)
-        self.prior = prior_table(state)
-        if state.space.finite is not None:
-            self.members = {sig(c) for c in state.space.finite}
+        self.prior_read = False
+        self.members_read = False
         self.info = {"rho": None, "share": 0.0, "fired": False, "explorer_best": None, "history_best": None,
                      "trace": []}
         state.surrogate_info["guard"] = self.info
@@ -237,6 +239,8 @@ class HistoryGuard(ProposalSource):
         if len(ok) < opt.guard_after:
             self.share = 0.0
             return
+        if not self.prior_read:
+            self.prior, self.prior_read = prior_table(state), True
         pairs = [(self.prior[s], math.log(c)) for s, c in ok if s in self.prior]
         rho = spearman([p for p, _ in pairs], [y for _, y in pairs]) if len(pairs) >= 6 else None
         arms = arm_gains(state.evaluated, self.picked)
@@ -261,6 +265,10 @@ class HistoryGuard(ProposalSource):
         n = min(int(self.credit), rnd.free)
         if n <= 0:
             return
+        if not self.members_read:  # the finite space's signatures, when the explorer first proposes
+            if state.space.finite is not None:
+                self.members = {sig(c) for c in state.space.finite}
+            self.members_read = True
         got = explore(state, n, rnd.sigs(), self.rng, self.members)
         self.credit -= n
         self.picked.update(sig(c) for c in got)

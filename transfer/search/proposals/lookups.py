@@ -28,7 +28,10 @@ def previous_configs(db: Any, target: dict, workload: dict) -> list[dict]:
     if db is None:
         return []
     try:
-        t = db.records(target, workload)
+        try:  # only what the order needs (the rows are those of the unprojected call)
+            t = db.records(target, workload, columns=["config", "timestamp"])
+        except TypeError:  # a store without the projection
+            t = db.records(target, workload)
     except (ValueError, TypeError):
         return []
     if t.num_rows == 0:

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from tunedb.index.keys import key_of
+from tunedb.index.model.keys import key_of
 from tunedb.transfer.search.adapt import adapt_many, hardware_scale
 from tunedb.transfer.search.proposals.base import ProposalSource, SearchState, Tagged, register, sig
 from tunedb.transfer.search.seed_order import interleave, similarity_weights

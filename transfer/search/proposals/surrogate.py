@@ -8,7 +8,6 @@ with fewer than two sources."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tunedb.transfer.search.proposals.base import ProposalSource, Round, SearchState, Tagged, register, seed_or, sig
+from tunedb.transfer.search.proposals.history import SourceRows, source_rows
 from tunedb.transfer.search.seed_order import interleave, similarity_weights
 from tunedb.transfer.space import Space
 
@@ -54,11 +54,10 @@ def _own(state: SearchState) -> list[tuple[dict, float]]:
     return [(state.configs[s], c) for s, c in state.evaluated.items() if 0 < c < math.inf]
 
 
-def _best_per_config(table: Any) -> dict[str, float]:
-    """Config JSON -> its best ok cost in ``table`` (inf for configs that only failed)."""
+def _best_per_config(rows: SourceRows) -> dict[str, float]:
+    """Config JSON -> its best ok cost in ``rows`` (inf for configs that only failed)."""
     best: dict[str, float] = {}
-    for c, v, st in zip(table.column("config").to_pylist(), table.column("cost").to_pylist(),
-                        table.column("status").to_pylist()):
+    for c, v, st in zip(rows.configs, rows.costs, rows.statuses):
         ok = st == "ok" and v is not None and 0 < v < math.inf
         best[c] = min(best.get(c, math.inf), v if ok else math.inf)
     return best
@@ -74,6 +73,7 @@ class SurrogateSource(ProposalSource):
 
     def __init__(self) -> None:
         self.active = False
+        self.deferred = False   # the source models are still to be fitted (``_ensure``)
         self.surrogate: Any = None
         self.fitted_on = -1
         self.models: dict[int, Any] = {}
@@ -87,21 +87,48 @@ class SurrogateSource(ProposalSource):
 
     # ------------------------------------------------------------------ start
     def start(self, state: SearchState) -> list[Tagged]:
-        """Warm runs: decide the ranking, fit the source models, put the consensus seeds first."""
+        """Warm runs: validate the options and decide whether the run may use the surrogate.
+        The source models are fitted when the surrogate is first needed (``before_round`` with
+        ``surrogate_after`` own ok evaluations; at once when ``consensus_seeds`` orders the
+        first seeds), so the run's first evaluations do not wait for them; the models are the
+        same either way (the sources' records are not the run's entry)."""
         if not state.opt.cold:
-            self._init(state)
-            state.pending = self._consensus_first(state, state.pending)
+            self._check(state.opt)
+            self.deferred = True
+            if state.opt.consensus_seeds > 0:
+                self._ensure(state)
+                state.pending = self._consensus_first(state, state.pending)
         return []
+
+    def finish(self, state: SearchState) -> None:
+        """End of the run: fit the source models if no round needed them, so that
+        ``TuneResult.surrogate`` names the sources whatever the run's length (a failure to read
+        them is reported there as ``error``: the run's result is never lost to it)."""
+        try:
+            self._ensure(state)
+        except Exception as e:
+            state.surrogate_info["error"] = f"{type(e).__name__}: {e}"
+
+    def _ensure(self, state: SearchState) -> None:
+        """Fit the source models (``_init``) once, when they were deferred."""
+        if self.deferred:
+            self.deferred = False
+            self._init(state)
+
+    @staticmethod
+    def _check(opt: Any) -> None:
+        """ValueError for a ``surrogate`` or ``acquisition`` option that does not exist."""
+        if opt.surrogate not in (None, "rgpe", "model"):
+            raise ValueError(f"surrogate must be 'rgpe', 'model' or None, not {opt.surrogate!r}")
+        if opt.acquisition not in ("ei", "mean"):
+            raise ValueError(f"acquisition must be 'ei' or 'mean', not {opt.acquisition!r}")
 
     def _init(self, state: SearchState) -> None:
         """Validate ``surrogate``/``acquisition`` (ValueError) and, for rgpe, fit one
         ``SourceModel`` per seed source on all of its records (best ok cost per config, log seconds)."""
         opt = state.opt
         mode = opt.surrogate
-        if mode not in (None, "rgpe", "model"):
-            raise ValueError(f"surrogate must be 'rgpe', 'model' or None, not {mode!r}")
-        if opt.acquisition not in ("ei", "mean"):
-            raise ValueError(f"acquisition must be 'ei' or 'mean', not {opt.acquisition!r}")
+        self._check(opt)
         self.active = False
         srcs = state.seed_sources
         if opt.cold or mode == "model" or state.db is None or not srcs or (mode is None and len(srcs) < 2):
@@ -112,12 +139,18 @@ class SurrogateSource(ProposalSource):
         self.scale = np.array([max(len(k.values) - 1, 1) for k in state.space.knobs], np.float64)
         self.models = {}
         try:
-            for i, src in enumerate(srcs):
-                m = src["match"]
-                best = _best_per_config(state.db.records(m.target, m.workload, columns=["config", "cost", "status"]))
+            per = [(i, source_rows(state, i)) for i in range(len(srcs))]
+            per = [(i, rows, _best_per_config(rows)) for i, rows in per]
+            # every distinct config of the sources encoded once (the sources share most of them)
+            texts = list(dict.fromkeys(c for _, _, best in per for c in best))
+            at = {c: j for j, c in enumerate(texts)}
+            if texts:
+                X_all, enc_all = self._encode(state, [per[0][1].parsed(c) for c in texts])
+            for i, _rows, best in per:
                 if not best:
                     continue
-                X, enc = self._encode(state, [json.loads(c) for c in best])
+                idx = np.fromiter((at[c] for c in best), np.int64, len(best))
+                X, enc = X_all[idx], enc_all[idx]
                 y = np.log(np.asarray(list(best.values()), np.float64))
                 if enc.sum() >= 3 and np.isfinite(y[enc]).sum() >= 3:
                     self.models[i] = SourceModel().fit(X[enc], y[enc], self.scale)
@@ -150,10 +183,13 @@ class SurrogateSource(ProposalSource):
         """Refit the ensemble's weights on this run's ok evaluations (from ``surrogate_after`` of
         them on, whenever there is a new one) and keep pending only the seeds of the sources it
         still believes; a failed fit turns the surrogate off (the cost model ranks instead)."""
-        if not self.active:
+        if not self.active and not self.deferred:
             return
         own = _own(state)
         if len(own) < max(state.opt.surrogate_after, 2) or len(own) == self.fitted_on:
+            return
+        self._ensure(state)
+        if not self.active:
             return
         from tunedb.transfer.search.rgpe import RGPESurrogate
 
