@@ -22,8 +22,20 @@ it reports the fraction of the held-out device's true optimum reached (optimum /
   cold          tunedb's local search from a random start, no retrieval, no prior model
   random        random search without replacement (mean over --random-seeds seeds)
   nearest_only  the best config of the most similar device, measured once
+  optuna_tpe    Optuna's TPE warm-started the way an Optuna user with the other devices' results
+                would (needs ``pip install -e '.[bench]'``; without optuna the row says skipped):
+                a study (``TPESampler(seed=s)``, Optuna's defaults) over the held-out device's
+                knobs, one categorical distribution per knob; the other devices' best configs
+                (one per device, de-duplicated) enqueued first (``study.enqueue_trial``), then TPE
+                proposes the rest.  A proposal outside the space (a constraint fails) is told as
+                pruned and not measured, so it spends no budget; a proposal already measured is
+                told its known cost again, also without spending budget (the cache a user keeps);
+                a measured config that failed on the device spends budget and is told as pruned.
+                Each measurement is the held-out device's recorded cost (seconds).  At most
+                ``TPE_MAX_ASKS_PER_EVALUATION`` x the budget proposals: a run that reaches the cap
+                stops short (never seen on these data sets)
 
-Tuner strategies and diy_union are the mean over --seeds seeds (default 3); every run spends
+Tuner strategies, diy_union and optuna_tpe are the mean over --seeds seeds (default 3); every run spends
 its whole budget (no patience).  Every strategy is scored by the held-out device's recorded
 cost of each config it evaluated (a tuner run's history is rebuilt from its evaluations), the
 numbers the union of bests and the optimum are read from.  The table on stderr (and "table" in the JSON) gives the median
@@ -42,6 +54,7 @@ cold with equal budgets; the reference is the best a cold search finds with 4x t
 
     python benchmarks/bench_transfer.py --json
     python benchmarks/bench_transfer.py --kernels convolution_milo --devices A100,W6600 --seeds 1
+    python benchmarks/bench_transfer.py --strategies optuna_tpe,diy_union --seeds 3
     python benchmarks/bench_transfer.py --local --json
 """
 
@@ -72,6 +85,7 @@ from tunedb.transfer.apps.evaluation import (  # noqa: E402,F401
     random_curve,
     union_curve,
 )
+from tunedb.transfer.measure.replay import ReplayData  # noqa: E402
 from tunedb.transfer.search.tuner import TuneOptions, Tuner  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
@@ -91,46 +105,175 @@ VARIANTS = {"no_guard": {"guard": False},
                            "surrogate": "model", "guard": False}}
 
 
-def held_out(datas: dict, held: str, random_seeds: int, seeds: int) -> HeldOut:
-    """Leave ``held`` out (``evaluation.leave_one_out``): warm, cold and every ``VARIANTS`` run with
-    ``seeds`` seeds, each on a fresh copy of a DB holding the other devices' records, plus random,
-    nearest-only and the union of bests; every tuner run scored by the recorded costs of the
-    configs it evaluated (``recorded_costs``), so every strategy is scored by the same numbers."""
-    return leave_one_out(datas, held, BUDGETS, random_seeds, seeds=seeds, variants=VARIANTS, recorded_costs=True)
+#: strategies outside ``leave_one_out``: baselines built on another library (``--strategies``)
+OPTUNA_STRATEGIES = ("optuna_tpe",)
+ALL_STRATEGIES = STRATEGIES + OPTUNA_STRATEGIES
+#: what the optuna_tpe row says when optuna is not installed
+OPTUNA_MISSING = "skipped: optuna not installed (pip install -e '.[bench]')"
+#: a TPE run stops after this many proposals per evaluation of its budget (invalid and repeated
+#: proposals spend no budget, so without a cap a run could propose forever)
+TPE_MAX_ASKS_PER_EVALUATION = 20
+
+
+def held_out(datas: dict, held: str, random_seeds: int, seeds: int, variants: dict | None = None) -> HeldOut:
+    """Leave ``held`` out (``evaluation.leave_one_out``): warm, cold and every one of ``variants``
+    (None: ``VARIANTS``) run with ``seeds`` seeds, each on a fresh copy of a DB holding the other
+    devices' records, plus random, nearest-only and the union of bests; every tuner run scored by
+    the recorded costs of the configs it evaluated (``recorded_costs``), so every strategy is
+    scored by the same numbers."""
+    return leave_one_out(datas, held, BUDGETS, random_seeds, seeds=seeds,
+                         variants=VARIANTS if variants is None else variants, recorded_costs=True)
+
+
+def optuna_available() -> bool:
+    """Whether optuna can be imported (the ``bench`` extra)."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def source_bests(datas: dict[str, ReplayData], held: str) -> list[dict]:
+    """The best config (``ReplayData.optimum``) of every device but ``held``, in ``datas`` order,
+    de-duplicated: the priors the optuna_tpe baseline enqueues."""
+    out: list[dict] = []
+    for dev, d in datas.items():
+        if dev != held:
+            cfg = d.optimum()[0]
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def tpe_order(data: ReplayData, priors: list[dict], budget: int, seed: int,
+              max_asks: int | None = None) -> list[dict]:
+    """The configs an Optuna TPE study measures on ``data``, in order, at most
+    ``budget`` distinct ones: ``priors`` enqueued first, then ``TPESampler(seed=seed)`` over one
+    categorical distribution per knob of ``data.space``.  Every measurement is answered from the
+    recorded results (the estimator's value in seconds, told as the trial's value; a failed or
+    unrecorded config is told as pruned).  A proposal outside the space is told as pruned and a
+    repeated one its known outcome again; neither counts toward ``budget``.  Stops after
+    ``max_asks`` proposals (None: ``TPE_MAX_ASKS_PER_EVALUATION * budget``).  Needs optuna."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    from tunedb.index.model.estimate import record_value
+    from tunedb.index.model.keys import canonical_json
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = data.space
+    dists = {k.name: CategoricalDistribution(k.values) for k in space.knobs}
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    for p in priors:
+        study.enqueue_trial(dict(p))
+    known: dict[str, float | None] = {}
+    order: list[dict] = []
+    cap = TPE_MAX_ASKS_PER_EVALUATION * budget if max_asks is None else max_asks
+    for _ in range(cap):
+        if len(order) >= budget:
+            break
+        trial = study.ask(dists)
+        cfg = {name: trial.params[name] for name in dists}
+        if not space.is_valid(cfg):
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
+        key = canonical_json(cfg)
+        if key not in known:
+            rec = data.results.get(key)
+            known[key] = record_value(rec) if rec is not None else None
+            order.append(cfg)
+        value = known[key]
+        if value is None:
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, value)
+    return order
+
+
+def tpe_histories(datas: dict[str, ReplayData], held: str, seeds: int) -> list[list]:
+    """One ``order_history`` of :func:`tpe_order` on ``held`` per seed (0 .. ``seeds`` - 1), with
+    budget ``max(BUDGETS)`` and the other devices' bests (:func:`source_bests`) as priors: scored
+    by the held-out device's recorded costs, like every other strategy."""
+    priors = source_bests(datas, held)
+    return [order_history(datas[held], tpe_order(datas[held], priors, max(BUDGETS), s)) for s in range(seeds)]
+
+
+def mean_fraction(histories: list[list], optimum: float, budget: int) -> float:
+    """Mean over ``histories`` of the fraction of ``optimum`` reached within ``budget``."""
+    return statistics.fmean(frac(optimum, best_within(h, budget)) for h in histories)
 
 
 def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quiet: bool, seeds: int = 3,
-                     devices: list[str] | None = None) -> dict:
+                     devices: list[str] | None = None, strategies: tuple[str, ...] = ALL_STRATEGIES) -> dict:
+    """Leave each device of each of ``kernels`` out in turn (``devices``: only these held-out
+    devices) and score ``strategies`` (names of ``ALL_STRATEGIES``) on it.  The ``leave_one_out``
+    strategies run only when one of them is asked for (warm and cold then always run; a
+    ``VARIANTS`` row only when asked for).  Returns the per-device rows, the table (strategy ->
+    budget -> median and worst fraction of the optimum; optuna_tpe without optuna: ``{"skipped":
+    OPTUNA_MISSING}``) and, when every ``STRATEGIES`` row ran, the summary."""
+    loo = [st for st in STRATEGIES if st in strategies]
+    tpe = [st for st in OPTUNA_STRATEGIES if st in strategies]
+    skipped = {}
+    if tpe and not optuna_available():
+        _log(f"optuna_tpe: {OPTUNA_MISSING}", quiet)
+        skipped = {st: {"skipped": OPTUNA_MISSING} for st in tpe}
+        tpe = []
+    scored = loo + tpe
+    variants = {name: over for name, over in VARIANTS.items() if name in loo}
     rows = []
     weights = {}
-    for kernel in kernels:
+    for kernel in kernels if scored else ():
         datas = load_devices(data_dir / kernel)
         for held in datas:
             if devices and held not in devices:
                 continue
             t0 = time.perf_counter()
-            h = held_out(datas, held, random_seeds, seeds)
-            mix = hindsight_mixture(datas, held, top=20)
-            weights[f"{kernel}/{held}"] = h.surrogates.get("warm", {})
+            fr: dict[str, dict[int, float]] = {}
+            extra: dict = {}
+            mix = None
+            if loo:
+                h = held_out(datas, held, random_seeds, seeds, variants)
+                mix = hindsight_mixture(datas, held, top=20)
+                weights[f"{kernel}/{held}"] = h.surrogates.get("warm", {})
+                fr.update({st: {b: h.fraction(st, b) for b in BUDGETS} for st in loo})
+                extra = {"nearest_device": h.nearest_device, "warm_measurements_to_95": h.warm_to_95,
+                         "random_measurements_to_95": h.random_to_95,
+                         "hindsight_mixture_at_20": mix["fraction"],
+                         "hindsight_mixture_optimum_rank": mix["optimum_rank"]}
+            if tpe:
+                _, opt = datas[held].optimum()
+                hists = tpe_histories(datas, held, seeds)
+                fr["optuna_tpe"] = {b: mean_fraction(hists, opt, b) for b in BUDGETS}
+                # runs that hit the proposal cap before spending the whole budget
+                extra["optuna_tpe_short_runs"] = sum(1 for h in hists if len(h) < max(BUDGETS))
             for b in BUDGETS:
                 rows.append({"kernel": kernel, "device": held, "budget": b,
-                             **{st: h.fraction(st, b) for st in STRATEGIES},
-                             "nearest_device": h.nearest_device,
-                             "warm_measurements_to_95": h.warm_to_95,
-                             "random_measurements_to_95": h.random_to_95,
-                             "hindsight_mixture_at_20": mix["fraction"],
-                             "hindsight_mixture_optimum_rank": mix["optimum_rank"]})
+                             **{st: fr[st][b] for st in scored}, **extra})
             _log(f"{kernel:>18} {held:>7}: " + "  ".join(
-                f"{st} " + "/".join(f"{h.fraction(st, b):.3f}" for b in BUDGETS) for st in STRATEGIES[:5])
-                + f"  hindsight-mix@20 {mix['fraction']:.3f}  [{time.perf_counter() - t0:.1f}s]", quiet)
+                f"{st} " + "/".join(f"{fr[st][b]:.3f}" for b in BUDGETS) for st in (loo[:5] + tpe))
+                + (f"  hindsight-mix@20 {mix['fraction']:.3f}" if mix else "")
+                + f"  [{time.perf_counter() - t0:.1f}s]", quiet)
     table = {st: {str(b): {"median": statistics.median(r[st] for r in rows if r["budget"] == b),
                            "worst": min(r[st] for r in rows if r["budget"] == b)} for b in BUDGETS}
-             for st in STRATEGIES}
+             for st in scored}
+    table.update(skipped)
+    out = {"devices": rows, "table": table, "surrogate_weights": weights, "seeds": seeds,
+           "strategies": [st for st in ALL_STRATEGIES if st in strategies]}
+    if set(STRATEGIES) <= set(loo):
+        out["summary"] = summary_of(rows, table)
+    _log(format_table(table), quiet)
+    return out
+
+
+def summary_of(rows: list[dict], table: dict) -> dict:
+    """The headline numbers of a run with every ``STRATEGIES`` row (``replay_benchmark``)."""
     at20 = [r for r in rows if r["budget"] == 20]
     w20 = [r["warm"] for r in at20]
     ratios = [r["random_measurements_to_95"] / r["warm_measurements_to_95"] if r["warm_measurements_to_95"]
               else r["random_measurements_to_95"] / (max(BUDGETS) + 1) for r in at20]
-    summary = {
+    return {
         "median_at_20": statistics.median(w20), "worst_at_20": min(w20),
         "cold_median_at_20": statistics.median(r["cold"] for r in at20),
         "random_median_at_20": statistics.median(r["random"] for r in at20),
@@ -144,8 +287,6 @@ def replay_benchmark(data_dir: Path, kernels: list[str], random_seeds: int, quie
         "warm_at_or_above_topk": {str(b): {m: table["warm"][str(b)][m] >= table["diy_union"][str(b)][m]
                                            for m in ("median", "worst")} for b in BUDGETS},
     }
-    _log(format_table(table), quiet)
-    return {"devices": rows, "summary": summary, "table": table, "surrogate_weights": weights, "seeds": seeds}
 
 
 def format_table(table: dict) -> str:
@@ -153,6 +294,9 @@ def format_table(table: dict) -> str:
     head = f"{'strategy':<13}" + "".join(f"  med@{b:<3}" for b in BUDGETS) + "".join(f"  worst@{b:<3}" for b in BUDGETS)
     lines = [head]
     for st, per in table.items():
+        if "skipped" in per:
+            lines.append(f"{st:<13}  {per['skipped']}")
+            continue
         lines.append(f"{st:<13}" + "".join(f"  {per[str(b)]['median']:.3f}  " for b in BUDGETS)
                      + "".join(f"  {per[str(b)]['worst']:.3f}    " for b in BUDGETS))
     return "\n".join(lines)
@@ -260,18 +404,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random-seeds", type=int, default=50)
     ap.add_argument("--seeds", type=int, default=3, help="(replay) seeds per tuner strategy, averaged")
     ap.add_argument("--devices", default="", help="(replay) only these held-out devices, comma-separated")
+    ap.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
+                    help="(replay) only these rows, comma-separated, of: " + ", ".join(ALL_STRATEGIES))
     ap.add_argument("--local", action="store_true", help="real C kernels on this CPU instead of replay")
     ap.add_argument("--budget", type=int, default=16, help="(--local) equal budget of warm and cold")
     ap.add_argument("--source-preset", default="cpu-x86-64-t1")
     ap.add_argument("--new-preset", default="cpu-native-t1")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    strategies = tuple(st for st in a.strategies.split(",") if st)
+    unknown = [st for st in strategies if st not in ALL_STRATEGIES]
+    if unknown or not strategies:
+        ap.error(f"--strategies: unknown {', '.join(unknown)} (choose from {', '.join(ALL_STRATEGIES)})"
+                 if unknown else "--strategies: none given")
     t0 = time.perf_counter()
     if a.local:
         res = local_benchmark(a.budget, a.json, a.source_preset, a.new_preset)
     else:
         res = replay_benchmark(Path(a.data), a.kernels.split(","), a.random_seeds, a.json, seeds=a.seeds,
-                               devices=[d for d in a.devices.split(",") if d] or None)
+                               devices=[d for d in a.devices.split(",") if d] or None, strategies=strategies)
     res["seconds"] = time.perf_counter() - t0
     print(json.dumps(res, sort_keys=True) if a.json else json.dumps(res, indent=2, sort_keys=True))
     return 0

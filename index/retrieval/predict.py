@@ -9,13 +9,18 @@ vectors, cosine) and ranks configs by how well they did *there*.
 The rule, for a query (target, workload) and its ``neighbours`` nearest entries of the same
 family (the query's own target left out when ``exclude_target``):
 
-1. candidates: the union of each neighbour's ``top_n`` best configs (``best_costs``);
+1. candidates: the union of each neighbour's ``top_n`` best configs (``best_costs``), and the
+   caller's ``default`` config when one is given (the kernel's default: it competes on the same
+   evidence, so it is predicted where the neighbours say it is the safest choice);
 2. each candidate's score is the similarity-weighted mean, over the neighbours, of its
    *relative performance* there, ``neighbour's best cost / candidate's cost`` (1.0 = that
    neighbour's optimum; 0 where the neighbour has no ok measurement of it, so a config known on
    one device only cannot win on that device's word alone).  The weight of a neighbour with
-   similarity ``s`` is ``exp(SHARPNESS * (s - 1))``: the nearest devices count most, and a
-   single near device cannot outvote every other;
+   similarity ``s`` is ``exp(sharpness * (s - 1))``, ``sharpness`` = ``SHARPNESS`` =
+   ``1 / (1 - MIN_SIMILARITY)`` = 5: a neighbour at the trust threshold (0.8) weighs 1/e of an
+   identical device.  The nearest devices count most, but hardware similarity is a weak guide
+   to which configs carry over (one AMD GPU's best convolution config runs at half speed on
+   another), so one near device does not outvote the rest;
 3. the ``k`` highest scores, each with where it came from (every neighbour's cost and relative
    performance for it).
 
@@ -24,24 +29,26 @@ answer: :attr:`Prediction.trusted` is False and :attr:`Prediction.reason` says s
 nearest similarity found.  Nothing here measures or writes.
 
 Measured on the project's recorded caches (leave one GPU out, 6 GPUs x 2 kernels):
-``benchmarks/bench_predict.py`` and docs/transfer_prediction.md.
+``benchmarks/bench_predict.py`` and docs/prediction.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tunedb.index.keys import canonical_json
+from tunedb.index.model.keys import canonical_json
 
 if TYPE_CHECKING:
     from tunedb.index.retrieval.nearest import Match
 
-#: weight of a neighbour of similarity s: exp(SHARPNESS * (s - 1)) (s = 1 -> 1; s = 0.9 -> 0.37)
-SHARPNESS = 10.0
+#: below this similarity of the nearest entry there is no prediction
 MIN_SIMILARITY = 0.8
+#: weight of a neighbour of similarity s: exp(SHARPNESS * (s - 1)) (s = 1 -> 1; s = 0.9 -> 0.61;
+#: s = MIN_SIMILARITY -> 1/e)
+SHARPNESS = 5.0  # 1 / (1 - MIN_SIMILARITY)
 
 
 @dataclass(frozen=True)
@@ -100,14 +107,27 @@ class Prediction:
 
 
 def predict_best(store: Any, target: Any, workload: Any, k: int = 3, *, neighbours: int = 5,
-                 top_n: int = 20, min_similarity: float = MIN_SIMILARITY, exclude_target: bool = False
-                 ) -> Prediction:
+                 top_n: int = 20, min_similarity: float = MIN_SIMILARITY, exclude_target: bool = False,
+                 default: Mapping[str, Any] | None = None, sharpness: float = SHARPNESS) -> Prediction:
     """The ``k`` configs predicted for (target, workload) from its nearest entries (see the
-    module docstring); ``store``: a ``RecordStore`` (its ``nearest`` and ``lookup_many``).  ``exclude_target``: leave the query's own target out (to predict for a
-    device that has records, as if it had none).  ValueError for bad arguments (as
-    ``nearest``)."""
+    module docstring); ``store``: a ``RecordStore`` (its ``nearest`` and ``lookup_many``).
+    ``exclude_target``: leave the query's own target out (to predict for a device that has
+    records, as if it had none).  ``default``: the kernel's default config, a candidate scored
+    like the others (None: no default known).  ``sharpness``: the similarity weighting
+    (``exp(sharpness * (s - 1))``; 0 weighs every neighbour alike).  ValueError for bad
+    arguments (as ``nearest``)."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if default is not None and not isinstance(default, Mapping):
+        raise ValueError(f"default must be a config object (a mapping) or None, got {type(default).__name__}")
+    if default is not None:
+        try:
+            canonical_json(dict(default))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"default is not a JSON config: {e}") from None
+    if isinstance(sharpness, bool) or not isinstance(sharpness, (int, float)) or not (
+            math.isfinite(sharpness) and sharpness >= 0):
+        raise ValueError(f"sharpness must be a finite number >= 0, got {sharpness!r}")
     matches = store.nearest(target, workload, k=neighbours, exclude_target=exclude_target, best_n=top_n)
     if not matches:
         return Prediction(trusted=False, reason="no entry of this workload family is stored: nothing to predict from")
@@ -116,17 +136,20 @@ def predict_best(store: Any, target: Any, workload: Any, k: int = 3, *, neighbou
         return Prediction(neighbours=matches, trusted=False,
                           reason=f"the nearest entry's similarity is {top:.3f}, below {min_similarity:.2f}: "
                                  "too far to predict from; measure instead")
-    return Prediction(configs=_rank(store, matches, k), neighbours=matches)
+    return Prediction(configs=_rank(store, matches, k, default, float(sharpness)), neighbours=matches)
 
 
-def _rank(store: Any, matches: Sequence[Match], k: int) -> list[PredictedConfig]:
-    from tunedb.index.estimate import estimate
+def _rank(store: Any, matches: Sequence[Match], k: int, default: Mapping[str, Any] | None,
+          sharpness: float) -> list[PredictedConfig]:
+    from tunedb.index.model.estimate import estimate
 
-    weights = [math.exp(SHARPNESS * (m.similarity - 1.0)) for m in matches]
+    weights = [math.exp(sharpness * (m.similarity - 1.0)) for m in matches]
     candidates: dict[str, dict] = {}
     for m in matches:
         for c in m.config_costs():
             candidates.setdefault(canonical_json(c.config), dict(c.config))
+    if default is not None:
+        candidates.setdefault(canonical_json(dict(default)), dict(default))
     texts, configs = list(candidates), list(candidates.values())
     known: list[dict[str, float]] = []  # per neighbour: candidate text -> cost (seconds)
     optimum: list[float] = []

@@ -11,7 +11,7 @@ TRUST_HELP = ("only records these patterns trust answer: measured, replay, impor
 def trusted(args, open_it):
     """``open_it()`` (the opened store), or a TrustedStore view of it when ``--trust`` was given.
     The policy is parsed first: a bad one is a UserError and no store is opened (or created)."""
-    from tunedb.index.trust import parse_trust, trusted_view
+    from tunedb.index.views.trust import parse_trust, trusted_view
 
     policy = None
     if getattr(args, "trust", None) is not None:
@@ -84,7 +84,7 @@ def run_stats(args) -> None:
 
 def _target_in_db(args, db, spec: str) -> dict:
     t = target_arg(spec, db)
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     tkey = key_of(t)
     if not any(x["target_key"] == tkey for x in db.targets()):
@@ -95,8 +95,8 @@ def _target_in_db(args, db, spec: str) -> dict:
 def ci_cell(est) -> str:
     """An estimate's interval for a column headed "95 % CI": the range when it is a 95 %
     interval, else the range with its own level (``185-263 us (72 % CI)``, the label of
-    ``tunedb.index.estimate.ci_label``), ``-`` without one."""
-    from tunedb.index.estimate import LEVEL, ci_label
+    ``tunedb.index.model.estimate.ci_label``), ``-`` without one."""
+    from tunedb.index.model.estimate import LEVEL, ci_label
 
     if not est.has_interval:
         return "-"
@@ -106,8 +106,8 @@ def ci_cell(est) -> str:
 
 def ci_text(est) -> str:
     """``202 us (95 % CI 185-263 us, n=2, confirmed, noisy)``: the estimate, its interval labelled by
-    ``tunedb.index.estimate.ci_label`` (95 % CI, or its own lower level), n and the flags."""
-    from tunedb.index.estimate import ci_label
+    ``tunedb.index.model.estimate.ci_label`` (95 % CI, or its own lower level), n and the flags."""
+    from tunedb.index.model.estimate import ci_label
 
     n = f"n={est.records}" if est.records != 1 else f"n=1, {est.samples} repeats"
     extra = ", confirmed" if est.basis == "confirmed" else ""
@@ -127,18 +127,18 @@ def compare_command(target: str, workload: str, a: dict, b: dict) -> str:
 
 
 def run_best(args) -> None:
-    """``tunedb best``: the entry's configs in answer order (``tunedb.index.decisions.answer``:
+    """``tunedb best``: the entry's configs in answer order (``tunedb.index.contract.decisions.answer``:
     stored decisions first, then intervals entirely below, then the estimator's ranking), the
     first ``k`` plus the configs tied with the first and the first config's challenger when
     they are below them."""
-    from tunedb.index.decisions import answer
+    from tunedb.index.contract.decisions import answer
 
     if args.k < 1:
         raise UserError("-k must be >= 1")
     db = trusted(args, lambda: open_db(args, must_exist=True))
     target = target_arg(args.target, db)
     workload = parse_workload(args.workload)
-    from tunedb.index.keys import key_of
+    from tunedb.index.model.keys import key_of
 
     in_db = any(x["target_key"] == key_of(target) for x in db.targets())
     ans = answer(db, target, workload) if in_db else None
@@ -193,8 +193,9 @@ def run_best_predicted(args, db, target: dict, workload: dict) -> None:
     """``tunedb best`` for an entry with no records: the configs predicted from the nearest
     entries (``RecordStore.predict_best``), each marked predicted with where it came from; when
     nothing near enough is stored, it says so (exit 0, no config).  UserError when no entry of
-    the workload's family is stored at all."""
-    pred = db.predict_best(target, workload, k=args.k)
+    the workload's family is stored at all.  The family's default config for the target (when
+    tunedb knows the family) is among the candidates, scored on the same evidence."""
+    pred = db.predict_best(target, workload, k=args.k, default=family_default(workload, target))
     if not pred.neighbours:
         raise UserError(f"{args.target!r} has no records of {args.workload!r} in {args.db}, and no entry of the "
                         f"family {workload.get('family')!r} is stored to predict from")
@@ -209,6 +210,18 @@ def run_best_predicted(args, db, target: dict, workload: dict) -> None:
     note = ("\nscore: the similarity-weighted mean, over the nearest entries, of each config's speed relative to "
             "that entry's best config (1.000 = the best config on every one of them)")
     emit(args, payload, head + "\n" + human + note)
+
+
+def family_default(workload: dict, target: dict) -> dict | None:
+    """The default config of ``workload``'s kernel family for ``target``; None when tunedb does
+    not know the family (an imported Kernel Tuner or TVM workload) or the workload is not one of
+    its valid workloads."""
+    from tunedb.transfer.kernels import default_config
+
+    try:
+        return default_config(workload, target)
+    except ValueError:
+        return None
 
 
 def run_compact(args) -> None:
