@@ -10,7 +10,7 @@ run (each looks at the held-out device's full measurements):
                      predictions, and the fraction of the optimum its top 20 reach
   idealised_loop     model-guided search over the *whole* space: measure the 4 best-predicted
                      unmeasured configs, refit with the device's own measurements weighted as
-                     the tuner weighs them (tunedb.transfer.search.tuner.own_sample_weight), repeat;
+                     together as much as the other devices' records (own_sample_weight), repeat;
                      fraction of the optimum after 5, 10, 20, 50
 
 plus the ceiling of seed transfer (``transfer_ceiling``, also for every device with ``--all``):
@@ -50,9 +50,15 @@ sys.path.insert(0, str(ROOT))
 
 from tunedb.transfer.apps.evaluation import hindsight_mixture, load_devices, union_of_bests  # noqa: E402
 from tunedb.transfer.search.costmodel import FeatureSpace, default_model, spearman  # noqa: E402
-from tunedb.transfer.search.tuner import TuneOptions, own_sample_weight  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "kernel_tuner"
+
+
+def own_sample_weight(n_db: int, n_own: int, own_weight: float = 1.0) -> float:
+    """Sample weight of each of ``n_own`` records of the held-out device beside ``n_db`` records
+    of weight 1: together they weigh ``own_weight`` times the other records, unless that would
+    make each weigh less than 1 (then 1)."""
+    return max(1.0, own_weight * n_db / max(n_own, 1))
 
 
 def transfer_ceiling(datas: dict, device: str) -> dict:
@@ -149,7 +155,7 @@ def diagnose(data_dir: Path, kernel: str, device: str, batch: int = 4, budget: i
     ok = np.isfinite(cost)
     model_rank = int(np.flatnonzero(order == int(np.argmin(cost)))[0])
 
-    own_weight = TuneOptions().own_weight  # the tuner's weighting of the device's own measurements
+    own_weight = 1.0  # the device's own measurements weigh as much as the other devices' records
     seen: list[int] = []
     best, curve = np.inf, []
     pred = base

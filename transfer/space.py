@@ -55,14 +55,30 @@ class Constraint:
 class Space:
     knobs: tuple
     constraints: tuple = ()
-    #: every valid config, when the space is a known finite list (e.g. a replayed data set)
+    #: every valid config, when the space is a known finite list (e.g. a replayed data set),
+    #: kept in knob-value order (see :meth:`__post_init__`), whatever order it was given in
     finite: tuple | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "knobs", tuple(self.knobs))
         object.__setattr__(self, "constraints", tuple(self.constraints))
         if self.finite is not None:
-            object.__setattr__(self, "finite", tuple(dict(c) for c in self.finite))
+            object.__setattr__(self, "finite", self._canonical(dict(c) for c in self.finite))
+
+    def _canonical(self, configs: Iterator[dict]) -> tuple:
+        """``configs`` in knob-value order: sorted by each knob's value index, the first knob
+        first (the order :meth:`__iter__` enumerates a space without a list).  So the same set
+        of configs is the same space, and a seeded search draws the same configs, whether the
+        list came from a Kernel Tuner searchspace, a cache file or a DB.  A value outside its
+        knob sorts after that knob's values (original order kept among equals)."""
+        configs = list(configs)
+        try:
+            positions = [{v: i for i, v in reversed(list(enumerate(k.values)))} for k in self.knobs]
+            order = [tuple(pos.get(c.get(k.name), len(k.values)) for k, pos in zip(self.knobs, positions))
+                     for c in configs]
+        except TypeError:  # an unhashable value: keep the given order
+            return tuple(configs)
+        return tuple(configs[i] for i in sorted(range(len(configs)), key=order.__getitem__))
 
     @property
     def names(self) -> list[str]:

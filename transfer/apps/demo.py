@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tunedb.index.contract.base import RecordStore
+    from tunedb.transfer.search.session import TuningSession
 
 PRESET = "cpu-native-t1"
 FAMILY = "matmul"
@@ -282,28 +283,28 @@ def verify(db: RecordStore, target: Mapping[str, Any], w: Mapping[str, Any], war
 
 
 # ---------------------------------------------------------------------------- searching
-def _tuner(db: RecordStore, job: Any, budget: int, seed: int, cold: bool, progress: Callable | None) -> Any:
-    """A Tuner of ``job`` with the demo's options: ``budget`` evaluations, the default first,
-    (warm) up to ``budget - 1`` seeds (at most 3), rounds of 2, two leaders re-measured once and
-    the winner once more."""
-    from tunedb.transfer.search.tuner import TuneOptions, Tuner
+def _tuner(session: TuningSession, job: Any, budget: int, seed: int, cold: bool, progress: Callable | None) -> Any:
+    """A Tuner of ``job`` in ``session`` with the demo's options: ``budget`` evaluations, the
+    default first, (warm) up to ``budget - 1`` seeds (at most 3), rounds of 2, two leaders
+    re-measured once and the winner once more."""
+    from tunedb.transfer.search.tuner import TuneOptions
 
     opt = TuneOptions(budget=budget, seed=seed, cold=cold, batch=2, n_seeds=min(3, max(budget - 1, 1)),
                       start_default=True, confirm_top=2, confirm_rounds=1)
-    return Tuner(db, job.target, job.workload, job.space, job.backend, opt, progress=progress, **job.tuner_kwargs())
+    return session.job_tuner(job, opt, progress=progress)
 
 
-def search_pair(warm_db: RecordStore, cold_db: RecordStore, job: Any, budget: int, seed: int,
+def search_pair(warm_run: TuningSession, cold_run: TuningSession, job: Any, budget: int, seed: int,
                 progress: Callable[[str, dict], None] | None = None) -> tuple[Any, Any, list[str]]:
-    """Tune ``job`` warm (on ``warm_db``) and cold (on ``cold_db``, cold mode) with the same
-    ``budget``, stepping the two runs alternately (start, start, round, round, ...), then
-    confirming each; their ``TuneResult`` s (warm, cold) and the config keys cold evaluated, in
-    evaluation order."""
+    """Tune ``job`` warm (in ``warm_run``, on its store) and cold (in ``cold_run``, cold mode)
+    with the same ``budget``, stepping the two runs alternately (start, start, round, round,
+    ...), then confirming each; their ``TuneResult`` s (warm, cold; each kept by its session)
+    and the config keys cold evaluated, in evaluation order."""
     def cb(label: str) -> Callable[[dict], None] | None:
         return (lambda ev: progress(label, ev)) if progress else None
 
-    warm = _tuner(warm_db, job, budget, seed, False, cb("warm"))
-    cold = _tuner(cold_db, job, budget, seed, True, cb("cold"))
+    warm = _tuner(warm_run, job, budget, seed, False, cb("warm"))
+    cold = _tuner(cold_run, job, budget, seed, True, cb("cold"))
     warm.start()
     cold.start()
     alive = {"warm": True, "cold": True}
@@ -313,7 +314,7 @@ def search_pair(warm_db: RecordStore, cold_db: RecordStore, job: Any, budget: in
                 alive[name] = tu.step()
     warm.confirm()
     cold.confirm()
-    return warm.result(), cold.result(), [_key(c) for c in cold.configs.values()]
+    return warm_run.keep(warm.result()), cold_run.keep(cold.result()), [_key(c) for c in cold.configs.values()]
 
 
 def evaluations_to_reach(history: list, value: float | None) -> int | None:
@@ -363,6 +364,7 @@ def run_demo(db: RecordStore, *, budget: int = 6, history_budget: int = 20, seed
     from tunedb.index.memory.store import MemoryStore
     from tunedb.transfer.measure.jobs import local_job
     from tunedb.transfer.search import runlog
+    from tunedb.transfer.search.session import TuningSession
 
     if budget < 2 or history_budget < 2:
         raise ValueError("the budgets must be at least 2 evaluations (the default and one more)")
@@ -371,10 +373,10 @@ def run_demo(db: RecordStore, *, budget: int = 6, history_budget: int = 20, seed
     looks = tuple(x for x in LOOKS if x <= max_rounds)
     if max_rounds not in looks:
         looks = (*looks, max_rounds)
-    watch = runlog.Stopwatch(check_machine=True)
     t_start = time.perf_counter()
     target_d = local_target(target)
-    records_before = runlog.records_in(db)
+    demo = TuningSession(db, "demo", target_d)
+    watch, records_before = demo.watch, demo.records_before
 
     def rounds_cb(phase: str, total: int) -> Callable[[int, Any], None] | None:
         return (lambda r, _st: progress(phase, {"round": r + 1, "rounds": total})) if progress else None
@@ -400,8 +402,9 @@ def run_demo(db: RecordStore, *, budget: int = 6, history_budget: int = 20, seed
     w_new = new_shape(db, target_d, panel)
     job = local_job(target_d, w_new)
     entries_before = stored_entries(db, target_d)
-    cold_db = MemoryStore("demo-cold-throwaway")
-    warm_res, cold_res, cold_keys = search_pair(db, cold_db, job, budget, seed, progress)
+    warm_run = TuningSession(db, "tune", job.target, check_machine=False)
+    cold_run = TuningSession(MemoryStore("demo-cold-throwaway"), "tune", job.target, check_machine=False)
+    warm_res, cold_res, cold_keys = search_pair(warm_run, cold_run, job, budget, seed, progress)
     warm_cfg = warm_res.best_config or job.defaults
     cold_cfg = cold_res.best_config or job.defaults
 
@@ -445,27 +448,25 @@ def run_demo(db: RecordStore, *, budget: int = 6, history_budget: int = 20, seed
     out["seconds"] = time.perf_counter() - t_start
 
     # the run summaries: warm's stored as a run of its own, cold's only inside the demo
-    warm_part = runlog.run_summary("tune", target=job.target, tasks=[runlog.task_summary(warm_res)],
-                                   started=watch.started, wall_s=float(warm_res.overhead.get("total") or 0.0),
-                                   label="demo warm", options={"budget": budget, "seed": seed, "cold": False},
-                                   records_before=records_before, machine=watch.machine)
-    warm_part["run_id"] = runlog.save_run(db, warm_part)
-    cold_part = runlog.run_summary("tune", target=job.target, tasks=[runlog.task_summary(cold_res, source="cold")],
-                                   started=watch.started, wall_s=float(cold_res.overhead.get("total") or 0.0),
-                                   label="demo cold (throwaway store)",
-                                   options={"budget": budget, "seed": seed, "cold": True},
-                                   records_before=0, machine=watch.machine)
+    warm_part = warm_run.summary(started=watch.started, wall_s=float(warm_res.overhead.get("total") or 0.0),
+                                 label="demo warm", options={"budget": budget, "seed": seed, "cold": False},
+                                 records_before=records_before, machine=watch.machine)
+    warm_run.save_summary(warm_part)
+    cold_part = cold_run.summary([runlog.task_summary(cold_res, source="cold")], started=watch.started,
+                                 wall_s=float(cold_res.overhead.get("total") or 0.0),
+                                 label="demo cold (throwaway store)",
+                                 options={"budget": budget, "seed": seed, "cold": True},
+                                 records_before=0, machine=watch.machine)
     parts += [warm_part, cold_part]
-    summary = runlog.run_summary(
-        "demo", target=target_d, tasks=[], started=watch.started, wall_s=watch.elapsed(), label="demo",
+    summary = demo.summary(
+        [], label="demo",
         options={"budget": budget, "history_budget": history_budget, "seed": seed, "max_rounds": max_rounds},
-        records_before=records_before, machine=watch.machine,
         extra={"parts": parts, "verdict": out["verdict"], "verify": v, "headline": out["headline"],
                "budget_headline": out["budget_headline"], "precondition": pre,
                "measurements": sum(int(q.get("measurements") or 0) for q in parts),
                "cache_hits": sum(int(q.get("cache_hits") or 0) for q in parts),
                "evaluations": sum(int(q.get("evaluations") or 0) for q in parts)})
-    out["run_id"] = runlog.save_run(db, summary)
+    out["run_id"] = demo.save_summary(summary)
     return out
 
 
@@ -476,20 +477,18 @@ def _history_one(db: RecordStore, target: Mapping[str, Any], w: Mapping[str, Any
     ``measurements``, ``db_answers``, ``best`` (the DB's estimate, seconds), ``best_config``,
     and (tuned) ``part``: its run summary, also stored as a run of its own."""
     from tunedb.transfer.measure.jobs import local_job
-    from tunedb.transfer.search import runlog
+    from tunedb.transfer.search.session import TuningSession
 
     job = local_job(target, w)
     found = db.best_costs(job.target, job.workload, 1)
     row: dict[str, Any] = {"workload": dict(job.workload), "reused": bool(found), "evaluations": 0,
                            "measurements": 0, "db_answers": 0, "part": None}
     if not found:
-        watch, before = runlog.Stopwatch(), runlog.records_in(db)
+        run = TuningSession(db, "tune", job.target, check_machine=False)
         cb = (lambda ev: progress("history", ev)) if progress else None
-        res = _tuner(db, job, budget, seed, False, cb).run()
-        part = runlog.run_summary("tune", target=job.target, tasks=[runlog.task_summary(res)], started=watch.started,
-                                  wall_s=watch.elapsed(), label="demo history",
-                                  options={"budget": budget, "seed": seed, "cold": False}, records_before=before)
-        part["run_id"] = runlog.save_run(db, part)
+        res = run.run(_tuner(run, job, budget, seed, False, cb))
+        part = run.summary(label="demo history", options={"budget": budget, "seed": seed, "cold": False})
+        run.save_summary(part)
         row.update(evaluations=res.evaluations, measurements=res.measurements, db_answers=res.cache_hits, part=part)
         found = db.best_costs(job.target, job.workload, 1)
     row["best"] = found[0].cost if found else None

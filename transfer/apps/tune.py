@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tunedb.transfer.measure.jobs import local_job
-from tunedb.transfer.search.tuner import TuneOptions, Tuner, TuneResult
+from tunedb.transfer.search.tuner import TuneOptions, TuneResult
 
 if TYPE_CHECKING:
     from tunedb.index.contract.base import RecordStore
@@ -38,16 +38,13 @@ def tune(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any]
     The run's summary is stored in ``db`` (``RecordStore.add_run``, kind ``tune``).
     Raises ValueError (one line) for a target that is not a local preset, a workload no kernel
     family accepts or a bad trust policy."""
-    from tunedb.index.views.trust import trusted_view
-    from tunedb.transfer.search import runlog
+    from tunedb.transfer.search.session import TuningSession
 
-    db = trusted_view(db, trust)
     job = local_job(target, workload, backend)
     opts = options or TuneOptions(budget=budget, confirm_top=2, confirm_rounds=2)
-    watch, before = runlog.Stopwatch(check_machine=job.backend.name != "replay"), runlog.records_in(db)
-    res = Tuner(db, job.target, job.workload, job.space, job.backend, opts, **job.tuner_kwargs(), **kw).run()
+    session = TuningSession(db, "tune", job.target, trust=trust, check_machine=job.backend.name != "replay")
+    res = session.run(session.job_tuner(job, opts, **kw))
     # the run's summary beside the records (``RecordStore.runs()``), as the CLI's tune stores it
-    runlog.save_tuner_runs(db, "tune", job.target, [res], watch, before, cold=opts.cold,
-                           options={"budget": opts.budget, "seed": opts.seed, "cold": opts.cold},
-                           extra={"interrupted": res.interrupted})
+    session.save(cold=opts.cold, options={"budget": opts.budget, "seed": opts.seed, "cold": opts.cold},
+                 extra={"interrupted": res.interrupted})
     return res

@@ -178,12 +178,13 @@ class ModelRun:
     def __init__(self, db: RecordStore, model: Model, target: Mapping[str, Any], opt: ModelOptions,
                  progress: Callable[[dict], None] | None, backend: Any) -> None:
         from tunedb.transfer.measure.jobs import local_job
+        from tunedb.transfer.search.session import TuningSession
 
         self.db, self.model, self.opt, self.progress = db, model, opt, progress
-        self.watch = runlog.Stopwatch(check_machine=getattr(backend, "name", "local") != "replay")
-        self.records_before = runlog.records_in(db)
         self.jobs = [local_job(target, t.workload, backend) for t in model.tasks]  # validates every task first
         self.target = self.jobs[0].target if self.jobs else dict(target)
+        self.session = TuningSession(db, "tune-model", self.target,
+                                     check_machine=getattr(backend, "name", "local") != "replay")
         n = len(self.jobs)
         self.states = [TaskState(weight=float(t.weight)) for t in model.tasks]
         self.defaults: list[float | None] = [None] * n
@@ -234,7 +235,7 @@ class ModelRun:
     def start_tasks(self, todo: list[int]) -> None:
         """Step 2: each task's first round: its default config, then its seeds (warm) or the
         model's/random moves (cold)."""
-        from tunedb.transfer.search.tuner import TuneOptions, Tuner
+        from tunedb.transfer.search.tuner import TuneOptions
 
         opt = self.opt
         per_first = max(1, min(opt.first, opt.budget // max(len(todo), 1)))
@@ -243,7 +244,7 @@ class ModelRun:
             topt = TuneOptions(budget=per_first, seed=opt.seed + i, cold=opt.cold, patience=None,
                                batch=opt.round, n_seeds=per_first, start_default=True,
                                confirm_top=opt.confirm_top, confirm_rounds=opt.confirm_rounds)
-            tu = Tuner(self.db, job.target, job.workload, job.space, job.backend, topt, **job.tuner_kwargs())
+            tu = self.session.job_tuner(job, topt)
             self.tuners[i] = tu
             self.rows[i] = {"source": "pending"}
             tu.start()
@@ -359,11 +360,9 @@ class ModelRun:
                            if dl and all(d is not None and math.isfinite(d) for d in dl) else None)
         n, n_hit = len(self.jobs), sum(1 for r in tasks_out if r["source"] == "hit")
         opt = self.opt
-        summary = runlog.run_summary(
-            "tune-model", target=self.target, tasks=tasks_out, started=self.watch.started,
-            wall_s=self.watch.elapsed(), label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt),
-            records_before=self.records_before, model=self.model.name, eta=n_hit / n if n else None,
-            machine=self.watch.machine,
+        summary = self.session.summary(
+            tasks_out, label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt),
+            model=self.model.name, eta=n_hit / n if n else None,
             measure_s=sum(float(t.get("measure_s") or 0.0) for t in tasks_out) + self.default_measure_s,
             extra={"latency": latency, "default_latency": default_latency, "history": self.history,
                    "default_measurements": self.default_meas, "default_cache_hits": self.default_hits,
@@ -376,7 +375,7 @@ class ModelRun:
         # hit rate is of); the default-config references and tuned-vs-default rounds are counted apart
         summary["reference_measurements"] = self.default_meas
         summary["reference_cache_hits"] = self.default_hits
-        summary["run_id"] = runlog.save_run(self.db, summary)
+        self.session.save_summary(summary)
         return summary
 
 

@@ -79,8 +79,8 @@ from tunedb.index.model.record import Record
 from tunedb.transfer.interop import merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, cache_key, cache_workload, device_of, device_target
 from tunedb.transfer.measure.backend import MeasureBackend
-from tunedb.transfer.search import runlog
-from tunedb.transfer.search.tuner import TuneOptions, Tuner
+from tunedb.transfer.search.session import TuningSession
+from tunedb.transfer.search.tuner import TuneOptions
 from tunedb.transfer.space import Constraint, Knob, Space
 
 if TYPE_CHECKING:
@@ -456,17 +456,16 @@ def probed_device(device: str) -> dict | None:
 
 
 def warm_start_options(**overrides: Any) -> TuneOptions:
-    """The Tuner's options ``WarmStart`` runs with when given none: ``TuneOptions()`` with
-    ``patience=None`` (Kernel Tuner's max_fevals / time_limit end the run), ``top_per_neighbor=32``
-    and ``seed_slots=2``, then ``overrides`` (any ``TuneOptions`` field, e.g. ``seed``).
+    """The Tuner's options ``WarmStart`` runs with when given none: the one engine's defaults,
+    ``TuneOptions(**overrides)`` (any ``TuneOptions`` field, e.g. ``seed``), the same as
+    ``tunedb tune`` and ``tunedb.tune`` use.  Kernel Tuner's max_fevals / time_limit end the
+    run (``patience`` is off by default).
 
-    Why deeper seed lists than the Tuner's default (8 per source, 1 place a round): a Kernel
-    Tuner cache holds a device's whole searchspace, so every source has a long ranked list.  On
-    the shared dedispersion data with the W6600 held out, its optimum sits below the eighth place
-    of the other GPUs' lists; with these options WarmStart came within 0.6 % of it by the 50th
-    evaluation (3 seeds, median) where the defaults took 200.  Where the other GPUs' bests are
-    poor (convolution, A100 held out) the extra seeds cost evaluations (``docs/methodology.md``)."""
-    return replace(TuneOptions(patience=None, top_per_neighbor=32, seed_slots=2), **overrides)
+    One difference is forced by Kernel Tuner's protocol and is not an option: the CLI and
+    ``tunedb.tune`` re-measure their two leaders after the budget (``confirm_top=2``); inside
+    Kernel Tuner a config is measured once per run (its cost function answers a repeat from
+    its own cache), so ``WarmStart`` keeps ``confirm_top`` as given (default 0)."""
+    return TuneOptions(**overrides)
 
 
 class WarmStart:
@@ -476,7 +475,8 @@ class WarmStart:
     every measurement (each Kernel Tuner result is committed to ``db`` at once).
 
     ``db``: any ``RecordStore``.  ``options``: the Tuner's options (default
-    :func:`warm_start_options`; Kernel Tuner's max_fevals / time_limit end the run); ``budget`` is always
+    :func:`warm_start_options`, the same defaults as ``tunedb tune``; Kernel Tuner's max_fevals /
+    time_limit end the run); ``budget`` is always
     set from Kernel Tuner's max_fevals.  ``target``: override the device (a name resolved through
     the catalog, or a target dict).  ``resume``: DB answers count towards max_fevals (a rerun does
     the remaining work only); False: max_fevals counts new Kernel Tuner fevals only.
@@ -512,10 +512,10 @@ class WarmStart:
         kt_budget = tuning_options.budget.get_evaluations_remaining() if "budget" in tuning_options else size
         budget = int(min(kt_budget, size)) if self.resume else size
         opts = replace(self.options, budget=max(budget, 1))
-        watch, before = runlog.Stopwatch(), runlog.records_in(self.db)
+        session = TuningSession(self.db, "kernel-tuner", target, check_machine=False)
         evaluations: list[tuple[dict, Record, bool]] = []  # (config, record, cached), in evaluation order
-        tuner = Tuner(self.db, target, workload, space_of(searchspace), backend, opts, progress=self.progress,
-                      on_evaluation=lambda cfg, rec, cached, _origin: evaluations.append((cfg, rec, cached)))
+        tuner = session.tuner(target, workload, space_of(searchspace), backend, opts, progress=self.progress,
+                              on_evaluation=lambda cfg, rec, cached, _origin: evaluations.append((cfg, rec, cached)))
         stopped_by = ""
         interrupted = False
         try:
@@ -532,21 +532,18 @@ class WarmStart:
         if backend.stopped is not None and not interrupted:
             stopped_by = "kernel_tuner"
         costs = _config_costs(self.db, target, workload)
-        best_cfg, best_est = _best_evaluated(evaluations, costs)
-        res = tuner.result()
-        if best_est is not None:  # the run's best is the estimator's, not the Tuner's min over records
-            res = replace(res, best_config=best_cfg, best_cost=best_est.value)
+        res = session.keep(tuner.result())  # the run's answer is the Tuner's (as for every entry point)
+        best_cfg = res.best_config
+        best_est = None if res.best_estimate is None else CostEstimate.from_dict(res.best_estimate)
         results, db_answers = self._results(evaluations, backend, keys, costs, tuning_options.get("metrics"))
         device = None
         if not simulation:
             described = driver_target(runner)
             device = ({**described[0], **described[1]} if described is not None
                       else probed_device(str(target.get("name", ""))))
-        run_id = runlog.save_tuner_runs(self.db, "kernel-tuner", target, [res], watch, before,
-                                        cold=bool(opts.cold), options={"budget": opts.budget, "seed": opts.seed},
-                                        extra={"interrupted": interrupted, "kt_fevals": len(cost_func.results),
-                                               "db_answers": db_answers, "simulation": simulation,
-                                               "device": device})
+        run_id = session.save(cold=bool(opts.cold), options={"budget": opts.budget, "seed": opts.seed},
+                              extra={"interrupted": interrupted, "kt_fevals": len(cost_func.results),
+                                     "db_answers": db_answers, "simulation": simulation, "device": device})
         info = RunInfo(target=target, workload=workload, db_answers=db_answers, kt_fevals=len(cost_func.results),
                        committed=res.measurements, evaluations=res.evaluations, stopped_by=stopped_by,
                        seeds=res.seeds, best_config=best_cfg,
@@ -604,20 +601,6 @@ def _config_costs(db: RecordStore, target: Mapping[str, Any], workload: Mapping[
     return {c.config_key: c.estimate for c in rank(db.entry_records(target, workload))}
 
 
-def _best_evaluated(evaluations: list[tuple[dict, Record, bool]], costs: dict[str, CostEstimate]
-                    ) -> tuple[dict | None, CostEstimate | None]:
-    """(config, estimate) of the evaluated config with the lowest estimated cost (ties: the
-    first evaluated); (None, None) when none has an estimate.  A config counts when the
-    evaluation's record is ``ok`` (a failed latest answer is a failure, whatever older records say)."""
-    best: tuple[dict | None, CostEstimate | None] = (None, None)
-    for cfg, rec, _cached in evaluations:
-        est = costs.get(rec.config_key) if rec.status == "ok" else None
-        if est is not None and (best[1] is None or est.value < best[1].value):
-            best = (dict(cfg), est)
-    return best
-
-
-# ------------------------------------------------------------------------------- Recorder
 class _RecordingRunner:
     """A runner that hands every result to ``sink`` as it comes back (one config per ``run`` call
     for sequential and simulation runners, so each result is committed as soon as it exists) and

@@ -15,6 +15,10 @@ For every workload tuned on SRC (or the listed ones):
    same (SRC, DST) pair (their session) count, so a rerun resumes.  Search records keep their
    backend's source (``measured`` / ``replay``).
 
+The run's summary is stored beside the records (kind ``migrate``, one task per workload;
+``MigrationReport.run_id``), except for a replayed DST, through the one frame every tuning run
+uses (``tunedb.transfer.search.session.TuningSession``).
+
 Every record is committed by this process as soon as it is measured (Ctrl-C keeps them): step 1
 is ``tunedb.transfer.measure.backend.backend.lookup_or_measure`` and step 2 the ``Tuner``, which uses it too.  The
 executor (``transfer.measure.executors``) decides where measurements run (here or as Ray
@@ -51,6 +55,7 @@ from tunedb.transfer.measure.backend import MeasureOptions, lookup_or_measure
 from tunedb.transfer.measure.executors import Executor, ExecutorBackend, Finalise, LocalExecutor, new_run_id
 from tunedb.transfer.measure.jobs import Job
 from tunedb.transfer.search.adapt import AdaptReport, adapt_many, hardware_scale
+from tunedb.transfer.search.session import TuningSession
 
 if TYPE_CHECKING:
     from tunedb.index.contract.base import RecordStore
@@ -69,10 +74,13 @@ class MigrationReport:
     totals: dict = field(default_factory=dict)
     interrupted: bool = False
     executor: str = "local"
+    #: the run summary stored beside the records (``RecordStore.runs()``, kind ``migrate``);
+    #: None for a replayed destination (nothing was measured on a device) or when not stored
+    run_id: str | None = None
 
     def to_json(self) -> dict:
         return {"src": self.src, "dst": self.dst, "executor": self.executor, "rows": self.rows,
-                "totals": self.totals, "interrupted": self.interrupted}
+                "totals": self.totals, "interrupted": self.interrupted, "run_id": self.run_id}
 
 
 @dataclass
@@ -258,9 +266,11 @@ def migrate(db: RecordStore, src_target: Any, dst_target_or_replay: Any,
         from tunedb.transfer.measure.replay import isolated_store
 
         db = isolated_store(db, replay)
+    # the executor measures (maybe remotely): no machine check of this machine
+    tuning = TuningSession(db, "migrate", dst, check_machine=False)
     run = _Run(db, ex, dst, new_run_id(), f"migrated:{src_name}", f"migrate:{src_name}->{dst_name}", budget, seed,
                progress, total=sum(len(p.candidates) + (budget if p.job is not None else 0) for p in plans),
-               workloads=len(plans))
+               workloads=len(plans), tuning=tuning)
     try:
         for i, p in enumerate(plans):
             report.rows.append(_skipped_row(p))
@@ -272,7 +282,28 @@ def migrate(db: RecordStore, src_target: Any, dst_target_or_replay: Any,
         if own:
             ex.close()
     report.totals = _totals(report, run.counters, time.perf_counter() - t_start)
+    if replay is None:
+        report.run_id = tuning.save(
+            _summary_tasks(report), label=f"from {report.src}",
+            options={"src": report.src, "top_k": top_k, "budget": budget, "executor": report.executor, "seed": seed},
+            extra={"interrupted": report.interrupted, "totals": report.totals,
+                   # the executor measures (maybe remotely): no split of its time
+                   "measure_s": None, "query_s": None, "t_full_s": None, "t_total_predicted_s": None, "gain": None})
     return report
+
+
+def _summary_tasks(report: MigrationReport) -> list[dict]:
+    """The run summary's tasks: one per migrated workload (source "warm": SRC's bests were its
+    seeds; "skipped" when nothing was done for it)."""
+    tasks = []
+    for r in report.rows:
+        m, h = int(r.get("measurements") or 0), int(r.get("cache_hits") or 0)
+        best = (r.get("dst_best") or {}).get("cost")
+        default = (r.get("default") or {}).get("cost")
+        tasks.append({"workload": r.get("workload") or {}, "source": "skipped" if r["status"] == "skipped" else "warm",
+                      "evaluations": m + h, "measurements": m, "cache_hits": h, "best": best,
+                      "default_cost": default, "history": [], "seeded_from": [report.src], "weight": 1.0})
+    return tasks
 
 
 def _check_sizes(top_k: Any, budget: Any) -> None:
@@ -337,6 +368,8 @@ class _Run:
     progress: ProgressFn | None
     total: int
     workloads: int
+    #: the run's frame: its Tuners, its summary
+    tuning: TuningSession
     done: int = 0
     counters: dict = field(default_factory=lambda: {"measurements": 0, "cache_hits": 0, "failed": 0,
                                                     "search_measurements": 0, "search_cache_hits": 0})
@@ -410,7 +443,7 @@ def _totals(report: MigrationReport, counters: dict, elapsed_s: float) -> dict:
 
 def _search(run: _Run, job: Job, tick: Callable[[dict], None]) -> dict:
     """The short local search on DST (resumable through the run's session); returns its summary."""
-    from tunedb.transfer.search.tuner import TuneOptions, Tuner
+    from tunedb.transfer.search.tuner import TuneOptions
 
     db, dst, budget = run.db, run.dst, run.budget
     remaining = budget - _search_done(db, dst, job.workload, run.session)
@@ -423,8 +456,8 @@ def _search(run: _Run, job: Job, tick: Callable[[dict], None]) -> dict:
     known = _known_records(db, dst, job.workload)
     cold = not _nearest_works(db, dst, job.workload)
     backend = ExecutorBackend(run.ex, job.backend, Finalise(run.run_id, None, run.session))
-    tuner = Tuner(db, dst, job.workload, job.space, backend,
-                  TuneOptions(budget=len(known) + remaining, seed=run.seed, cold=cold), **job.tuner_kwargs())
+    tuner = run.tuning.tuner(dst, job.workload, job.space, backend,
+                             TuneOptions(budget=len(known) + remaining, seed=run.seed, cold=cold), **job.tuner_kwargs())
     # start from what DST already knows (no budget spent on it)
     tuner.preload(known)
     last = {"n": len(tuner.evaluated)}

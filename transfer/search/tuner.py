@@ -113,7 +113,7 @@ class TuneOptions:
     batch: int = 4                # candidates per local-search round
     epsilon: float = 0.15         # share of each batch drawn at random
     k_neighbors: int = 8          # nearest entries consulted for seeds
-    top_per_neighbor: int = 8     # best configs taken from each neighbour
+    top_per_neighbor: int = 32    # best configs taken from each neighbour
     n_seeds: int = 6              # seeds evaluated before the local search starts
     min_similarity: float | None = None
     seed: int = 0
@@ -123,7 +123,6 @@ class TuneOptions:
     use_model: bool = True
     retrain_every: int = 8        # refit the model's correction after this many new evaluations of this entry (or 10 % more, if more)
     refit_fraction: float = 0.2   # refit the base model when this fraction of the records it saw changed
-    own_weight: float = 1.0       # (kept for callers; the correction model fits this entry's evaluations alone)
     model_cache: bool = True      # reuse the family's base model from the store's cache_dir() (False: fit each run)
     confirm_top: int = 0          # re-measure this many leaders at the end (0/1: off), see Tuner.confirm
     confirm_rounds: int = 2       # interleaved re-measurement rounds of the leaders
@@ -132,7 +131,7 @@ class TuneOptions:
     seed_order: str = "similarity"  # "similarity": per-source quota by hardware similarity; "rank": global rank sum
     similarity_power: float = 8.0   # seed weight of a source = similarity ** power (normalised)
     min_source_weight: float = 0.02  # a source the surrogate weighs below this gives no more seeds
-    seed_slots: int = 1           # (rgpe) places per round for the remaining seeds of the sources it believes
+    seed_slots: int = 2           # (rgpe) places per round for the remaining seeds of the sources it believes
     consensus_seeds: int = 0      # (rgpe) this many seeds first that the sources agree on most (similarity-weighted)
     acquisition: str = "ei"       # (rgpe) "ei": expected improvement under the ensemble-prior GP posterior; "mean": the ensemble's prediction
     surrogate_pool: str = "local"  # (rgpe) candidates: "local" (neighbours of the best, seeds, random draws) or "space" (all untried configs of a finite space)
@@ -204,13 +203,6 @@ class TuneResult:
             if b is not None and b <= cost:
                 return i
         return None
-
-
-def own_sample_weight(n_db: int, n_own: int, own_weight: float) -> float:
-    """Sample weight of each of ``n_own`` records of the entry being tuned beside ``n_db`` DB
-    records of weight 1: together they weigh ``own_weight`` times the DB records, unless that
-    would make each weigh less than 1 (then 1)."""
-    return max(1.0, own_weight * n_db / max(n_own, 1))
 
 
 def _sig(cfg: Mapping[str, Any]) -> str:

@@ -1,8 +1,10 @@
 """The configs a run evaluates, and their order, do not depend on how tunedb reads its inputs:
 a replay file read lazily (``ReplayData``: Records built when first read) answers exactly what
 the importer's full parse answers, so ``tunedb tune --replay`` evaluates the same configs in the
-same order as a Tuner over the fully parsed file; and the same seed and history repeat a run,
-for the CLI and for ``WarmStart`` in Kernel Tuner's simulation mode.  Real files, real
+same order as a Tuner over the fully parsed file; the same seed and history repeat a run,
+for the CLI and for ``WarmStart`` in Kernel Tuner's simulation mode; and the CLI and
+``WarmStart``, given the same history and seed, evaluate the same configs in the same order
+and answer the same best (one engine).  Real files, real
 subprocesses, Kernel Tuner's real ``tune_kernel``."""
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.interop import ImportIssue
 from tunedb.transfer.interop.kernel_tuner import load_cache, parse_loaded
 from tunedb.transfer.measure.replay import ReplayData
+from tunedb.transfer.space import Space
 
 from helpers import SHARED_DATA, run_cli
 
@@ -83,7 +86,8 @@ def test_lazy_replay_data_is_the_importers_full_parse(tmp_path, which):
     data = ReplayData(path)
     assert data.skipped == bad and (bad > 0) == (which == "odd")
     assert [json.dumps(c, sort_keys=True) for c in data.space.finite] == \
-        [json.dumps(c, sort_keys=True) for c in valid]
+        [json.dumps(c, sort_keys=True) for c in Space(knobs=data.space.knobs, finite=valid).finite]
+    assert len(data.space.finite) == len(valid)
     assert list(data.results) == list(want) and len(data.results) == len(want)
     some = list(want)[::97] + list(want)[-3:]
     for cj in some:  # read one by one first (built on demand), then all at once
@@ -172,3 +176,60 @@ def test_warm_start_in_simulation_mode_repeats_its_evaluations(tmp_path):
         assert sorted(committed) == sorted(order)  # every evaluation is a record of this run
         orders.append(order)
     assert orders[0] == orders[1]
+
+
+def warm_start_run(tmp_path: Path, db, held: str, budget: int, seed: int):
+    """Kernel Tuner's ``tune_kernel`` with ``WarmStart(db)`` (default options but the seed) in
+    simulation mode on ``held``'s cache: (the evaluated configs' JSON in order, the strategy)."""
+    kernel_tuner = pytest.importorskip("kernel_tuner")
+    from tunedb.kernel_tuner import WarmStart, warm_start_options
+
+    doc = json.loads(gzip.decompress((CONV / f"{held}.json.gz").read_bytes()))
+    cache = tmp_path / f"{held}.json"
+    cache.write_text(json.dumps(doc))
+    t1 = json.loads((CONV.parent / "convolution_milo.json").read_text())
+    restrictions = [c["Expression"] for c in t1["ConfigurationSpace"]["Conditions"]]
+    keys = list(doc["tune_params_keys"])
+    ws = WarmStart(db, warm_start_options(seed=seed))
+    res, _env = kernel_tuner.tune_kernel(
+        doc["kernel_name"], "__global__ void convolution_kernel(float *a, float *b, float *c) {}",
+        doc["problem_size"], [np.zeros(1, np.float32)] * 3, doc["tune_params"], restrictions=restrictions,
+        strategy=ws, strategy_options={"max_fevals": budget}, simulation_mode=True, cache=str(cache), quiet=True)
+    return [canonical_json({k: r[k] for k in keys}) for r in res], ws
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held,seed", [("W7800", 0), ("A4000", 3)])
+def test_cli_and_warm_start_evaluate_the_same_configs_in_the_same_order(tmp_path, history_db, held, seed):
+    """One engine: ``tunedb tune --replay`` (its defaults) and ``WarmStart`` (its defaults)
+    inside Kernel Tuner, over copies of the same history with the same seed, evaluate the same
+    configs in the same order and answer the same best config at the same cost.  (Kernel
+    Tuner's searchspace lists the configs in its own order, the cache file in another: the
+    space keeps them in one order.)"""
+    pytest.importorskip("kernel_tuner")
+    import tunedb
+
+    budget = 30
+    runs = {}
+    for confirm in ("2", "0"):  # the CLI's default (its leaders re-measured after the budget), and without
+        d = tmp_path / f"cli{confirm}"
+        shutil.copytree(history_db, d)
+        p = run_cli("tune", "--replay", str(CONV / f"{held}.json.gz"), "--budget", str(budget), "--seed", str(seed),
+                    "--confirm", confirm, "--db", str(d), "--json")
+        assert p.returncode == 0, p.stderr
+        runs[confirm] = (json.loads(p.stdout), replay_order(d))
+    cli, cli_order = runs["2"]
+    assert len(cli_order) == budget and runs["0"][1] == cli_order  # confirmation comes after the search
+
+    w = tmp_path / "ws"
+    shutil.copytree(history_db, w)
+    db = tunedb.open(str(w))
+    ws_order, ws = warm_start_run(tmp_path, db, held, budget, seed)
+    db.close()
+    assert ws.last_run.evaluations == budget and ws.last_run.db_answers == 0
+    assert ws_order == cli_order
+    assert [s["from_target"] for s in ws.last_run.seeds] == [s["from_target"] for s in cli["seeds"]]
+    # the same answer, decided by the Tuner for both (the CLI without its confirmation rounds)
+    plain = runs["0"][0]["best"]
+    assert ws.last_run.best_config == plain["config"] and ws.last_run.best_time_s == plain["cost"]
+    assert canonical_json(cli["best"]["config"]) in cli_order

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tunedb.transfer.search.tuner import TuneOptions
+
 kernel_tuner = pytest.importorskip("kernel_tuner")
 
 from kernel_tuner.searchspace import Searchspace  # noqa: E402
@@ -429,13 +431,15 @@ def test_python_started_in_the_checkout_still_gets_the_real_kernel_tuner():
     assert out.stdout.split() == ["True", "WarmStart", "kernel_tuner.util"], out.stdout + out.stderr
 
 
-def test_warm_start_default_options_take_deeper_seed_lists():
-    """Without options WarmStart runs with ``warm_start_options()``: Kernel Tuner ends the run
-    (no patience), 32 seeds per source, two seed places a round; overrides keep the rest, and a
-    field TuneOptions lacks is refused."""
+def test_warm_start_default_options_are_the_one_engines():
+    """Without options WarmStart runs with ``warm_start_options()``: the Tuner's own defaults
+    (the ones ``tunedb tune`` and ``tunedb.tune`` use): no patience (Kernel Tuner ends the run),
+    32 seeds per source, two seed places a round, no confirmation rounds (Kernel Tuner measures
+    a config once per run); overrides keep the rest, and a field TuneOptions lacks is refused."""
     ws = WarmStart(MemoryStore())
-    assert ws.options == warm_start_options()
+    assert ws.options == warm_start_options() == TuneOptions()
     assert (ws.options.patience, ws.options.top_per_neighbor, ws.options.seed_slots) == (None, 32, 2)
+    assert ws.options.confirm_top == 0
     o = warm_start_options(seed=7, seed_slots=1)
     assert (o.seed, o.seed_slots, o.top_per_neighbor, o.patience) == (7, 1, 32, None)
     with pytest.raises(TypeError):

@@ -348,7 +348,7 @@ PINNED: dict[str, dict] = {'convolution_milo/A6000.json.gz': {'import': {'n': 43
                                                'keys': '4356f5c3b2a455f440dee510cb0623b8',
                                                'records': 'c6855dbf1f514cebd9f3240d13dde3f5',
                                                'head': 'b36d0fc2dc2d83da0d89ec5cd588201b',
-                                               'space': 'f4787344e6d26e7b2dd330a03eec5aad',
+                                               'space': 'cd07c2a4b4d6d7d91179502cdf92f3f1',
                                                'optimum': "({'block_size_x': 128, 'block_size_y': 1, "
                                                           "'tile_size_x': 2, 'tile_size_y': 4, 'read_only': 0, "
                                                           "'use_padding': 0, 'use_shmem': 0, 'use_cmem': 1, "

@@ -308,3 +308,26 @@ def test_local_job_defaults_come_from_the_target(monkeypatch):
     fam = get_family("debug_fault")
     assert family_default_config(fam, {"family": "debug_fault", "n": 4}, preset("cpu-native-t1")) == {"mode": 0}
     assert local_job(preset("cpu-native-t1"), {"family": "debug_fault", "n": 4}).defaults == {"mode": 0}
+
+
+def test_a_listed_space_keeps_its_configs_in_knob_value_order():
+    """The same set of configs is the same space whatever order it is listed in (a Kernel Tuner
+    searchspace, a cache file, a DB): ``finite`` is sorted by knob-value index, first knob
+    first, the order in which a space without a list enumerates its configs."""
+    import random
+
+    from tunedb.transfer.space import Knob, Space
+
+    knobs = (Knob("a", (4, 1, 2)), Knob("b", ("x", "y")), Knob("c", (True, False)))
+    plain = Space(knobs=knobs)
+    every = list(plain)
+    assert every[:3] == [{"a": 4, "b": "x", "c": True}, {"a": 4, "b": "x", "c": False}, {"a": 4, "b": "y", "c": True}]
+    shuffled = list(every)
+    random.Random(1).shuffle(shuffled)
+    assert shuffled != every
+    listed = Space(knobs=knobs, finite=shuffled)
+    assert list(listed.finite) == every == list(listed)
+    assert listed.sample(random.Random(5)) == Space(knobs=knobs, finite=list(reversed(every))).sample(random.Random(5))
+    # a value outside its knob sorts after the knob's values, the given order kept among equals
+    odd = Space(knobs=knobs, finite=[{"a": 9, "b": "x", "c": True}, every[-1], {"a": 9, "b": "x", "c": False}])
+    assert list(odd.finite) == [every[-1], {"a": 9, "b": "x", "c": True}, {"a": 9, "b": "x", "c": False}]

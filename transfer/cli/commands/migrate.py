@@ -112,9 +112,6 @@ def run_migrate(args) -> int:
     except ExecutorUnavailable as e:
         raise UserError(str(e)) from None
     bar = progress_bar(args, 1, "migrate")
-    from tunedb.transfer.search import runlog
-
-    watch, before = runlog.Stopwatch(), runlog.records_in(db)
 
     def progress(ev: dict) -> None:
         bar.total = max(ev["total"], 1)
@@ -132,31 +129,7 @@ def run_migrate(args) -> int:
     finally:
         bar.close()
         executor.close()
-    run_id = _store_summary(db, rep, dst, watch, before, args) if isinstance(dst, dict) else None
-    emit(args, {"src": rep.src, "dst": rep.dst, "executor": rep.executor, "rows": rep.rows,
-                "totals": rep.totals, "interrupted": rep.interrupted, "run_id": run_id}, _human(rep))
+    emit(args, rep.to_json(), _human(rep))
     return 130 if rep.interrupted else 0
 
 
-def _store_summary(db, rep, dst: dict, watch, records_before, args) -> str | None:
-    """Store the migration's run summary (one task per migrated workload; its source is "warm":
-    SRC's bests were its seeds)."""
-    from tunedb.transfer.search import runlog
-
-    tasks = []
-    for r in rep.rows:
-        m, h = int(r.get("measurements") or 0), int(r.get("cache_hits") or 0)
-        best = (r.get("dst_best") or {}).get("cost")
-        default = (r.get("default") or {}).get("cost")
-        tasks.append({"workload": r.get("workload") or {}, "source": "skipped" if r["status"] == "skipped" else "warm",
-                      "evaluations": m + h, "measurements": m, "cache_hits": h, "best": best,
-                      "default_cost": default, "history": [], "seeded_from": [rep.src], "weight": 1.0})
-    summary = runlog.run_summary("migrate", target=dst, tasks=tasks, started=watch.started, wall_s=watch.elapsed(),
-                                 label=f"from {rep.src}", records_before=records_before,
-                                 options={"src": rep.src, "top_k": args.top_k, "budget": args.budget,
-                                          "executor": rep.executor, "seed": args.seed},
-                                 extra={"interrupted": rep.interrupted, "totals": rep.totals,
-                                        # the executor measures (maybe remotely): no split of its time
-                                        "measure_s": None, "query_s": None, "t_full_s": None,
-                                        "t_total_predicted_s": None, "gain": None})
-    return runlog.save_run(db, summary)

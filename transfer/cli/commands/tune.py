@@ -120,8 +120,10 @@ def _progress(args, label: str, total: int):
     return bar, cb
 
 
-def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = "tune", **opt):
-    from tunedb.transfer.search.tuner import TuneOptions, Tuner
+def tune_one(args, session, job, budget: int, *, cold: bool, seed: int, label: str = "tune", **opt):
+    """Run one Tuner of ``session`` (``tunedb.transfer.search.session.TuningSession``) on ``job``
+    with the CLI's options and a progress bar; its result (kept by the session)."""
+    from tunedb.transfer.search.tuner import TuneOptions
 
     if getattr(args, "confirm", 2) < 0 or getattr(args, "confirm_rounds", 2) < 0:
         raise UserError("--confirm and --confirm-rounds must be >= 0")
@@ -129,25 +131,21 @@ def tune_one(args, db, job, budget: int, *, cold: bool, seed: int, label: str = 
                           confirm_rounds=getattr(args, "confirm_rounds", 2), **opt)
     bar, cb = _progress(args, label, budget)
     try:
-        res = Tuner(db, job.target, job.workload, job.space, job.backend, options, **job.tuner_kwargs(),
-                    progress=cb).run()
+        res = session.run(session.job_tuner(job, options, progress=cb))
     finally:
         bar.close()
     return res
 
 
-def _store_summary(db, kind: str, target: dict, results: list, watch, records_before, args, **extra) -> str | None:
-    """Store the run summary of ``results`` (Tuner results) in ``db``; its run_id."""
-    from tunedb.transfer.search import runlog
-
+def _store_summary(session, args, **extra) -> str | None:
+    """Store the run summary of ``session`` (its Tuner results, the CLI's options); its run_id."""
     opts = {k: getattr(args, k) for k in ("budget", "cold", "seed", "patience", "exact", "replay")
             if getattr(args, k, None) is not None}
-    return runlog.save_tuner_runs(db, kind, target, results, watch, records_before, cold=args.cold, options=opts,
-                                  extra=extra)
+    return session.save(cold=args.cold, options=opts, extra=extra)
 
 
 def run_tune(args) -> int:
-    from tunedb.transfer.search import runlog
+    from tunedb.transfer.search.session import TuningSession
 
     _check_budget(args.budget)
     if args.patience is not None and args.patience < 1:
@@ -158,12 +156,12 @@ def run_tune(args) -> int:
         from tunedb.transfer.measure.replay import isolated_store
 
         db = isolated_store(db, job.backend.data)
-    watch, before = runlog.Stopwatch(check_machine=not args.replay), runlog.records_in(db)
-    res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
+    session = TuningSession(db, "tune", job.target, check_machine=not args.replay)
+    res = tune_one(args, session, job, args.budget, cold=args.cold, seed=args.seed, wall_s=args.wall_time,
                    patience=args.patience, use_exact=args.exact)
     out = res.to_json()
     out["target"] = job.target.get("name", "")
-    out["run_id"] = _store_summary(db, "tune", job.target, [res], watch, before, args, interrupted=res.interrupted)
+    out["run_id"] = _store_summary(session, args, interrupted=res.interrupted)
     lines = [f"target {out['target']}  workload {json.dumps(job.workload)}",
              f"best {best_text(res)}",
              f"     config {json.dumps(res.best_config)}",
@@ -171,9 +169,9 @@ def run_tune(args) -> int:
              f"{res.cache_hits} answered by the DB, stopped by {res.stopped_by}"]
     if res.seeds:
         lines.append("seeded from: " + ", ".join(f"{s['from_target']} ({s['similarity']:.3f})" for s in res.seeds[:5]))
-    if watch.machine:
-        out["machine_check"] = watch.machine
-        lines.append(machine_line(watch.machine))
+    if session.machine:
+        out["machine_check"] = session.machine
+        lines.append(machine_line(session.machine))
     emit(args, out, "\n".join(lines))
     return 130 if res.interrupted else 0
 
@@ -192,7 +190,7 @@ def workloads_from_file(path: str) -> list[dict]:
 
 
 def run_warm_start(args) -> int:
-    from tunedb.transfer.search import runlog
+    from tunedb.transfer.search.session import TuningSession
 
     _check_budget(args.budget)
     if args.workloads:  # read and checked before the DB is opened (and created)
@@ -215,17 +213,16 @@ def run_warm_start(args) -> int:
         raise UserError("no workloads to tune")
     from tunedb.transfer.measure.jobs import local_job
 
-    rows, results = [], []
+    rows = []
     interrupted = False
-    watch, before = runlog.Stopwatch(check_machine=True), runlog.records_in(db)
+    session = TuningSession(db, "warm-start", target)
     for i, w in enumerate(workloads):
         try:
             job = local_job(target, w)
         except ValueError as e:
             raise UserError(str(e).splitlines()[0]) from None
-        res = tune_one(args, db, job, args.budget, cold=args.cold, seed=args.seed,
+        res = tune_one(args, session, job, args.budget, cold=args.cold, seed=args.seed,
                        label=f"[{i + 1}/{len(workloads)}] {w['family']}")
-        results.append(res)
         rows.append({"workload": job.workload, "best": None if res.best_config is None else
                      {"config": res.best_config, "cost": res.best_cost, "estimate": res.best_estimate,
                       "selection_biased": res.selection_biased},
@@ -237,8 +234,8 @@ def run_warm_start(args) -> int:
     human = table_text(["workload", "best (estimate, interval, n)", "new", "answered by DB", "seeded from"],
                        [[json.dumps(r["workload"]), best_text(res) if r["best"] else "-",
                          r["measurements"], r["cache_hits"], (r["seeds"][0]["from_target"] if r["seeds"] else "-")]
-                        for r, res in zip(rows, results)])
-    run_id = _store_summary(db, "warm-start", target, results, watch, before, args, interrupted=interrupted)
+                        for r, res in zip(rows, session.results)])
+    run_id = _store_summary(session, args, interrupted=interrupted)
     emit(args, {"target": target.get("name", ""), "workloads": rows, "run_id": run_id,
                 "totals": {"workloads": len(rows), "measurements": sum(r["measurements"] for r in rows),
                            "cache_hits": sum(r["cache_hits"] for r in rows)}, "interrupted": interrupted}, human)
