@@ -24,6 +24,20 @@ random; ``tunedb.transfer.apps.evaluation.union_of_bests``).  The two custom str
 in ``benchmarks/methodology/tunedb_strategies.py`` (Kernel Tuner's ``custom_search_method_path``),
 the experiment template in ``benchmarks/methodology/experiment_template.json``.
 
+With ``--guard-off`` WarmStart also runs with the guard against misleading history off (a row
+beside it, never a rival), and the report adds the per-space table (WarmStart guard on and off,
+the best history-free strategy - the Kernel Tuner ones in ``--kt`` - and which, the union of
+bests, at 25/50/75/100 % of the time range) and the two goals checked on it: WarmStart (guard on)
+not below the best history-free strategy at those points, and, on the spaces where history helps
+(the union of bests' mean score at least the best history-free one's), guard off minus guard on
+at most 0.01.  Beside the methodology's time range (from 1 % to 95 % of the way the calculated
+random-search baseline goes from the space's median to its optimum) the report scores the whole
+range from time 0 (the methodology's own computation with a start of 0) and the first 1 % alone
+(``first_part_scores``: the methodology cannot score a range in which a strategy has no result),
+and gives per space and strategy the median time of the first result.  Per WarmStart run the
+guard's report (``TuneResult.surrogate["guard"]``) is kept, summarised per space under
+``warmstart_accounting.guard``.
+
 Work files (gunzipped caches, T4 full-search-space files converted from them, T1 copies, DBs,
 the methodology's run folder) go to a temporary directory; the aggregate plot is written under
 ``--out`` (default: a temporary directory) and, with ``--figure``, copied there.
@@ -32,6 +46,10 @@ the methodology's run folder) go to a temporary directory; the aggregate plot is
     .venv/bin/python benchmarks/bench_methodology.py --json > benchmarks/results/methodology.json \
         --figure docs/images/methodology_aggregate.png
     .venv/bin/python benchmarks/bench_methodology.py --quick         # smoke run: 1 kernel, 2 GPUs, 3 repeats
+    .venv/bin/python benchmarks/bench_methodology.py --repeats 3 --guard-off --work DIR --json \
+        > benchmarks/results/methodology.json                        # the guard on and off, all 12 spaces
+    .venv/bin/python benchmarks/bench_methodology.py --aggregate-only --work DIR [--kernels K --gpus G]
+                                                                     # tables again from a kept run (or a part)
 """
 
 from __future__ import annotations
@@ -293,13 +311,16 @@ def own_time(results_description: Any, key_names: list[str]) -> dict[str, float]
     return out
 
 
-def analyse(work: Path, experiment_file: Path, out: Path) -> dict:
+def analyse(work: Path, experiment_file: Path, out: Path, seed: int = 0) -> dict:
     """The methodology's visualisation (aggregate plot) and aggregation of the finished
-    experiment; scores at POINTS, per case and aggregated."""
+    experiment; scores at POINTS, per case and aggregated.  The methodology fits its curves with
+    bootstrap bagging drawn from numpy's global generator, which is seeded with ``seed`` first, so
+    the same run and seed give the same numbers."""
     import matplotlib
     import matplotlib.cm
     import numpy as np
 
+    np.random.seed(seed)
     matplotlib.use("Agg")
     if not hasattr(matplotlib.cm, "get_cmap"):  # gone in matplotlib 3.9; autotuning_methodology 1.1 imports it
         matplotlib.cm.get_cmap = matplotlib.colormaps.get_cmap
@@ -349,13 +370,124 @@ def analyse(work: Path, experiment_file: Path, out: Path) -> dict:
                 case["strategies"][name] = {**at_points(p[i]), "real_stopping_point_fraction": float(s[i]),
                                             **own_time(rd, key_names)}
             per_case.setdefault(kernel, {})[gpu] = case
+    ranges = {"whole": range_scores(work, exp, vis, 0.0, stats["cutoff_percentile"]),
+              "first": first_part_scores(exp, vis, agg_data, int(vset["resolution"]))}
+    ranges["whole"]["cutoff_percentiles"] = [0.0, stats["cutoff_percentile"]]
+    for rname in ranges:
+        for kernel, by_gpu in per_case.items():
+            for gpu, case in by_gpu.items():
+                rcase = ranges[rname]["per_case"][kernel][gpu]
+                case[f"time_range_{rname}_s"] = rcase["time_range_s"]
+                for name, mean in rcase["means"].items():
+                    case["strategies"][name][f"mean_{rname}"] = mean
+                    for extra in ("first_result_s", "repeats_with_result"):
+                        if extra in rcase:
+                            case["strategies"][name][extra] = rcase[extra][name]
     png = vis.plot_filename_prefix / "aggregated.png"
     out.mkdir(parents=True, exist_ok=True)
     figure = out / "methodology_aggregate.png"
     if png.is_file():
         shutil.copyfile(png, figure)
     return {"aggregate": aggregate, "per_case": per_case, "curves": curves, "figure": str(figure),
-            "objective_time_keys": key_names}
+            "objective_time_keys": key_names,
+            "ranges": {r: {k: v for k, v in d.items() if k != "per_case"} for r, d in ranges.items()}}
+
+
+def step_curve(times: Any, values: Any, grid: Any) -> Any:
+    """One run's best objective found by each time of ``grid`` (NaN before its first valid
+    result): ``times`` are the run's cumulative seconds at each evaluation, ``values`` its
+    objective values (NaN for invalid configs)."""
+    import numpy as np
+
+    ok = ~(np.isnan(times) | np.isnan(values))
+    t, v = times[ok], values[ok]
+    order = np.argsort(t, kind="stable")
+    t, best = t[order], np.minimum.accumulate(v[order]) if v.size else v
+    idx = np.searchsorted(t, grid, side="right") - 1
+    out = np.full(grid.shape, np.nan)
+    out[idx >= 0] = best[idx[idx >= 0]]
+    return out
+
+
+def first_part_scores(exp: dict, vis: Any, agg_data: dict, resolution: int) -> dict:
+    """The score over the first 1 % (from time 0 to the start of the experiment's time range),
+    which the methodology leaves out and cannot score (its curves need results inside the range,
+    and before a strategy's first result they hold its first value).  Per repeat the best
+    objective found so far by each time (a step function), standardised against the same
+    calculated random-search baseline as the methodology's score (0 = baseline, 1 = optimum); a
+    repeat with no result yet counts 0 (no better than the baseline's first draw), then mean over
+    repeats, and over search spaces for the aggregate.  Also per case and strategy the median time
+    (s) of the first result and the share of repeats with a result by the end of the range."""
+    import numpy as np
+    from autotuning_methodology.report_experiments import get_aggregation_data_key
+
+    names = [s["name"] for s in vis.strategies]
+    display = {s["name"]: s["display_name"] for s in vis.strategies}
+    per_case: dict[str, dict] = {}
+    case_curves: dict[str, list] = {n: [] for n in names}
+    for kernel in exp["experimental_groups_defaults"]["applications_names"]:
+        for gpu in exp["experimental_groups_defaults"]["gpus"]:
+            baseline, _, _, time_range, _ = agg_data[get_aggregation_data_key(gpu_name=gpu, application_name=kernel)]
+            grid = np.linspace(0.0, float(time_range[0]), resolution)
+            means, first, share = {}, {}, {}
+            for name in names:
+                res = vis.results_descriptions[gpu][kernel][name].get_results()
+                times, values = res.objective_time_results, res.objective_performance_results
+                scores, firsts = [], []
+                for r in range(times.shape[1]):
+                    curve = step_curve(times[:, r], values[:, r], grid)
+                    scores.append(np.nan_to_num(baseline.get_standardised_curves(grid, [curve], x_type="time")[0],
+                                                nan=0.0))
+                    ok = ~(np.isnan(times[:, r]) | np.isnan(values[:, r]))
+                    firsts.append(float(np.min(times[ok, r])) if ok.any() else float("inf"))
+                curve = np.mean(scores, axis=0)
+                case_curves[name].append(curve)
+                means[name] = float(np.mean(curve))
+                first[name] = float(np.median(firsts))
+                share[name] = float(np.mean(np.asarray(firsts) <= grid[-1]))
+            per_case.setdefault(kernel, {})[gpu] = {"time_range_s": [0.0, float(grid[-1])], "means": means,
+                                                    "first_result_s": first, "repeats_with_result": share}
+    curves = {n: np.mean(case_curves[n], axis=0) for n in names}
+    return {"aggregate": {n: {"display_name": display[n], **at_points(curves[n])} for n in names},
+            "curves": curves, "per_case": per_case, "cutoff_percentiles": [0.0, exp["statistics_settings"][
+                "cutoff_percentile_start"]]}
+
+
+def range_scores(work: Path, exp: dict, vis: Any, start: float, end: float) -> dict:
+    """The methodology's aggregate score over another time range than the experiment's: from the
+    time the random-search baseline needs to get ``start`` of the way from the space's median to
+    its optimum up to the time it needs for ``end`` (``start`` 0 means from time 0).  Per strategy
+    the values at POINTS of that range and the mean (the aggregate score over it), its curve, and
+    per case each strategy's mean and the range in seconds."""
+    import numpy as np
+    from autotuning_methodology.report_experiments import (
+        get_aggregation_data,
+        get_aggregation_data_key,
+        get_strategies_aggregated_performance,
+    )
+
+    vset = exp["visualization_settings"]
+    cl = vset["confidence_level"]
+    with contextlib.chdir(work), contextlib.redirect_stdout(io.StringIO()):
+        agg_data = get_aggregation_data(exp["parent_folder_absolute_path"], exp, vis.searchspace_statistics,
+                                        vis.strategies, vis.results_descriptions, end, start, cl,
+                                        vset["resolution"])
+        perf, _, _, _ = get_strategies_aggregated_performance(list(agg_data.values()), cl)
+    names = [s["name"] for s in vis.strategies]
+    display = {s["name"]: s["display_name"] for s in vis.strategies}
+    aggregate = {name: {"display_name": display[name], **at_points(perf[i])} for i, name in enumerate(names)}
+    per_case: dict[str, dict] = {}
+    for kernel in exp["experimental_groups_defaults"]["applications_names"]:
+        for gpu in exp["experimental_groups_defaults"]["gpus"]:
+            data = agg_data[get_aggregation_data_key(gpu_name=gpu, application_name=kernel)]
+            with contextlib.redirect_stdout(io.StringIO()):
+                p, _, _, _ = get_strategies_aggregated_performance([data], cl)
+            time_range = data[3]
+            per_case.setdefault(kernel, {})[gpu] = {
+                "time_range_s": [float(time_range[0]), float(time_range[-1])],
+                "means": {name: float(np.mean(p[i])) for i, name in enumerate(names)}}
+    return {"aggregate": aggregate, "curves": {name: np.asarray(perf[i]) for i, name in enumerate(names)},
+            "per_case": per_case}
 
 
 def goal(result: dict) -> dict:
@@ -418,6 +550,73 @@ def guard_table(result: dict, kt: list[str]) -> list[dict]:
     return rows
 
 
+def lead_over(curves: dict, rivals: list[str], strict: bool) -> dict:
+    """Where WarmStart's curve is above (``strict``) or at least at (not ``strict``) the highest of
+    the ``rivals``' curves: the share of the range's points, the smallest margin, and the first
+    and last fraction of the range where it is not."""
+    import numpy as np
+
+    ws = curves[WARM]
+    stack = np.vstack([curves[n] for n in rivals])
+    rival = stack.max(axis=0)
+    lead = ws > rival if strict else ws >= rival
+    lost = np.flatnonzero(~lead) / (len(ws) - 1)
+    worst = int(np.argmin(ws - rival))
+    return {"fraction": float(lead.mean()), "min_margin": float((ws - rival).min()),
+            "min_margin_at_fraction": worst / (len(ws) - 1), "rival_at_min": rivals[int(np.argmax(stack[:, worst]))],
+            "lost_range": [float(lost.min()), float(lost.max())] if lost.size else None}
+
+
+def range_summaries(result: dict, kt: list[str]) -> dict:
+    """Per extra time range (``whole``: from time 0; ``first``: from time 0 to the start of the
+    experiment's range), WarmStart against every other strategy (highest, strictly) and against the
+    best history-free one (not below).  Removes the curves."""
+    out = {}
+    for rname, rng in result["ranges"].items():
+        curves = rng.pop("curves")
+        others = [n for n in curves if n not in (WARM, NOGUARD)]
+        free = [n for n in kt if n in curves]
+        out[rname] = {"highest": lead_over(curves, others, strict=True),
+                      "not_below_history_free": lead_over(curves, free, strict=False) if free else None}
+    return out
+
+
+def guard_goals(rows: list[dict], per_case: dict, kt: list[str], tolerance: float = 0.01) -> dict:
+    """The two goals of the guard, per search space.
+
+    ``not_below_history_free``: WarmStart (guard on) scores at least the best history-free strategy
+    at each of POINTS.  ``guard_cost``: on the spaces where history helps (the union of bests' mean
+    score over the range is at least the best history-free strategy's), guard off minus guard on
+    at each of POINTS and in the mean is at most ``tolerance`` (score units).  Needs the guard-off
+    row for the second."""
+    spaces: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        spaces.setdefault((r["kernel"], r["gpu"]), []).append(r)
+    free_fail = [{"kernel": k, "gpu": g, "points": [r["point"] for r in rs if not r["holds"]],
+                  "max_deficit": max(r["best_history_free_score"] - r["warmstart"] for r in rs if not r["holds"])}
+                 for (k, g), rs in spaces.items() if not all(r["holds"] for r in rs)]
+    out: dict[str, Any] = {"not_below_history_free": {
+        "spaces": len(spaces), "met_on": len(spaces) - len(free_fail), "failures": free_fail}}
+    costs = []
+    for (k, g), rs in spaces.items():
+        st = per_case[k][g]["strategies"]
+        if NOGUARD not in st:
+            continue
+        free = [n for n in kt if n in st]
+        best_free = max(free, key=lambda n: st[n]["mean"])
+        helps = UNION in st and st[UNION]["mean"] >= st[best_free]["mean"]
+        cost = {p: st[NOGUARD][p] - st[WARM][p] for p in [*(r["point"] for r in rs), "mean"]}
+        costs.append({"kernel": k, "gpu": g, "history_helps": helps, "union_mean": st.get(UNION, {}).get("mean"),
+                      "best_history_free": best_free, "best_history_free_mean": st[best_free]["mean"],
+                      "cost": cost, "max_cost": max(cost.values()),
+                      "met": (not helps) or max(cost.values()) <= tolerance})
+    if costs:
+        helped = [c for c in costs if c["history_helps"]]
+        out["guard_cost"] = {"tolerance": tolerance, "spaces_history_helps": len(helped),
+                             "met_on": sum(c["met"] for c in helped), "per_space": costs}
+    return out
+
+
 def format_guard_table(rows: list[dict]) -> str:
     """The per-space table of ``guard_table`` as text."""
     lines = [f"{'kernel':<18}{'GPU':<8}{'point':>6}{'guard on':>10}{'guard off':>10}{'best free':>10}  "
@@ -434,9 +633,10 @@ def format_guard_table(rows: list[dict]) -> str:
 def warmstart_accounting(work: Path) -> dict:
     """From the strategy's log: WarmStart's wall time per run beside the strategy time Kernel Tuner
     attributed to its evaluations (what the methodology counts), DB answers, device names."""
-    lines = []
+    every = []
     for f in sorted((work / "log").glob("warmstart-*.jsonl")):
-        lines += [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+        every += [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+    lines = [x for x in every if x.get("variant", "TunedbWarmStart") == "TunedbWarmStart"]  # guard on
     if not lines:
         return {"runs": 0}
     wall = sum(x["warmstart_wall_s"] or 0 for x in lines)
@@ -450,7 +650,28 @@ def warmstart_accounting(work: Path) -> dict:
             "db_answers": sum(x["db_answers"] or 0 for x in lines),
             "kt_fevals_mean": sum(x["kt_fevals"] or 0 for x in lines) / len(lines),
             "stopped_by": sorted({x["stopped_by"] for x in lines}),
-            "targets": {k: sorted(v) for k, v in targets.items()}}
+            "targets": {k: sorted(v) for k, v in targets.items()},
+            "guard": guard_reports(lines)}
+
+
+def guard_reports(lines: list[dict]) -> dict:
+    """Per case, what the guard reported at the end of each WarmStart run (guard on): the share of
+    each round given to its explorer, the rank agreement ``rho`` between history and this device,
+    whether it fired (share reached 0.5), the best time (s) each arm found, and the evaluation
+    count at which it first fired; the last two rounds of the trace of the first run."""
+    out: dict[str, dict] = {}
+    for x in sorted(lines, key=lambda x: (x["kernel"], x["gpu"], x["copy"])):
+        g = x.get("guard")
+        if not g:
+            continue
+        trace = g.get("trace") or []
+        fired_at = next((t[0] for t in trace if t[-1] >= 0.5), None)
+        case = out.setdefault(f"{x['kernel']}/{x['gpu']}", {"runs": []})
+        case["runs"].append({"copy": x["copy"], "rho": g.get("rho"), "share": g.get("share"), "fired": g.get("fired"),
+                             "fired_at_evaluation": fired_at, "rounds": len(trace),
+                             "explorer_best_s": g.get("explorer_best"), "history_best_s": g.get("history_best")})
+        case.setdefault("trace_head", trace[:3])
+    return out
 
 
 def machine() -> dict:
@@ -506,10 +727,43 @@ def table(result: dict) -> str:
             lines.append(f"    {x['kernel']:<18} {x['gpu']:<7} {x['point']:>5} ({x['phase']}): "
                          f"{agg[x['winner']]['display_name']} {x['winner_score']:.3f} vs {x['warmstart']:.3f} "
                          f"(-{x['deficit']:.3f})")
+    labels = {"whole": "the whole time range (from 0 s to its end)",
+              "first": "the first 1 % (from 0 s to the start of the range above)"}
+    for rname, rng in result.get("ranges", {}).items():
+        ragg = rng["aggregate"]
+        lines += ["", f"Aggregate score over {labels.get(rname, rname)}",
+                  f"{'strategy':<22}" + "".join(f"{c:>8}" for c in cols)]
+        for name in sorted(ragg, key=lambda n: -ragg[n]["mean"]):
+            lines.append(f"{ragg[name]['display_name']:<22}" + "".join(f"{ragg[name][c]:8.3f}" for c in cols))
+        summ = result["range_summaries"][rname]
+        for what, label in (("highest", "highest of all"), ("not_below_history_free",
+                                                            "not below the best history-free strategy")):
+            x = summ.get(what)
+            if x:
+                lines.append(f"  WarmStart {label} at {x['fraction'] * 100:.1f}% of its points; smallest margin "
+                             f"{x['min_margin']:+.3f} (at {x['min_margin_at_fraction'] * 100:.1f}%, "
+                             f"{ragg[x['rival_at_min']]['display_name']})"
+                             + (f"; not between {x['lost_range'][0] * 100:.1f}% and {x['lost_range'][1] * 100:.1f}%"
+                                if x["lost_range"] else ""))
     if result.get("guard_table"):
         lines += ["", "Per search space: WarmStart (guard on / off) vs the best history-free strategy "
                       "and the union of bests, at fractions of the time range",
                   format_guard_table(result["guard_table"])]
+        gg = result["guard_goals"]
+        nb = gg["not_below_history_free"]
+        lines.append(f"WarmStart (guard on) not below the best history-free strategy at 25/50/75/100 %: "
+                     f"{nb['met_on']} of {nb['spaces']} spaces"
+                     + "".join(f"; not on {f['kernel']} {f['gpu']} at {', '.join(f['points'])} "
+                               f"(by up to {f['max_deficit']:.3f})" for f in nb["failures"]))
+        gc = gg.get("guard_cost")
+        if gc:
+            lines.append(f"Guard's cost (guard off - guard on) at most {gc['tolerance']} where history helps "
+                         f"(union of bests' mean >= best history-free mean): {gc['met_on']} of "
+                         f"{gc['spaces_history_helps']} spaces")
+            for c in gc["per_space"]:
+                lines.append(f"  {c['kernel']:<18}{c['gpu']:<8}{'helps' if c['history_helps'] else 'misleads':<9}"
+                             + "".join(f"{p:>6} {v:+.3f}" for p, v in c["cost"].items())
+                             + ("" if c["met"] else "  OVER"))
     lines += ["", "Per kernel / held-out GPU: mean score over the time range (time limit s)"]
     lines.append(f"{'kernel':<18}{'GPU':<8}{'limit':>7}" + "".join(f"{agg[n]['display_name'][:12]:>13}"
                                                             for n in order))
@@ -549,7 +803,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--guard-off", action="store_true",
                     help="also run WarmStart with the guard against misleading history off (a row, not a rival)")
     ap.add_argument("--aggregate-only", action="store_true",
-                    help="only aggregate the finished run kept in --work (same settings)")
+                    help="only aggregate the finished run kept in --work (with --kernels/--gpus: a part of it)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the methodology's bootstrap when it fits the curves (aggregation only)")
     ap.add_argument("--run-experiment", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.run_experiment:
@@ -586,6 +842,14 @@ def main(argv: list[str] | None = None) -> int:
         full = work / "experiment.json"
         if args.aggregate_only:
             full_doc = json.loads(full.read_text(encoding="utf-8"))
+            ran = full_doc["experimental_groups_defaults"]
+            repeats = ran["repeats"]
+            if (kernels, gpus) != ([a["name"] for a in ran["applications"]], ran["gpus"]):
+                # a part of the finished run (--kernels/--gpus): the same strategies and results
+                full_doc = experiment_doc(full_doc, work, kernels, gpus, full_doc["search_strategies"],
+                                          ran["repeats"], ran["samples"], full_doc["name"])
+                full = work / "experiment_part.json"
+                full.write_text(json.dumps(full_doc, indent=1), encoding="utf-8")
             t4 = check_t4(work)
             imports = json.loads((work / "imports.json").read_text(encoding="utf-8"))
         else:
@@ -615,9 +879,11 @@ def main(argv: list[str] | None = None) -> int:
             say(f"running {len(files)} cases x {len(strategies)} strategies x {repeats} repeats, {args.jobs} at a time")
             run_cases(work, files, max(1, args.jobs))
         say("aggregating (the methodology's Visualize)")
-        result = analyse(work, full, out)
+        result = analyse(work, full, out, args.seed)
         result["goal"] = goal(result)
         result["guard_table"] = guard_table(result, kt)
+        result["guard_goals"] = guard_goals(result["guard_table"], result["per_case"], kt)
+        result["range_summaries"] = range_summaries(result, kt)
         result["warmstart_accounting"] = warmstart_accounting(work)
         result.pop("curves")
         if args.figure:
@@ -626,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
             result["figure_copy"] = str(args.figure)
         result.update({"settings": {"kernels": kernels, "gpus": gpus, "kt": kt, "repeats": repeats,
                                     "samples": args.samples, "jobs": args.jobs, "quick": args.quick,
+                                    "aggregation_seed": args.seed,
                                     "statistics_settings": full_doc["statistics_settings"],
                                     "resolution": full_doc["visualization_settings"]["resolution"]},
                        "machine": machine(), "versions": versions(), "t4_check": t4, "imports": imports,

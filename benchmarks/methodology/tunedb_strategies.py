@@ -113,6 +113,8 @@ class TunedbWarmStart(OptAlg):
             "strategy_time_s": sum(float(r.get("strategy_time", 0) or 0) for r in own) / 1e3,
             "framework_time_s": sum(float(r.get("framework_time", 0) or 0) for r in own) / 1e3,
             "results_before": n0,
+            # the guard's report (TuneResult.surrogate["guard"]: rho, share, fired, trace per round)
+            "guard": (getattr(strategy.last_result, "surrogate", None) or {}).get("guard"),
         }
         log = self.root / "log"
         log.mkdir(exist_ok=True)
