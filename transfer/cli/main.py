@@ -41,7 +41,7 @@ COMMAND_MODULES = (
     "io",         # import export
     "retrieval",  # nearest targets
     "workloads",  # workloads (ls)
-    "kernels",    # measure space
+    "measuring",  # measure compare space
     "tune",       # tune warm-start predict
     "model",      # tune-model
     "copy",       # copy (between stores, any backends)

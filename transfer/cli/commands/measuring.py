@@ -1,4 +1,4 @@
-"""Kernel commands: ``measure`` (one config, DB first), ``compare`` (is config A faster than config
+"""Measuring commands: ``measure`` (one config, DB first), ``compare`` (is config A faster than config
 B: interleaved rounds, a stated test) and ``space`` (a workload's schedule space)."""
 
 from __future__ import annotations
