@@ -69,10 +69,15 @@ their meta).  ``TuneResult.origins`` counts the evaluations per origin and
 Parts: the Tuner keeps the loop, the budget, the commits and the bookkeeping (this module);
 every reason to evaluate a config is a *proposal source* behind one interface
 (``tunedb.transfer.search.proposals``: ``start``, ``before_round``, ``propose``), one module
-each - ``lookups`` (exact, resume), ``seeds`` (the transferred seeds, the default first),
-``surrogate`` (RGPE), ``model`` (the cost model's ranked neighbours), ``random_fill``.  A new
-source is one module and one ``register`` (or ``Tuner(sources=[...])``); the loop does not
-change.
+each - ``lookups`` (exact, resume), ``seeds`` (the transferred seeds), ``guard``,
+``surrogate`` (RGPE), ``model`` (the cost model's ranked neighbours), ``first`` (the default
+and the first seeds), ``random_fill``.  Each source names the sources it runs after; the
+registry derives their order (``proposals.order()``) and refuses an unknown name or a cycle.
+Sources hand work on only through what the Tuner owns for them (``proposals.handoff``): the
+seed queue (``Tuner.seeds``: the pending seeds in order, their source entries) and the model
+slot (``Tuner.cost_model``: the cost model and its report).  A new source is one module and one
+``register`` (or ``Tuner(sources=[...])``, called in the order given); the loop does not
+change.  ``TuneOptions`` are set flat and read flat or by group (``OPTION_GROUPS``).
 """
 
 from __future__ import annotations
@@ -80,9 +85,9 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -91,7 +96,7 @@ from tunedb.index.model.estimate import rank as rank_configs
 from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport
-from tunedb.transfer.search.proposals import ProposalSource, Round
+from tunedb.transfer.search.proposals import ModelSlot, ProposalSource, Round, SeedQueue
 from tunedb.transfer.search.proposals import sources as all_sources
 from tunedb.transfer.search.proposals.neighbours import Neighbourhood
 from tunedb.transfer.space import Space
@@ -105,15 +110,105 @@ if TYPE_CHECKING:
 ORIGINS = ("exact", "resume", "default", "seed", "model", "random", "runoff", "confirm")
 
 
+#: the option groups of ``TuneOptions`` (group -> its fields), each field in exactly one
+OPTION_GROUPS: dict[str, tuple[str, ...]] = {
+    "loop": ("budget", "wall_s", "patience", "batch", "epsilon", "seed", "cold", "use_exact"),
+    "seeds": ("k_neighbors", "top_per_neighbor", "min_similarity", "n_seeds", "start_default", "seed_order",
+              "similarity_power"),
+    "cost_model": ("use_model", "retrain_every", "refit_fraction", "model_cache"),
+    "transfer": ("surrogate", "surrogate_after", "acquisition", "surrogate_pool", "seed_slots", "consensus_seeds",
+                 "min_source_weight"),
+    "history_guard": ("guard", "guard_after", "guard_min_share", "guard_max_share"),
+    "confirmation": ("confirm_top", "confirm_rounds"),
+}
+
+
+class OptionGroup(Mapping[str, Any]):
+    """A read-only view of one group of a ``TuneOptions``' fields (``OPTION_GROUPS``): the same
+    values, by attribute (``opts.seeds.n_seeds``) or key (``dict(opts.seeds)``); it reads the
+    options it came from, so it never disagrees with them.  Raises AttributeError on a write
+    (change options with ``dataclasses.replace``) and for a name outside the group."""
+
+    __slots__ = ("_opts", "_fields", "group")
+
+    def __init__(self, opts: TuneOptions, group: str) -> None:
+        object.__setattr__(self, "_opts", opts)
+        object.__setattr__(self, "_fields", OPTION_GROUPS[group])
+        object.__setattr__(self, "group", group)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # (a copy or an unpickled view before its slots are set)
+            raise AttributeError(name)
+        if name in self._fields:
+            return getattr(self._opts, name)
+        raise AttributeError(f"option group {self.group!r} has no option {name!r} (it has {', '.join(self._fields)})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"option groups are read-only: dataclasses.replace(options, {name}=...)")
+
+    def __reduce__(self) -> tuple:
+        return OptionGroup, (self._opts, self.group)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._fields:
+            raise KeyError(name)
+        return getattr(self._opts, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"{self.group}({', '.join(f'{k}={getattr(self._opts, k)!r}' for k in self._fields)})"
+
+
 @dataclass
 class TuneOptions:
+    """The options of one run.  Set them flat, by keyword (``TuneOptions(budget=20, seed=3,
+    guard=False)``, ``dataclasses.replace(opts, budget=40)``); read them flat or by group, as a
+    read-only view (``opts.seeds.top_per_neighbor``; ``OPTION_GROUPS`` lists the fields):
+
+    ``loop`` (the search loop)
+        ``budget`` (evaluations in this run: new measurements + cache hits), ``wall_s``
+        (seconds; None: no limit), ``patience`` (rounds without improvement; None: spend the
+        budget), ``batch`` (candidates per round), ``epsilon`` (random share of a round),
+        ``seed`` (random generator), ``cold`` (no retrieval, no prior model), ``use_exact``
+        (the exact entry's bests first).
+    ``seeds`` (retrieval and seeds)
+        ``k_neighbors`` (nearest entries consulted), ``top_per_neighbor`` (best configs taken
+        from each), ``min_similarity``, ``n_seeds`` (seeds evaluated before the search),
+        ``start_default`` (start from the family default without seeds; None: warm yes, cold
+        no), ``seed_order`` ("similarity" or "rank"), ``similarity_power`` (a source's seed
+        weight is similarity ** power).
+    ``cost_model``
+        ``use_model``, ``retrain_every`` (new evaluations between correction fits),
+        ``refit_fraction`` (changed share of the family's records that refits the base model),
+        ``model_cache`` (reuse the base model from the store's cache_dir()).
+    ``transfer`` (the RGPE transfer surrogate)
+        ``surrogate`` ("rgpe", "model"; None: rgpe when warm with >= 2 sources),
+        ``surrogate_after`` (own ok evaluations before it ranks), ``acquisition`` ("ei",
+        "mean"), ``surrogate_pool`` ("local", "space"), ``seed_slots`` (places per round for
+        the believed sources' seeds), ``consensus_seeds``, ``min_source_weight``.
+    ``history_guard``
+        ``guard`` (on/off; warm runs), ``guard_after`` (own ok evaluations before it judges),
+        ``guard_min_share`` / ``guard_max_share`` (the explorer's share of a round).
+    ``confirmation``
+        ``confirm_top`` (leaders re-measured after the budget; 0/1: off), ``confirm_rounds``.
+
+    The fields themselves are flat, so keyword arguments, ``dataclasses.replace``, equality and
+    ``dataclasses.asdict`` see one set of fields; the groups are views of it, not copies."""
+
+    GROUPS: ClassVar[dict[str, tuple[str, ...]]] = OPTION_GROUPS
+
     budget: int = 20              # evaluations (new measurements + cache hits) in this run
     wall_s: float | None = None   # stop after this many seconds
     patience: int | None = None   # stop after this many rounds without improvement (None: spend the whole budget)
     batch: int = 4                # candidates per local-search round
     epsilon: float = 0.15         # share of each batch drawn at random
     k_neighbors: int = 8          # nearest entries consulted for seeds
-    top_per_neighbor: int = 32    # best configs taken from each neighbour
+    top_per_neighbor: int = 8     # best configs taken from each neighbour
     n_seeds: int = 6              # seeds evaluated before the local search starts
     min_similarity: float | None = None
     seed: int = 0
@@ -131,7 +226,7 @@ class TuneOptions:
     seed_order: str = "similarity"  # "similarity": per-source quota by hardware similarity; "rank": global rank sum
     similarity_power: float = 8.0   # seed weight of a source = similarity ** power (normalised)
     min_source_weight: float = 0.02  # a source the surrogate weighs below this gives no more seeds
-    seed_slots: int = 2           # (rgpe) places per round for the remaining seeds of the sources it believes
+    seed_slots: int = 1           # (rgpe) places per round for the remaining seeds of the sources it believes
     consensus_seeds: int = 0      # (rgpe) this many seeds first that the sources agree on most (similarity-weighted)
     acquisition: str = "ei"       # (rgpe) "ei": expected improvement under the ensemble-prior GP posterior; "mean": the ensemble's prediction
     surrogate_pool: str = "local"  # (rgpe) candidates: "local" (neighbours of the best, seeds, random draws) or "space" (all untried configs of a finite space)
@@ -139,6 +234,40 @@ class TuneOptions:
     guard_after: int = 8          # (guard) own ok evaluations before the guard judges the history
     guard_min_share: float = 0.1  # (guard) the explorer's share of each round when the history predicts well
     guard_max_share: float = 0.75  # (guard) its share when the history misleads
+
+    @property
+    def loop(self) -> OptionGroup:
+        """The search loop's options (class docstring), read-only."""
+        return OptionGroup(self, "loop")
+
+    @property
+    def seeds(self) -> OptionGroup:
+        """Retrieval and seed options (class docstring), read-only."""
+        return OptionGroup(self, "seeds")
+
+    @property
+    def cost_model(self) -> OptionGroup:
+        """The cost model's options (class docstring), read-only."""
+        return OptionGroup(self, "cost_model")
+
+    @property
+    def transfer(self) -> OptionGroup:
+        """The RGPE transfer surrogate's options (class docstring), read-only."""
+        return OptionGroup(self, "transfer")
+
+    @property
+    def history_guard(self) -> OptionGroup:
+        """The guard's options (class docstring), read-only."""
+        return OptionGroup(self, "history_guard")
+
+    @property
+    def confirmation(self) -> OptionGroup:
+        """The confirmation's options (class docstring), read-only."""
+        return OptionGroup(self, "confirmation")
+
+    def groups(self) -> dict[str, dict[str, Any]]:
+        """Every group's options as plain dicts (group -> field -> value)."""
+        return {g: dict(OptionGroup(self, g)) for g in OPTION_GROUPS}
 
 
 @dataclass
@@ -225,7 +354,10 @@ class Tuner:
     config as evaluated (as asked for a cache hit, the record's own for a new measurement),
     ``record`` the stored or new Record (new ones carry ``meta["origin"]``), ``cached`` whether
     the DB answered it (preloaded records: True) and ``origin`` one of ``ORIGINS`` other than
-    ``confirm`` (re-measurements are not evaluations)."""
+    ``confirm`` (re-measurements are not evaluations).  ``model``: a cost model to start with
+    (the model slot's first content; the cost-model source replaces it when it fits one).
+    ``sources``: the proposal sources, called in the order given (default: every registered
+    source, in the registry's order)."""
 
     #: the keys of ``TuneResult.overhead`` (seconds): ``resume`` (reading this entry's records),
     #: ``retrieval`` (nearest entries), ``adapt`` (mapping their configs into the space),
@@ -263,9 +395,6 @@ class Tuner:
         self.history: list[list] = []
         self.best: tuple[float, dict] | None = None
         self.adapt_report = AdaptReport()
-        self.seeds_info: list[dict] = []
-        self.model = model
-        self.model_info: dict = {}
         self._t0 = time.monotonic()
         self.timers: dict[str, float] = {}
         self.remeasurements = 0
@@ -274,15 +403,19 @@ class Tuner:
         self.stopped_by = "budget"
         self._stale_rounds = 0
         self.origin_counts: dict[str, dict[str, int]] = {}  # origin -> {"cache_hits", "measured", "failed"}
-        # what the proposal sources share (``proposals.SearchState``)
-        self.pending: list[dict] = []          # seeds not evaluated yet, in the order they are to be tried
-        self.seed_sources: list[dict] = []     # the seeds' source entries: {"match", "adapted", "similarity"}
-        self.seed_src: dict[str, dict] = {}    # seed config signature -> its (most similar) source entry
+        # what the proposal sources hand on to each other (``proposals.handoff``), owned here
+        self.seeds = SeedQueue()               # the seeds: pending order, source entries, report
+        self.cost_model = ModelSlot(model)     # the cost model and its report (TuneResult.model)
         self.surrogate_info: dict = {}         # TuneResult.surrogate
         self._neighbourhood = Neighbourhood(space)
         self.sources: list[ProposalSource] = all_sources() if sources is None else list(sources)
 
     # ------------------------------------------------- what the sources read
+    @property
+    def seeds_info(self) -> list[dict]:
+        """The seeds' sources as ``TuneResult.seeds`` reports them (``SeedQueue.report``)."""
+        return self.seeds.report
+
     def add_time(self, step: str, t0: float) -> None:
         """Add the seconds since ``t0`` (a ``time.perf_counter()``) to ``step`` (``OVERHEAD_STEPS``)."""
         self.timers[step] = self.timers.get(step, 0.0) + time.perf_counter() - t0
@@ -298,11 +431,12 @@ class Tuner:
     def predict(self, cands: list[dict]) -> np.ndarray | None:
         """The cost model's predicted costs of ``cands`` (None without a model, for no
         candidates, or when the model fails); timed as ``predict``."""
-        if self.model is None or not cands:
+        model = self.cost_model.model
+        if model is None or not cands:
             return None
         t0 = time.perf_counter()
         try:
-            return self.model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
+            return model.predict(cands, [self.workload] * len(cands), [self.target] * len(cands))
         except Exception:  # a model failure must never stop tuning
             return None
         finally:
@@ -332,9 +466,9 @@ class Tuner:
         seed, ``seeded_from`` (its source entry: target_name, target_key, workload_key, similarity)."""
         out: dict[str, Any] = {"origin": origin}
         if origin == "seed":
-            src = self.seed_src.get(_sig(cfg))
+            src = self.seeds.source_of(cfg)
             if src is not None:
-                out["seeded_from"] = dict(src)
+                out["seeded_from"] = src
         return out
 
     def _unevaluated(self, tagged: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
@@ -449,7 +583,7 @@ class Tuner:
         if not batch:
             self.stopped_by = "exhausted"
             return False
-        self.pending = [c for c in self.pending if _sig(c) not in self.tried]
+        self.seeds.drop(self.tried)
         self.evaluate(batch, tags)
         after = self.best[0] if self.best else math.inf
         self._stale_rounds = self._stale_rounds + 1 if after >= before else 0
@@ -597,7 +731,7 @@ class Tuner:
             selection_biased=final is not None and final[0].basis != "confirmed",
             measurements=self.measurements, cache_hits=self.cache_hits, seeds=self.seeds_info,
             history=self.history, evaluations=len(self.evaluated), interrupted=interrupted, stopped_by=stopped_by,
-            adapt=self.adapt_report.to_json(), model=self.model_info, overhead=over,
+            adapt=self.adapt_report.to_json(), model=self.cost_model.info, overhead=over,
             remeasurements=self.remeasurements, confirmed=self.confirmed, saved_s=round(self.saved_s, 6),
             surrogate=self.surrogate_info,
             origins={o: c["cache_hits"] + c["measured"] for o, c in self._ordered_origins()},

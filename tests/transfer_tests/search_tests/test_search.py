@@ -320,7 +320,7 @@ def test_warm_seeds_interleave_the_nearest_devices_bests_by_similarity(history_d
     assert sims == sorted(sims, reverse=True) and len(info) == len(SOURCES)
     weights = [s["seed_weight"] for s in info]
     assert sum(weights) == pytest.approx(1.0, abs=1e-5) and weights == sorted(weights, reverse=True)
-    firsts = {json.dumps(src["adapted"][0], sort_keys=True): i for i, src in enumerate(t.seed_sources)}
+    firsts = {json.dumps(src.adapted[0], sort_keys=True): i for i, src in enumerate(t.seeds.sources)}
     # the two most similar devices (near-equal weights) give the first two seeds: each its best
     assert [firsts.get(json.dumps(c, sort_keys=True)) for c in seeds[:2]] == [0, 1]
     # every device's best is among the first len(SOURCES) + 2 seeds: no device's 8 configs crowd out another's best
@@ -366,8 +366,8 @@ def test_rgpe_surrogate_stops_following_a_source_that_ranks_the_device_backwards
     a = sur["sources"].index("NVIDIA RTX A6000")
     assert sur["trace"] and all(row[1 + m] < 0.05 for row in sur["trace"])
     assert sum(sur["weights"]) == pytest.approx(1.0, abs=1e-3) and sur["weights"][a] > 0.5
-    mirror_best = {json.dumps(c, sort_keys=True) for c in t.seed_sources[[s["match"].target_name for s in t.seed_sources]
-                                                                      .index("Mirror GPU")]["adapted"]}
+    names = [s.match.target_name for s in t.seeds.sources]
+    mirror_best = {json.dumps(c, sort_keys=True) for c in t.seeds.sources[names.index("Mirror GPU")].adapted}
     after = [json.dumps(c, sort_keys=True) for c in list(t.configs.values())[4:]]
     assert not mirror_best & set(after)
     model = Tuner(db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),

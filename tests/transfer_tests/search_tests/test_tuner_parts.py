@@ -45,7 +45,8 @@ class SmallestThreads(ProposalSource):
 
     name = "smallest_threads"
     origin = "smallest"
-    order = 35   # after the seeds are known, before the surrogate and the cost model rank
+    after = ("transferred_seeds",)      # the seeds are known...
+    before = ("surrogate", "model")     # ... and the rankers fill what it leaves
 
     def __init__(self) -> None:
         self.started = 0
@@ -67,7 +68,10 @@ def test_built_in_sources_run_in_their_order_one_fresh_instance_each():
     got = proposals.sources()
     assert [s.name for s in got] == ["exact", "resume", "transferred_seeds", "guard", "surrogate", "model",
                                      "default_first", "random"]
-    assert [s.order for s in got] == sorted(s.order for s in got)
+    assert proposals.order() == [s.name for s in got]
+    # every source runs after the sources it names
+    at = {s.name: i for i, s in enumerate(got)}
+    assert all(at[a] < at[s.name] for s in got for a in s.after) and any(s.after for s in got)
     again = proposals.sources()
     assert all(a is not b for a, b in zip(got, again))   # a source may keep per-run state
 
@@ -117,3 +121,95 @@ def test_a_source_without_a_name_is_refused_and_a_round_holds_no_more_than_its_s
     with pytest.raises(ValueError, match="origins"):
         rnd.add([{"a": 2}], [])
     assert rnd.configs == [{"a": 1}]
+
+
+def _refused(cls: type, match: str) -> None:
+    """``register(cls)`` raises a one-line ValueError matching ``match`` and leaves the order as it was."""
+    before = proposals.order()
+    with pytest.raises(ValueError, match=match) as e:
+        register(cls)
+    assert "\n" not in str(e.value) and proposals.order() == before
+
+
+def test_the_registry_derives_the_order_and_refuses_unknown_names_cycles_and_numbers():
+    def source(name: str, **attrs) -> type:
+        return type(name.title(), (ProposalSource,), {"name": name, **attrs})
+
+    _refused(source("late", after=("no_such_source",)), "'no_such_source', which is not registered")
+    _refused(source("late", before=("no_such_source",)), "not registered")
+    # the surrogate runs before the model: after the model and before the surrogate is a cycle
+    _refused(source("late", after=("model",), before=("surrogate",)), "cycle")
+    _refused(source("late", after=("late",)), "names itself")
+    _refused(source("late", order=35), "'order' is not used")
+    _refused(source("late", after="model"), "tuple of source names")
+    # a source others run after cannot go (the order would lose a constraint)
+    with pytest.raises(ValueError, match="named in the order of 'guard', 'surrogate'"):
+        unregister("transferred_seeds")
+    assert "transferred_seeds" in proposals.order()
+    # ties keep the registration order: a source that only needs the exact entry comes last
+    register(source("late", after=("exact",)))
+    try:
+        assert proposals.order()[-2:] == ["random", "late"]
+    finally:
+        unregister("late")
+    assert proposals.order() == ["exact", "resume", "transferred_seeds", "guard", "surrogate", "model",
+                                 "default_first", "random"]
+
+
+def test_the_seed_queue_and_the_model_slot_are_the_hand_offs(db, replay):
+    held = replay[HELD]
+    t = Tuner(db, held.target, held.workload, held.space, KernelTunerReplayBackend(held),
+              TuneOptions(budget=16, seed=0, batch=4, n_seeds=3))
+    t.start()
+    q = t.seeds
+    sims = [s.similarity for s in q.sources]
+    assert len(sims) == len(SOURCES) and sims == sorted(sims, reverse=True)
+    assert t.seeds_info == q.report and [r["from_target"] for r in q.report] == [s.match.target_name
+                                                                                 for s in q.sources]
+    # each seed is credited to its most similar source; the first n_seeds (after the default) left the queue
+    for c in q.pending:
+        got = q.source_of(c)
+        givers = [s for s in q.sources if sig(c) in {sig(a) for a in s.adapted}]
+        assert got == givers[0].entry and q.is_seed(sig(c))
+    assert not {sig(c) for c in q.pending} & set(t.evaluated) and len(t.evaluated) == 3
+    assert q.source_of({"no": "such config"}) is None
+    # what earlier rounds tried leaves the queue when the next round is proposed
+    tried = set(t.tried)
+    t.step()
+    assert len(t.evaluated) == 7 and q.pending and not {sig(c) for c in q.pending} & tried
+    # the model slot: set by the cost-model source, what the result reports and what ranks
+    assert t.cost_model.model is not None and t.cost_model.fits >= 1
+    assert t.result().model == t.cost_model.info
+    assert t.predict(list(q.pending[:2])) is not None
+    # the queue's own operations, in order
+    q.put([{"a": 1}, {"a": 2}, {"a": 3}])
+    q.reorder(lambda cs: cs[::-1])
+    assert q.untried({sig({"a": 3})}, 1) == [{"a": 2}] and q.take(1) == [{"a": 3}] and len(q) == 2
+    q.drop({sig({"a": 2})})
+    assert q.pending == ({"a": 1},)
+
+
+def test_options_are_set_flat_and_read_by_group():
+    import copy
+    import dataclasses
+    import pickle
+
+    from tunedb.transfer.search.tuner import OPTION_GROUPS
+
+    flat = [f.name for f in dataclasses.fields(TuneOptions)]
+    grouped = [n for names in OPTION_GROUPS.values() for n in names]
+    assert sorted(grouped) == sorted(flat) and len(grouped) == len(set(grouped))   # each field in one group
+    opts = TuneOptions(budget=20, seed=3, top_per_neighbor=32, guard=False)
+    assert opts.seeds.top_per_neighbor == 32 and opts.loop.budget == 20 and opts.history_guard.guard is False
+    assert dict(opts.confirmation) == {"confirm_top": 0, "confirm_rounds": 2}
+    assert {k: v for g in opts.groups().values() for k, v in g.items()} == dataclasses.asdict(opts)
+    # the groups are views: replace, equality and asdict are the flat fields'
+    later = dataclasses.replace(opts, budget=40)
+    assert later.loop.budget == 40 and opts.loop.budget == 20 and later != opts
+    assert later == TuneOptions(budget=40, seed=3, top_per_neighbor=32, guard=False)
+    assert list(dataclasses.asdict(opts)) == flat
+    assert pickle.loads(pickle.dumps(opts.seeds)) == opts.seeds and copy.copy(opts.loop)["seed"] == 3
+    with pytest.raises(AttributeError, match="read-only"):
+        opts.seeds.n_seeds = 3
+    with pytest.raises(AttributeError, match="has no option 'budget'"):
+        _ = opts.seeds.budget

@@ -65,10 +65,10 @@ def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, flo
     """Config signature -> the sources' prior: per source, the standardised log of the config's
     best ok cost there; averaged over the sources that measured it with weights
     ``similarity ** similarity_power`` (renormalised per config).  Lower = predicted faster."""
-    srcs = state.seed_sources
+    srcs = state.seeds.sources
     if state.db is None or not srcs:
         return {}
-    weights = similarity_weights([s["similarity"] for s in srcs], state.opt.similarity_power)
+    weights = similarity_weights([s.similarity for s in srcs], state.opt.similarity_power)
     num: dict[str, float] = {}
     den: dict[str, float] = {}
     for i, w in enumerate(weights):
@@ -199,7 +199,7 @@ class HistoryGuard(ProposalSource):
 
     name = "guard"
     origin = "random"
-    order = 35
+    after = ("transferred_seeds",)   # judges the seeds' sources
 
     def __init__(self) -> None:
         self.active = False
@@ -219,7 +219,7 @@ class HistoryGuard(ProposalSource):
         evaluations), so the run's first evaluations do not wait for it; it is the same table
         either way (the sources' records are not the run's entry)."""
         opt = state.opt
-        self.active = bool(getattr(opt, "guard", True)) and not opt.cold and bool(state.seed_sources)
+        self.active = bool(getattr(opt, "guard", True)) and not opt.cold and bool(state.seeds.sources)
         if not self.active:
             return []
         self.rng = random.Random(opt.seed * 7919 + 17)

@@ -51,7 +51,7 @@ _RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def source_rows(state: SearchState, i: int) -> SourceRows:
-    """The records of seed source ``i`` (``state.seed_sources[i]``), read once per run
+    """The records of seed source ``i`` (``state.seeds.sources[i]``), read once per run
     (``db.records(target, workload, columns=["config", "cost", "status"])``); an exception the
     read raised is raised again to every caller."""
     try:
@@ -60,7 +60,7 @@ def source_rows(state: SearchState, i: int) -> SourceRows:
         run = {"rows": {}, "parsed": {}, "sigs": {}}
     got = run["rows"].get(i)
     if got is None:
-        m = state.seed_sources[i]["match"]
+        m = state.seeds.sources[i].match
         try:
             t = state.db.records(m.target, m.workload, columns=["config", "cost", "status"])
             got = SourceRows(t.column("config").to_pylist(), t.column("cost").to_pylist(),

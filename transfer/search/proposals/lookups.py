@@ -51,7 +51,6 @@ class ExactSource(ProposalSource):
     """With ``use_exact``: the exact entry's bests first."""
 
     name = origin = "exact"
-    order = 10
 
     def start(self, state: SearchState) -> list[Tagged]:
         if not state.opt.use_exact:
@@ -64,7 +63,7 @@ class ResumeSource(ProposalSource):
     """Warm runs: the entry's earlier records (valid in this space), answered from the DB."""
 
     name = origin = "resume"
-    order = 20
+    after = ("exact",)   # the exact entry's bests first
 
     def start(self, state: SearchState) -> list[Tagged]:
         if state.opt.cold:

@@ -6,7 +6,7 @@ The model: warm, the family's *base model* (``modelcache.base_model``: every tar
 the family, cached in the store's ``cache_dir()``) corrected by this entry's evaluations
 (``CorrectedModel``); cold (or a family with too few records), a model of this run's own
 evaluations only (from 8 on).  Refitted every ``retrain_every`` new evaluations (10 % more once
-a run is long).  A model failure never stops tuning (``model_info["error"]``)."""
+a run is long).  A model failure never stops tuning (``TuneResult.model["error"]``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def neighbour_pool(state: SearchState) -> list[dict]:
         for _, s in ranked[:3]:
             for n in state.neighbours(state.configs[s]):
                 pool.setdefault(sig(n), n)
-    for c in state.pending:
+    for c in state.seeds.pending:
         pool.setdefault(sig(c), c)
     return [c for s, c in pool.items() if s not in state.tried]
 
@@ -42,7 +42,7 @@ class ModelSource(ProposalSource):
 
     name = "model"
     origin = "model"
-    order = 50
+    after = ("surrogate",)   # ranks a round the surrogate did not claim
 
     def __init__(self) -> None:
         self.evals_at_fit = 0
@@ -77,7 +77,7 @@ class ModelSource(ProposalSource):
 
     # ------------------------------------------------------------------ fits
     def fit(self, state: SearchState, force: bool = False) -> None:
-        """(Re)fit the cost model into ``state.model`` / ``state.model_info`` (module docstring);
+        """(Re)fit the cost model into the model slot (``state.cost_model.put``; module docstring);
         nothing with ``use_model`` off or before ``retrain_every`` new evaluations (unless ``force``)."""
         opt = state.opt
         if not opt.use_model:
@@ -91,14 +91,13 @@ class ModelSource(ProposalSource):
         model = self._fit_cold(state, own) if opt.cold else self._fit_warm(state, own)
         if model is None:
             return
-        state.model = model
         self.evals_at_fit = len(own)
         info = {"kind": type(getattr(model, "base", model)).__name__, "records": model.n_records_,
                 "targets": len(model.targets_), "heldout_spearman": model.heldout_spearman_,
-                "fits": state.model_info.get("fits", 0) + 1}
+                "fits": state.cost_model.fits + 1}
         if self.base is not None and not opt.cold:
             info["base"] = self.base.info()
-        state.model_info = info
+        state.cost_model.put(model, info)
 
     def _fit_cold(self, state: SearchState, own: list[tuple[dict, float]]) -> Any:
         """A model of this run's own evaluations (None below 8 of them or when fitting fails)."""
@@ -110,7 +109,7 @@ class ModelSource(ProposalSource):
             model.fit([c for c, _ in own], [state.workload] * len(own), [state.target] * len(own),
                       [v for _, v in own], seed=state.opt.seed, holdout=0)
         except Exception as e:  # a model failure must never stop tuning
-            state.model_info = {"error": f"{type(e).__name__}: {e}"}
+            state.cost_model.fail(f"{type(e).__name__}: {e}")
             return None
         finally:
             state.add_time("model_update", t0)
@@ -124,7 +123,7 @@ class ModelSource(ProposalSource):
         try:
             base = self._base_model(state)
         except Exception as e:  # a model failure must never stop tuning
-            state.model_info = {"error": f"{type(e).__name__}: {e}"}
+            state.cost_model.fail(f"{type(e).__name__}: {e}")
             return None
         if base is None:
             return self._fit_cold(state, own)
@@ -134,7 +133,7 @@ class ModelSource(ProposalSource):
             X = m.features_.matrix([c for c, _ in own], [state.workload] * len(own), [state.target] * len(own))
             return m.corrected(X, np.log(np.asarray([v for _, v in own], np.float64)), seed=state.opt.seed)
         except Exception as e:  # a model failure must never stop tuning
-            state.model_info = {"error": f"{type(e).__name__}: {e}"}
+            state.cost_model.fail(f"{type(e).__name__}: {e}")
             return None
         finally:
             state.add_time("model_update", t0)

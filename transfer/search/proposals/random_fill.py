@@ -33,7 +33,7 @@ class RandomFill(ProposalSource):
     whole round when there is nothing to rank)."""
 
     name = origin = "random"
-    order = 90
+    after = ("guard", "surrogate", "model")   # the places the rankers left
 
     def propose(self, state: SearchState, rnd: Round) -> None:
         got = random_configs(state, rnd.free, rnd.sigs(), max_draws=50 * rnd.size)

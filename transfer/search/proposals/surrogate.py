@@ -69,7 +69,7 @@ class SurrogateSource(ProposalSource):
 
     name = "surrogate"
     origin = "model"
-    order = 40
+    after = ("transferred_seeds", "guard")   # models the seeds' sources; fills the places the guard leaves
 
     def __init__(self) -> None:
         self.active = False
@@ -97,7 +97,7 @@ class SurrogateSource(ProposalSource):
             self.deferred = True
             if state.opt.consensus_seeds > 0:
                 self._ensure(state)
-                state.pending = self._consensus_first(state, state.pending)
+                state.seeds.reorder(lambda seeds: self._consensus_first(state, seeds))
         return []
 
     def finish(self, state: SearchState) -> None:
@@ -130,7 +130,7 @@ class SurrogateSource(ProposalSource):
         mode = opt.surrogate
         self._check(opt)
         self.active = False
-        srcs = state.seed_sources
+        srcs = state.seeds.sources
         if opt.cold or mode == "model" or state.db is None or not srcs or (mode is None and len(srcs) < 2):
             return
         from tunedb.transfer.search.rgpe import SourceModel
@@ -158,7 +158,7 @@ class SurrogateSource(ProposalSource):
             state.add_time("model_update", t0)
         if len(self.models) >= (1 if mode == "rgpe" else 2):
             self.active = True
-            state.surrogate_info.update({"sources": [srcs[i]["match"].target_name for i in self.models],
+            state.surrogate_info.update({"sources": [srcs[i].match.target_name for i in self.models],
                                          "weights": [], "trace": []})
 
     def _consensus_first(self, state: SearchState, seeds: list[dict]) -> list[dict]:
@@ -170,7 +170,7 @@ class SurrogateSource(ProposalSource):
         X, enc = self._encode(state, seeds)
         if not enc.any():
             return seeds
-        w = np.asarray(similarity_weights([state.seed_sources[i]["similarity"] for i in self.models],
+        w = np.asarray(similarity_weights([state.seeds.sources[i].similarity for i in self.models],
                                           state.opt.similarity_power))
         score = np.full(len(seeds), np.inf)
         Z = np.vstack([(m.predict(X[enc]) - m.mean_) / m.std_ for m in self.models.values()])
@@ -209,16 +209,17 @@ class SurrogateSource(ProposalSource):
         w = [round(float(v), 4) for v in sur.weights_]
         state.surrogate_info["weights"] = w
         state.surrogate_info["trace"].append([len(state.evaluated)] + w)
-        state.pending = self._believed_seeds(state)
+        state.seeds.put(self._believed_seeds(state))
 
     def _believed_seeds(self, state: SearchState) -> list[dict]:
         """The sources' untried seeds interleaved by the surrogate's weights (``seeds.interleave``);
         a source weighed below ``min_source_weight`` (or without a model) gives none."""
         floor = state.opt.min_source_weight
-        w = {i: floor for i in range(len(state.seed_sources))}
+        srcs = state.seeds.sources
+        w = {i: floor for i in range(len(srcs))}
         if self.surrogate is not None:
             w.update({i: float(v) for i, v in zip(self.models, self.surrogate.weights_[:-1])})
-        lists = [[c for c in src["adapted"] if sig(c) not in state.tried] for src in state.seed_sources]
+        lists = [[c for c in src.adapted if sig(c) not in state.tried] for src in srcs]
         return interleave(lists, [w[i] if w[i] >= floor else 0.0 for i in range(len(lists))], key=sig)
 
     def propose(self, state: SearchState, rnd: Round) -> None:
@@ -228,7 +229,7 @@ class SurrogateSource(ProposalSource):
             return
         rnd.claimed = True
         n_rand = sum(1 for _ in range(rnd.size) if state.rng.random() < state.opt.epsilon)
-        chosen = self._batch(state, state.pending, max(rnd.free - n_rand, 0))
+        chosen = self._batch(state, list(state.seeds.pending), max(rnd.free - n_rand, 0))
         rnd.add(chosen, seed_or(state, chosen, self.origin))
 
     def _batch(self, state: SearchState, pending: list[dict], n: int) -> list[dict]:
