@@ -294,6 +294,14 @@ class RecordStore(ABC):
             return []
         return rank(self.entry_records(target, workload), k)
 
+    def best_costs_many(self, pairs: Iterable[tuple[Any, Any]], k: int = 1) -> list[list[ConfigCost]]:
+        """:meth:`best_costs` of each (target, workload) of ``pairs``, in order: one list per
+        pair, equal to ``best_costs(target, workload, k)``, raising what it raises (``[]`` for a
+        pair without records; every list is ``[]`` when ``k <= 0``).  For callers
+        that need the best configs of several entries at once (the nearest entries of a query);
+        a backend with a faster batch path overrides this, with the same answers."""
+        return [self.best_costs(target, workload, k) for target, workload in pairs]
+
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """The representative records of :meth:`best_costs` (one per config, best first).  A
         record's own ``cost`` is one measurement: show ``best_costs(...)[i].estimate`` (or

@@ -382,41 +382,81 @@ class Queries:
         entry of a partition that misses under the same arrays has every entry of the partition
         ranked at once (``rank_partition``; for ``k`` up to ``RANK_ALL_MAX_K``), so that queries
         over many entries of a target answer from memory."""
-        if isinstance(target, str) or isinstance(workload, str):
-            pair = (self.target_key(target) if isinstance(target, str) else self.keys.canon(target, "target")[1],
-                    self.workload_key(workload) if isinstance(workload, str) else
-                    self.keys.canon(workload, "workload")[1])
-        else:
-            pair = self.keys.pair(target, workload)
-        view = self.view
+        pair = self.pair_of(target, workload)
         with self.lock:
-            p = view.parts.get(pair[0][:16])
+            p = self.view.parts.get(pair[0][:16])
             if p is None:
                 return [], [], True
-            if not p.loaded or p.dirty:
-                view.loaded(p)
-            ranked = p.ranked
-            if ranked is None or ranked.refuted is not view.refuted_hashes or ranked.arrays is not p.arrays:
-                ranked = p.ranked = RankedEntries(p.arrays, view.refuted_hashes)
+            return self.ranked_in(p, self.ranked_entries(p), pair, target, workload, k)
+
+    def best_costs_many(self, pairs: list[tuple[Any, Any]], k: int) -> list[list]:
+        """``RecordStore.best_costs_many`` (``k`` > 0): each pair's ``best_costs`` (new lists),
+        the same answers as ``ranked`` gives one by one and kept the same way, under one hold of
+        the handle lock: the pairs are grouped by partition, each partition is loaded and its
+        kept answers looked at once, and the entries missing from them are ranked together --
+        the flags of each file's distinct meta texts worked out once for all of them
+        (``entry_costs``' ``per_file``)."""
+        keyed = [self.pair_of(t, w) for t, w in pairs]
+        out: list[list] = [[] for _ in keyed]
+        by_part: dict[str, list[int]] = {}
+        for i, pair in enumerate(keyed):
+            by_part.setdefault(pair[0][:16], []).append(i)
+        with self.lock:
+            for prefix, idx in by_part.items():
+                p = self.view.parts.get(prefix)
+                if p is None:
+                    continue
+                ranked = self.ranked_entries(p)
+                per_file: dict = {}
+                for i in idx:
+                    target, workload = pairs[i]
+                    out[i] = self.ranked_in(p, ranked, keyed[i], target, workload, k, per_file)[0][:k]
+        return out
+
+    def pair_of(self, target: Any, workload: Any) -> tuple[str, str]:
+        """(target_key, workload_key) of a query's target and workload (memoised: no canonical
+        JSON or hashing once the keys are known)."""
+        if isinstance(target, str) or isinstance(workload, str):
+            return (self.target_key(target) if isinstance(target, str) else self.keys.canon(target, "target")[1],
+                    self.workload_key(workload) if isinstance(workload, str) else
+                    self.keys.canon(workload, "workload")[1])
+        return self.keys.pair(target, workload)
+
+    def ranked_entries(self, p: Partition) -> RankedEntries:
+        """Partition ``p`` loaded (indexed) and its kept answers, a new ``RankedEntries`` when its
+        arrays or the refuted records changed since (handle lock held)."""
+        view = self.view
+        if not p.loaded or p.dirty:
+            view.loaded(p)
+        ranked = p.ranked
+        if ranked is None or ranked.refuted is not view.refuted_hashes or ranked.arrays is not p.arrays:
+            ranked = p.ranked = RankedEntries(p.arrays, view.refuted_hashes)
+        return ranked
+
+    def ranked_in(self, p: Partition, ranked: RankedEntries, pair: tuple[str, str], target: Any, workload: Any,
+                  k: int, per_file: dict | None = None) -> tuple[list, list[Record], bool]:
+        """``ranked`` of entry ``pair`` (its keys; ``target``/``workload`` as the query gave them)
+        of partition ``p`` with its kept answers ``ranked`` (``ranked_entries``): the kept answer,
+        else computed and kept (handle lock held; ``per_file``: see ``entry_costs``)."""
+        hit = ranked.answers.get(pair)
+        if hit is not None and (k <= len(hit[0]) or hit[2]):
+            return hit
+        ranked.misses += 1
+        if ranked.misses >= self.RANK_ALL_AFTER and k <= self.RANK_ALL_MAX_K and not ranked.complete:
+            self.rank_partition(p, ranked, k, per_file)
             hit = ranked.answers.get(pair)
             if hit is not None and (k <= len(hit[0]) or hit[2]):
                 return hit
-            ranked.misses += 1
-            if ranked.misses >= self.RANK_ALL_AFTER and k <= self.RANK_ALL_MAX_K and not ranked.complete:
-                self.rank_partition(p, ranked, k)
-                hit = ranked.answers.get(pair)
-                if hit is not None and (k <= len(hit[0]) or hit[2]):
-                    return hit
-            tw = self.entry_query(target, workload)[2]
-            ek = hash64(*pair)
-            if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
+        tw = self.entry_query(target, workload)[2]
+        ek = hash64(*pair)
+        if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
+            out = rank(self.entry_records(target, workload), k)
+        else:
+            out = self.rank_entry(p, ek, k, tw, per_file)
+            if out is None:  # (a rid-hash collision with a refuted record: rare; not kept)
                 out = rank(self.entry_records(target, workload), k)
-            else:
-                out = self.rank_entry(p, ek, k, tw)
-                if out is None:  # (a rid-hash collision with a refuted record: rare; not kept)
-                    out = rank(self.entry_records(target, workload), k)
-                    return out, [c.record for c in out], len(out) < k
-            return ranked.put(pair, out, k)
+                return out, [c.record for c in out], len(out) < k
+        return ranked.put(pair, out, k)
 
     #: misses under one build of a partition's arrays after which all its entries are ranked at once
     RANK_ALL_AFTER = 2
@@ -459,13 +499,14 @@ class Queries:
         wj, wk = t["workload"][r].as_py(), t["workload_key"][r].as_py()
         return self.keys.json(tj), self.keys.json(wj), tj, wj, tk, wk
 
-    def rank_partition(self, p: Partition, ranked: RankedEntries, k: int) -> None:
+    def rank_partition(self, p: Partition, ranked: RankedEntries, k: int, per_file: dict | None = None) -> None:
         """Rank every entry of partition ``p`` with live ok rows into ``ranked`` (the first ``k``
         of each; handle lock held), but those answered already and those with this handle's
         own commits outside the arrays (ranked when asked).  The Records of all entries share
-        one target dict and text, and those of one entry one workload dict and text."""
+        one target dict and text, and those of one entry one workload dict and text.
+        ``per_file``: see ``entry_costs`` (None: kept for this call only)."""
         shared: dict[str, tuple[str, str]] = {}
-        per_file: dict = {}
+        per_file = {} if per_file is None else per_file
         for ek in np.unique(p.arrays.entry_sorted).tolist():
             if p.overlay_entries.get(ek):
                 continue

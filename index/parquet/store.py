@@ -641,6 +641,15 @@ class ParquetStore(RetrievalMixin, RecordStore):
             return []
         return self._retrying(self._queries.best_costs, target, workload, k)
 
+    def best_costs_many(self, pairs: Iterable[tuple[Any, Any]], k: int = 1) -> list[list]:
+        """``RecordStore.best_costs_many``: the same answers as :meth:`best_costs` one by one,
+        from the same kept per-entry answers, under one hold of the handle lock with the entries
+        of a target ranked together (``Queries.best_costs_many``)."""
+        pairs = list(pairs)
+        if k <= 0:
+            return [[] for _ in pairs]
+        return self._retrying(self._queries.best_costs_many, pairs, k)
+
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """``RecordStore.best``: the records of :meth:`best_costs`, from the same kept per-entry
         answers (``Queries.ranked``: a repeated query reads memory only)."""

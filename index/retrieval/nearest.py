@@ -14,7 +14,8 @@ w_wl * cos_wl`` say how much of it came from each side (they sum to ``similarity
 An entry's nearest neighbour is itself with similarity 1.0.
 
 Best configs.  Each match carries its entry's ``best_n`` best configs by the one cost
-estimator (``db.best_costs``, ``tunedb.index.model.estimate``): :attr:`Match.best_costs`, each a
+estimator (``db.best_costs``, asked for all the matches at once through ``db.best_costs_many``;
+``tunedb.index.model.estimate``): :attr:`Match.best_costs`, each a
 ``ConfigCost`` with the config's estimate (median of its records' medians, seconds, with n and
 a confidence interval).  :attr:`Match.best` holds their representative records, in the same
 order, for callers that need a record (its config, trace, provenance); a record's own ``cost``
@@ -147,6 +148,18 @@ def _workload_dict(workload: Any) -> dict:
     raise ValueError("workload must be a dict with a string 'family' (or a Record)")
 
 
+def best_costs_of(db: EntrySource, pairs: list[tuple[dict, dict]], k: int) -> list[list[ConfigCost]]:
+    """The ``k`` best configs of each (target, workload) of ``pairs``, in order: one batched
+    ``db.best_costs_many`` where the source has it (every ``RecordStore``), else ``db.best_costs``
+    pair by pair; ``[]`` for each when ``k <= 0``."""
+    if k <= 0 or not pairs:
+        return [[] for _ in pairs]
+    many = getattr(db, "best_costs_many", None)
+    if many is not None:
+        return many(pairs, k)
+    return [db.best_costs(t, w, k) for t, w in pairs]
+
+
 def nearest(db: EntrySource, target: Any, workload: Any, k: int = 5, *, same_family: bool = True,
             min_similarity: float | None = None, weights: Any = None, exclude_target: bool | str = False,
             best_n: int = 3, index_kind: str | None = None) -> list[Match]:
@@ -191,7 +204,7 @@ def nearest(db: EntrySource, target: Any, workload: Any, k: int = 5, *, same_fam
     names = entries.column("target_name")
     tjs = entries.column("target")
     wjs = entries.column("workload")
-    out: list[Match] = []
+    found: list[tuple[int, int, int, float, dict, dict]] = []  # (j, r, e, similarity, target, workload)
     for j, r in enumerate(rows.tolist()):
         e = int(st.index_rows[r])
         if e < 0:
@@ -199,9 +212,10 @@ def nearest(db: EntrySource, target: Any, workload: Any, k: int = 5, *, same_fam
         sim = float(np.clip(w_hw * cos_hw[j] + w_wl * cos_wl[j], -1.0, 1.0))
         if min_similarity is not None and sim < float(min_similarity) - 1e-9:
             continue
-        t = json.loads(tjs[e].as_py())
-        w = json.loads(wjs[e].as_py())
-        costs = db.best_costs(t, w, best_n) if best_n > 0 else []
+        found.append((j, r, e, sim, json.loads(tjs[e].as_py()), json.loads(wjs[e].as_py())))
+    all_costs = best_costs_of(db, [(t, w) for _j, _r, _e, _s, t, w in found], best_n)
+    out: list[Match] = []
+    for (j, r, e, sim, t, w), costs in zip(found, all_costs):
         out.append(Match(target=t, target_name=names[e].as_py() or "", target_key=vi.target_keys[r], workload=w,
                          workload_key=vi.workload_keys[r], similarity=sim, hw_similarity=float(w_hw * cos_hw[j]),
                          wl_similarity=float(w_wl * cos_wl[j]), hw_cosine=float(cos_hw[j]),

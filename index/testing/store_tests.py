@@ -209,6 +209,11 @@ class _Expected:
         return {k: (n, ok) for k, (n, ok) in out.items()}
 
 
+def _cost_row(c) -> tuple:
+    """A ConfigCost as comparable values: config key and config, the estimate, the representative."""
+    return c.config_key, canonical_json(c.config), c.estimate.to_dict(), c.record.record_id
+
+
 def _ids(records: Sequence[Record | None]) -> list[str | None]:
     return [None if r is None else r.record_id for r in records]
 
@@ -280,6 +285,28 @@ class ReadOnlyStoreTests:
                 sorted(r.record_id for r in x.entry(target, workload))
         assert s.cost(T1, W, {"tile": 1}) is None and s.best(T1, W, k=0) == []
         assert s.best_costs(T1, W2, k=1)[0].config == {"tile": 2}  # confirmed: ranks first
+
+    def test_filled_best_costs_many_equals_best_costs_per_entry(self, filled_store):
+        s, x = filled_store, _Expected()
+        w3 = {"family": "matmul", "M": 3, "N": 3, "K": 3}  # no records
+        pairs = [(T1, W), (T2, W2), (T1, W2), (T3, W), (T2, W), (T1, w3), (T3, W2), (T1, W),
+                 (_key(T2), _key(W2)), ("alpha", W2)]
+        for k in (2, 1, 10):  # batched first (nothing kept yet), then one by one
+            many = s.best_costs_many(pairs, k)
+            assert isinstance(many, list) and len(many) == len(pairs)
+            for (target, workload), got in zip(pairs, many):
+                one = s.best_costs(target, workload, k)
+                assert [_cost_row(c) for c in got] == [_cost_row(c) for c in one], (target, workload, k)
+                tgt = {_key(T1): T1, _key(T2): T2, "alpha": T1}.get(target, target) if isinstance(target, str) \
+                    else target
+                wl = W2 if workload == _key(W2) else workload
+                want = rank(x.entry(tgt, wl), k)
+                assert [(c.config_key, c.estimate.basis, c.record.record_id) for c in got] == \
+                    [(c.config_key, c.estimate.basis, c.record.record_id) for c in want], (target, workload, k)
+                assert [c.estimate.value for c in got] == pytest.approx([c.estimate.value for c in want])
+        assert s.best_costs_many(pairs, 0) == [[] for _ in pairs]
+        assert s.best_costs_many([], 3) == []
+        assert s.best_costs_many(iter([(T1, W)]), 1)[0][0].config == {"tile": 0}  # any iterable
 
     def test_filled_records_filters_and_projections(self, filled_store):
         s, x = filled_store, _Expected()
@@ -795,6 +822,21 @@ class RecordStoreTests(ReadOnlyStoreTests, HostileRecordTests):
         assert store.verdicts() == {poisoned.record_id: "refuted", other.record_id: "verified"}
         store.mark({poisoned.record_id: "verified"})  # the latest verdict wins
         assert store.cost(t, w, {"tile": 1}).value == pytest.approx((1e-9 + 2e-3) / 2)
+
+    def test_best_costs_many_follows_commits_and_verdicts(self, store):
+        wls = [{"family": "matmul", "M": m, "N": 8, "K": 8} for m in range(1, 5)]
+        store.commit([r for w in wls for r in recs(6, workload=w)] + recs(3, target=T2, workload=wls[0]))
+        pairs = [(T1, w) for w in wls] + [(T2, wls[0]), (T2, wls[1])]
+        assert [[c.config["tile"] for c in got] for got in store.best_costs_many(pairs, 2)] == \
+            [[0, 1]] * 5 + [[]]
+        # a faster config for one entry, a refuted best of another: the next batch answers them
+        store.commit(Record(T1, wls[2], {"tile": 40}, [1e-6, 1e-6]))
+        store.mark({store.best_costs(T1, wls[3], 1)[0].record.record_id: "refuted"})
+        got = store.best_costs_many(pairs, 3)
+        assert [c.config["tile"] for c in got[2]] == [40, 0, 1]
+        assert [c.config["tile"] for c in got[3]] == [1, 2, 3]
+        assert [[_cost_row(c) for c in g] for g in got] == \
+            [[_cost_row(c) for c in store.best_costs(t, w, 3)] for t, w in pairs]
 
     def test_a_refuted_latest_measurement_does_not_answer_lookup(self, store):
         poisoned = Record(T1, W, {"tile": 7}, [1e-9], source="imported:autotvm")

@@ -237,3 +237,26 @@ def test_threads_sharing_a_handle_get_the_definition(tmp_path, k):
     for x in ts:
         x.join()
     assert not errors
+
+
+def test_batched_answers_equal_the_definition_and_are_kept(tmp_path):
+    """``best_costs_many`` over entries of two targets (the per-entry files' metas read once for
+    all of them) answers each entry as the definition does, keeps what it ranked (a later
+    ``best_costs`` is the same kept answer) and ranks again only the entry a commit changed."""
+    db = ParquetStore.open(tmp_path / "db")
+    populate(db)
+    db.close()
+    fresh = ParquetStore.open(tmp_path / "db")
+    pairs = [(t, w) for w in WS for t in (T2, T1)] + [(T1, {"family": "conv2d", "C": 1})]
+    for k in (3, 1, 5, 20):
+        got = fresh.best_costs_many(pairs, k)
+        assert [[(c.config_key, c.estimate, c.record.record_id) for c in g] for g in got] == \
+            [definition(fresh, t, w, k) for t, w in pairs]
+    kept = fresh.best_costs(T1, WS[2], 20)
+    assert all(a.record is b.record for a, b in zip(kept, fresh.best_costs_many([(T1, WS[2])], 20)[0]))
+    fresh.commit(Record(T1, WS[2], {"tile": "fast"}, [1e-9]))
+    got = fresh.best_costs_many(pairs, 3)
+    assert got[pairs.index((T1, WS[2]))][0].config == {"tile": "fast"}
+    assert [[(c.config_key, c.estimate, c.record.record_id) for c in g] for g in got] == \
+        [definition(fresh, t, w, 3) for t, w in pairs]
+

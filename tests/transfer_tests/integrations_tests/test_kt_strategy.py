@@ -434,14 +434,14 @@ def test_python_started_in_the_checkout_still_gets_the_real_kernel_tuner():
 def test_warm_start_default_options_are_the_one_engines():
     """Without options WarmStart runs with ``warm_start_options()``: the Tuner's own defaults
     (the ones ``tunedb tune`` and ``tunedb.tune`` use): no patience (Kernel Tuner ends the run),
-    32 seeds per source, two seed places a round, no confirmation rounds (Kernel Tuner measures
+    8 seeds per source, one seed place a round, no confirmation rounds (Kernel Tuner measures
     a config once per run); overrides keep the rest, and a field TuneOptions lacks is refused."""
     ws = WarmStart(MemoryStore())
     assert ws.options == warm_start_options() == TuneOptions()
-    assert (ws.options.patience, ws.options.top_per_neighbor, ws.options.seed_slots) == (None, 32, 2)
+    assert (ws.options.patience, ws.options.top_per_neighbor, ws.options.seed_slots) == (None, 8, 1)
     assert ws.options.confirm_top == 0
-    o = warm_start_options(seed=7, seed_slots=1)
-    assert (o.seed, o.seed_slots, o.top_per_neighbor, o.patience) == (7, 1, 32, None)
+    o = warm_start_options(seed=7, seed_slots=2)
+    assert (o.seed, o.seed_slots, o.top_per_neighbor, o.patience) == (7, 2, 8, None)
     with pytest.raises(TypeError):
         warm_start_options(no_such_option=1)
 
@@ -481,3 +481,53 @@ def test_best_config_is_the_same_measured_or_answered_from_the_db(tmp_path, cach
     # tunedb's own best of the run is Kernel Tuner's
     assert key(ws.last_run.best_config, keys) == key(b2, keys)
     assert ws.last_run.best_time_s == pytest.approx(b2["time"] * 1e-3, rel=1e-12)
+
+
+def test_making_a_warm_start_does_the_first_runs_imports(tmp_path, caches, space_def):
+    """``WarmStart(db)`` imports what its first ``tune`` needs before its first proposal (the
+    nearest-entry search and faiss, the device catalog, the cost-model cache, pandas for pyarrow),
+    so that none of it is imported inside ``tune``, where Kernel Tuner's time budget runs."""
+    path, _doc = caches[HELD]
+    code = f"""
+import json, sys
+import numpy as np
+import kernel_tuner
+from tunedb.index.memory.store import MemoryStore
+from tunedb.transfer.interop import collect
+from tunedb.kernel_tuner import WarmStart, WARM_UP_MODULES
+recs, _ = collect("kernel-tuner", [{str(CONV / "A100.json.gz")!r}])
+db = MemoryStore()
+db.commit(recs)
+watched = ("faiss", "tunedb.index.retrieval", "tunedb.transfer.kernels", "tunedb.transfer.search.modelcache",
+           "tunedb.index.hardware.catalog", "pandas")
+def loaded():
+    return sorted(m for m in sys.modules if m.startswith(watched))
+before_make = loaded()
+ws = WarmStart(db)
+made = loaded()
+inner = ws.tune
+def tune(*args):
+    at_tune = set(loaded())
+    out = inner(*args)
+    return out, sorted(set(loaded()) - at_tune)
+in_tune = []
+class Probe:
+    def tune(self, *args):
+        out, new = tune(*args)
+        in_tune.extend(new)
+        return out
+doc = json.loads(open({str(path)!r}).read())
+kernel_tuner.tune_kernel(doc["kernel_name"], {SOURCE!r}, doc["problem_size"], [np.zeros(1, np.float32)] * 3,
+                         doc["tune_params"], restrictions={space_def["restrictions"]!r}, strategy=Probe(),
+                         strategy_options={{"max_fevals": 5}}, simulation_mode=True, quiet=True,
+                         cache={str(tmp_path / "c.json")!r})
+print(json.dumps({{"before": before_make, "made": made, "in_tune": in_tune, "evals": len(ws.last_run.seeds) >= 0}}))
+"""
+    import shutil
+    shutil.copy(path, tmp_path / "c.json")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "faiss" not in got["before"] and "tunedb.index.retrieval.nearest" not in got["before"]
+    assert "faiss" in got["made"] and "tunedb.index.retrieval.nearest" in got["made"]
+    assert got["in_tune"] == []
