@@ -754,7 +754,3 @@ class ParquetStore(RetrievalMixin, RecordStore):
     @property
     def location(self) -> str:
         return str(self.path)
-
-
-#: The Parquet backend's former name, kept so that existing code keeps working.
-TuningDB = ParquetStore

@@ -1,4 +1,4 @@
-"""Cost-model ranked neighbours (``model``): every round, the neighbours of the three best
+"""Cost-model ranked neighbours (the source named ``model``): every round, the neighbours of the three best
 configs so far and the pending seeds, ranked by the cost model (``random`` order while there is
 none), with an epsilon share left to the random fill.
 
