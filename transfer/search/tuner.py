@@ -123,6 +123,21 @@ OPTION_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+class GroupView:
+    """A ``TuneOptions`` attribute that reads one of its option groups: ``opts.seeds`` is
+    ``OptionGroup(opts, "seeds")`` (the attribute's name is the group's).  Not a dataclass field."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.group = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.group = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else OptionGroup(obj, self.group)
+
+
 class OptionGroup(Mapping[str, Any]):
     """A read-only view of one group of a ``TuneOptions``' fields (``OPTION_GROUPS``): the same
     values, by attribute (``opts.seeds.n_seeds``) or key (``dict(opts.seeds)``); it reads the
@@ -235,35 +250,12 @@ class TuneOptions:
     guard_min_share: float = 0.1  # (guard) the explorer's share of each round when the history predicts well
     guard_max_share: float = 0.75  # (guard) its share when the history misleads
 
-    @property
-    def loop(self) -> OptionGroup:
-        """The search loop's options (class docstring), read-only."""
-        return OptionGroup(self, "loop")
-
-    @property
-    def seeds(self) -> OptionGroup:
-        """Retrieval and seed options (class docstring), read-only."""
-        return OptionGroup(self, "seeds")
-
-    @property
-    def cost_model(self) -> OptionGroup:
-        """The cost model's options (class docstring), read-only."""
-        return OptionGroup(self, "cost_model")
-
-    @property
-    def transfer(self) -> OptionGroup:
-        """The RGPE transfer surrogate's options (class docstring), read-only."""
-        return OptionGroup(self, "transfer")
-
-    @property
-    def history_guard(self) -> OptionGroup:
-        """The guard's options (class docstring), read-only."""
-        return OptionGroup(self, "history_guard")
-
-    @property
-    def confirmation(self) -> OptionGroup:
-        """The confirmation's options (class docstring), read-only."""
-        return OptionGroup(self, "confirmation")
+    loop = GroupView("The search loop's options (class docstring), read-only.")
+    seeds = GroupView("Retrieval and seed options (class docstring), read-only.")
+    cost_model = GroupView("The cost model's options (class docstring), read-only.")
+    transfer = GroupView("The RGPE transfer surrogate's options (class docstring), read-only.")
+    history_guard = GroupView("The guard's options (class docstring), read-only.")
+    confirmation = GroupView("The confirmation's options (class docstring), read-only.")
 
     def groups(self) -> dict[str, dict[str, Any]]:
         """Every group's options as plain dicts (group -> field -> value)."""
