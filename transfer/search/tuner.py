@@ -179,6 +179,10 @@ class OptionGroup(Mapping[str, Any]):
         return f"{self.group}({', '.join(f'{k}={getattr(self._opts, k)!r}' for k in self._fields)})"
 
 
+#: evaluations from which a run is long: its seed lists are deeper (``TuneOptions.seeds_per_source``)
+LONG_RUN = 100
+
+
 @dataclass
 class TuneOptions:
     """The options of one run.  Set them flat, by keyword (``TuneOptions(budget=20, seed=3,
@@ -193,7 +197,7 @@ class TuneOptions:
         (the exact entry's bests first).
     ``seeds`` (retrieval and seeds)
         ``k_neighbors`` (nearest entries consulted), ``top_per_neighbor`` (best configs taken
-        from each), ``min_similarity``, ``n_seeds`` (seeds evaluated before the search),
+        from each; None: by the budget, :meth:`seeds_per_source`), ``min_similarity``, ``n_seeds`` (seeds evaluated before the search),
         ``start_default`` (start from the family default without seeds; None: warm yes, cold
         no), ``seed_order`` ("similarity" or "rank"), ``similarity_power`` (a source's seed
         weight is similarity ** power).
@@ -205,7 +209,7 @@ class TuneOptions:
         ``surrogate`` ("rgpe", "model"; None: rgpe when warm with >= 2 sources),
         ``surrogate_after`` (own ok evaluations before it ranks), ``acquisition`` ("ei",
         "mean"), ``surrogate_pool`` ("local", "space"), ``seed_slots`` (places per round for
-        the believed sources' seeds), ``consensus_seeds``, ``min_source_weight``.
+        the believed sources' seeds; None: by the budget, :meth:`seed_places`), ``consensus_seeds``, ``min_source_weight``.
     ``history_guard``
         ``guard`` (on/off; warm runs), ``guard_after`` (own ok evaluations before it judges),
         ``guard_min_share`` / ``guard_max_share`` (the explorer's share of a round).
@@ -223,7 +227,7 @@ class TuneOptions:
     batch: int = 4                # candidates per local-search round
     epsilon: float = 0.15         # share of each batch drawn at random
     k_neighbors: int = 8          # nearest entries consulted for seeds
-    top_per_neighbor: int = 8     # best configs taken from each neighbour
+    top_per_neighbor: int | None = None  # best configs taken from each neighbour (None: by the budget, seeds_per_source())
     n_seeds: int = 6              # seeds evaluated before the local search starts
     min_similarity: float | None = None
     seed: int = 0
@@ -241,7 +245,7 @@ class TuneOptions:
     seed_order: str = "similarity"  # "similarity": per-source quota by hardware similarity; "rank": global rank sum
     similarity_power: float = 8.0   # seed weight of a source = similarity ** power (normalised)
     min_source_weight: float = 0.02  # a source the surrogate weighs below this gives no more seeds
-    seed_slots: int = 1           # (rgpe) places per round for the remaining seeds of the sources it believes
+    seed_slots: int | None = None  # (rgpe) places per round for the remaining seeds of the sources it believes (None: by the budget, seed_places())
     consensus_seeds: int = 0      # (rgpe) this many seeds first that the sources agree on most (similarity-weighted)
     acquisition: str = "ei"       # (rgpe) "ei": expected improvement under the ensemble-prior GP posterior; "mean": the ensemble's prediction
     surrogate_pool: str = "local"  # (rgpe) candidates: "local" (neighbours of the best, seeds, random draws) or "space" (all untried configs of a finite space)
@@ -256,6 +260,23 @@ class TuneOptions:
     transfer = GroupView("The RGPE transfer surrogate's options (class docstring), read-only.")
     history_guard = GroupView("The guard's options (class docstring), read-only.")
     confirmation = GroupView("The confirmation's options (class docstring), read-only.")
+
+    def seeds_per_source(self) -> int:
+        """The best configs taken from each source entry: ``top_per_neighbor`` when set, else
+        8, or 32 in a long run (``budget`` >= :data:`LONG_RUN` evaluations).  A long run (Kernel
+        Tuner's time-limited runs, whose budget is the searchspace) reaches configs that sit
+        low in the other devices' lists; a short one spends its places better on the model's
+        picks (``docs/transfer.md``, "One engine")."""
+        if self.top_per_neighbor is not None:
+            return self.top_per_neighbor
+        return 32 if self.budget >= LONG_RUN else 8
+
+    def seed_places(self) -> int:
+        """Places per round for the remaining seeds of the sources the surrogate believes:
+        ``seed_slots`` when set, else 1, or 2 in a long run (:meth:`seeds_per_source`)."""
+        if self.seed_slots is not None:
+            return self.seed_slots
+        return 2 if self.budget >= LONG_RUN else 1
 
     def groups(self) -> dict[str, dict[str, Any]]:
         """Every group's options as plain dicts (group -> field -> value)."""

@@ -434,14 +434,24 @@ def test_python_started_in_the_checkout_still_gets_the_real_kernel_tuner():
 def test_warm_start_default_options_are_the_one_engines():
     """Without options WarmStart runs with ``warm_start_options()``: the Tuner's own defaults
     (the ones ``tunedb tune`` and ``tunedb.tune`` use): no patience (Kernel Tuner ends the run),
-    8 seeds per source, one seed place a round, no confirmation rounds (Kernel Tuner measures
-    a config once per run); overrides keep the rest, and a field TuneOptions lacks is refused."""
+    seed lists by the run's budget (8 best configs per source and one seed place a round; 32 and
+    two in a run of at least ``LONG_RUN`` evaluations, such as a time-limited Kernel Tuner run
+    over its whole searchspace), no confirmation rounds (Kernel Tuner measures a config once per
+    run); overrides keep the rest, and a field TuneOptions lacks is refused."""
+    from dataclasses import replace
+
+    from tunedb.transfer.search.tuner import LONG_RUN
+
     ws = WarmStart(MemoryStore())
     assert ws.options == warm_start_options() == TuneOptions()
-    assert (ws.options.patience, ws.options.top_per_neighbor, ws.options.seed_slots) == (None, 8, 1)
+    assert (ws.options.patience, ws.options.top_per_neighbor, ws.options.seed_slots) == (None, None, None)
     assert ws.options.confirm_top == 0
-    o = warm_start_options(seed=7, seed_slots=2)
-    assert (o.seed, o.seed_slots, o.top_per_neighbor, o.patience) == (7, 2, 8, None)
+    short, long = replace(ws.options, budget=LONG_RUN - 1), replace(ws.options, budget=LONG_RUN)
+    assert (short.seeds_per_source(), short.seed_places()) == (8, 1)
+    assert (long.seeds_per_source(), long.seed_places()) == (32, 2)
+    o = warm_start_options(seed=7, seed_slots=2, top_per_neighbor=4)
+    assert (o.seed, o.seed_places(), o.seeds_per_source(), o.patience) == (7, 2, 4, None)
+    assert replace(o, budget=10 * LONG_RUN).seeds_per_source() == 4  # set: not by the budget
     with pytest.raises(TypeError):
         warm_start_options(no_such_option=1)
 

@@ -20,7 +20,7 @@ __all__ = ["TransferredSeeds", "transferred_seeds"]
 
 def _source_seeds(state: SearchState, m: object) -> list[dict]:
     """Match ``m``'s best configs adapted to the space (timed as ``adapt``)."""
-    best = [r.config for r in m.best[: state.opt.top_per_neighbor]]
+    best = [r.config for r in m.best[: state.opt.seeds_per_source()]]
     scale = hardware_scale(m.target, state.target, state.hardware_knobs) if state.hardware_knobs else None
     t0 = time.perf_counter()
     adapted = adapt_many(best, state.space, state.defaults, state.adapt_report, scale,
@@ -41,7 +41,7 @@ def transferred_seeds(state: SearchState) -> list[dict]:
         return []
     t0 = time.perf_counter()
     matches = state.db.nearest(state.target, state.workload, k=state.opt.k_neighbors + 1, same_family=True,
-                               min_similarity=state.opt.min_similarity, best_n=state.opt.top_per_neighbor)
+                               min_similarity=state.opt.min_similarity, best_n=state.opt.seeds_per_source())
     state.add_time("retrieval", t0)
     tkey, wkey = key_of(state.target), key_of(state.workload)
     scores: dict[str, float] = {}

@@ -234,7 +234,7 @@ class SurrogateSource(ProposalSource):
 
     def _batch(self, state: SearchState, pending: list[dict], n: int) -> list[dict]:
         """``n`` candidates: up to ``seed_slots`` believed seeds, then the surrogate's best."""
-        chosen = [c for c in pending if sig(c) not in state.tried][: min(state.opt.seed_slots, n)]
+        chosen = [c for c in pending if sig(c) not in state.tried][: min(state.opt.seed_places(), n)]
         if len(chosen) >= n:
             return chosen
         pool, X, enc = self._pool(state, pending, {sig(c) for c in chosen})
