@@ -40,8 +40,7 @@ from pathlib import Path
 
 from tunedb.index import ParquetStore
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData
-from tunedb.transfer.search.session import TuningSession
-from tunedb.transfer.search.tuner import TuneOptions
+from tunedb.transfer.search.tuner import TuneOptions, Tuner
 
 BUDGETS = (5, 10, 20, 50)
 
@@ -243,10 +242,10 @@ def leave_one_out(datas: dict[str, ReplayData], held: str, budgets=BUDGETS, rand
                     shutil.copytree(work / "base", work / f"run{n}")
                 rdb = ParquetStore.open(work / f"run{n}")  # cold: an empty DB
                 cfgs: list[dict] = []
-                run = TuningSession(rdb, "tune", hd.target, check_machine=False)  # not saved: a harness run
-                res = run.run(run.tuner(hd.target, hd.workload, hd.space, backend,
-                                        TuneOptions(**{"budget": max(budgets), "seed": s, **over}),
-                                        on_evaluation=lambda c, _rec, _cached, _origin, cfgs=cfgs: cfgs.append(c)))
+                # a bare Tuner: a harness run has no summary, stopwatch or record count to keep
+                res = Tuner(rdb, hd.target, hd.workload, hd.space, backend,
+                            TuneOptions(**{"budget": max(budgets), "seed": s, **over}),
+                            on_evaluation=lambda c, _rec, _cached, _origin, cfgs=cfgs: cfgs.append(c)).run()
                 hist[name].append(order_history(hd, cfgs) if recorded_costs else res.history)
                 surr.setdefault(name, res.surrogate)
                 shutil.rmtree(work / f"run{n}", ignore_errors=True)

@@ -567,8 +567,6 @@ class WarmStart:
             stopped_by = "kernel_tuner"
         costs = _config_costs(self.db, target, workload)
         res = session.keep(tuner.result())  # the run's answer is the Tuner's (as for every entry point)
-        best_cfg = res.best_config
-        best_est = None if res.best_estimate is None else CostEstimate.from_dict(res.best_estimate)
         results, db_answers = self._results(evaluations, backend, keys, costs, tuning_options.get("metrics"))
         device = None
         if not simulation:
@@ -580,9 +578,8 @@ class WarmStart:
                                      "db_answers": db_answers, "simulation": simulation, "device": device})
         info = RunInfo(target=target, workload=workload, db_answers=db_answers, kt_fevals=len(cost_func.results),
                        committed=res.measurements, evaluations=res.evaluations, stopped_by=stopped_by,
-                       seeds=res.seeds, best_config=best_cfg,
-                       best_time_s=None if best_est is None else best_est.value,
-                       best_estimate=None if best_est is None else best_est.to_dict(),
+                       seeds=res.seeds, best_config=res.best_config, best_time_s=res.best_cost,
+                       best_estimate=res.best_estimate,
                        wall_s=time.perf_counter() - t0, overhead=res.overhead, device=device, run_id=run_id)
         self.last_run, self.last_result = info, res
         msg = (f"tunedb answered {db_answers} configs from the DB (not Kernel Tuner fevals), measured "
