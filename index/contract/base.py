@@ -149,6 +149,10 @@ class RecordStore(ABC):
     #: this handle's lookups and the ones that found a record (see :meth:`stats`)
     lookups: int = 0
     hits: int = 0
+    #: whether ``best_costs`` answers computed by one process are kept for the next (derived
+    #: files, invalidated when the entry can change): ``tunedb import`` then ranks the entries it
+    #: imported, so the first tuning run after it reads their rankings
+    keeps_rankings: bool = False
 
     # ------------------------------------------------------------------ keys of arguments
     def _target_key(self, target: Any) -> str:

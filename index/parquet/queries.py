@@ -44,7 +44,7 @@ from tunedb.index.model.estimate import ConfigCost, rank, rank_arrays
 from tunedb.index.model.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
 from tunedb.index.model.record import Record
 from tunedb.index.model.schema import conform, empty_records
-from tunedb.index.parquet import memindex
+from tunedb.index.parquet import indexcache, memindex, rankcache
 from tunedb.index.parquet.partition_set import PartitionSet
 from tunedb.index.parquet.querykeys import KeyMemo
 from tunedb.index.parquet.rowcache import record_at
@@ -174,11 +174,17 @@ class RankedEntries:
     smaller ``k`` is a prefix of it and a larger one is computed again.  Answers are shared:
     never modify one (``Queries`` slices them).  Handle lock held."""
 
-    __slots__ = ("arrays", "refuted", "answers", "misses", "complete")
+    __slots__ = ("arrays", "refuted", "answers", "misses", "complete", "kept", "sig", "unsaved")
 
-    def __init__(self, arrays: memindex.Arrays, refuted: set[int]):
+    def __init__(self, arrays: memindex.Arrays, refuted: set[int], kept: dict[int, rankcache.Ranking] | None = None,
+                 sig: str | None = None):
         self.arrays = arrays
         self.refuted = refuted
+        #: entry key -> the kept head of its ranking (``rankcache``): read from ``derived/ranked/``
+        #: and added to as large entries are ranked; written back while ``unsaved``
+        self.kept: dict[int, rankcache.Ranking] = kept if kept is not None else {}
+        self.sig = sig  # the ``rankcache`` signature of these arrays (None: nothing is kept)
+        self.unsaved = False
         #: (target_key, workload_key) -> (the first ``k`` ConfigCost of its ranking, their records,
         #: whether that is all of it)
         self.answers: dict[tuple[str, str], tuple[list, list[Record], bool]] = {}
@@ -387,7 +393,11 @@ class Queries:
             p = self.view.parts.get(pair[0][:16])
             if p is None:
                 return [], [], True
-            return self.ranked_in(p, self.ranked_entries(p), pair, target, workload, k)
+            ranked = self.ranked_entries(p)
+            out = self.ranked_in(p, ranked, pair, target, workload, k)
+            if ranked.unsaved:
+                self.save_kept(p, ranked)
+            return out
 
     def best_costs_many(self, pairs: list[tuple[Any, Any]], k: int) -> list[list]:
         """``RecordStore.best_costs_many`` (``k`` > 0): each pair's ``best_costs`` (new lists),
@@ -411,6 +421,8 @@ class Queries:
                 for i in idx:
                     target, workload = pairs[i]
                     out[i] = self.ranked_in(p, ranked, keyed[i], target, workload, k, per_file)[0][:k]
+                if ranked.unsaved:
+                    self.save_kept(p, ranked)
         return out
 
     def pair_of(self, target: Any, workload: Any) -> tuple[str, str]:
@@ -430,8 +442,40 @@ class Queries:
             view.loaded(p)
         ranked = p.ranked
         if ranked is None or ranked.refuted is not view.refuted_hashes or ranked.arrays is not p.arrays:
-            ranked = p.ranked = RankedEntries(p.arrays, view.refuted_hashes)
+            sig = None
+            if view.index_cache is not None and p.files:
+                sig = rankcache.signature(indexcache.signature(p.files, p.built_with), view.refuted_hashes)
+            kept = rankcache.load(view.index_cache, p.prefix, sig, p.arrays.a) if sig else {}
+            ranked = p.ranked = RankedEntries(p.arrays, view.refuted_hashes, kept, sig)
         return ranked
+
+    def save_kept(self, p: Partition, ranked: RankedEntries) -> None:
+        """Write partition ``p``'s kept rankings (``rankcache``) when entries were ranked since
+        (handle lock held; best effort)."""
+        if ranked.unsaved and ranked.sig is not None and self.view.index_cache is not None:
+            rankcache.save(self.view.index_cache, p.prefix, ranked.sig, ranked.kept)
+        ranked.unsaved = False
+
+    def from_kept(self, p: Partition, ranked: RankedEntries, ek: int, k: int, tw: tuple | dict | None) -> list | None:
+        """The first ``k`` ranked ``ConfigCost`` of entry ``ek`` from its kept ranking
+        (``rankcache``, whose rows were checked against these arrays when read), or None: none
+        kept for ``k``, or a representative that is refuted (a rid-hash collision): then the
+        entry is ranked again (handle lock held; ``tw`` as ``rank_entry``).  Reads none of the
+        partition's files."""
+        kept = ranked.kept.get(ek)
+        if kept is None or (k > len(kept.rows) and not kept.complete):
+            return None
+        if isinstance(tw, dict):
+            tw = None  # (the kept rows hold the entry's target and workload texts)
+        lks = p.arrays.a["lookup_key"]
+        out = []
+        for i, (row, key, est) in enumerate(zip(kept.rows[:k].tolist(), kept.keys, kept.estimates)):
+            rec = kept.record(i, lks.item(row), self.keys.json, tw)
+            if self.view.refuted and rec.record_id in self.view.refuted:
+                del ranked.kept[ek]
+                return None
+            out.append(ConfigCost(config_key=key, config=rec.config, estimate=est, record=rec))
+        return out
 
     def ranked_in(self, p: Partition, ranked: RankedEntries, pair: tuple[str, str], target: Any, workload: Any,
                   k: int, per_file: dict | None = None) -> tuple[list, list[Record], bool]:
@@ -441,6 +485,11 @@ class Queries:
         hit = ranked.answers.get(pair)
         if hit is not None and (k <= len(hit[0]) or hit[2]):
             return hit
+        ek = hash64(*pair)
+        if ranked.kept and not p.overlay_entries.get(ek):
+            out = self.from_kept(p, ranked, ek, k, self.entry_query(target, workload)[2])
+            if out is not None:
+                return ranked.put(pair, out, k)
         ranked.misses += 1
         if ranked.misses >= self.RANK_ALL_AFTER and k <= self.RANK_ALL_MAX_K and not ranked.complete:
             self.rank_partition(p, ranked, k, per_file)
@@ -448,11 +497,10 @@ class Queries:
             if hit is not None and (k <= len(hit[0]) or hit[2]):
                 return hit
         tw = self.entry_query(target, workload)[2]
-        ek = hash64(*pair)
         if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
             out = rank(self.entry_records(target, workload), k)
         else:
-            out = self.rank_entry(p, ek, k, tw, per_file)
+            out = self.rank_entry(p, ek, k, tw, per_file, ranked)
             if out is None:  # (a rid-hash collision with a refuted record: rare; not kept)
                 out = rank(self.entry_records(target, workload), k)
                 return out, [c.record for c in out], len(out) < k
@@ -465,12 +513,14 @@ class Queries:
     RANK_ALL_MAX_K = 16
 
     def rank_entry(self, p: Partition, ek: int, k: int, tw: tuple | dict | None,
-                   per_file: dict | None = None) -> list | None:
+                   per_file: dict | None = None, keep: RankedEntries | None = None) -> list | None:
         """The first ``k`` ranked ``ConfigCost`` of entry ``ek`` from partition ``p``'s arrays
         (handle lock held; ``tw`` as ``record``, or a dict: read from the entry's first row, its
         target's texts shared through the dict), or None when a representative turned out
         refuted (a rid-hash collision: the caller ranks ``entry_records`` instead).  ``per_file``:
-        see ``entry_costs``."""
+        see ``entry_costs``.  ``keep``: the partition's answers, where the head of the ranking of
+        an entry of at least ``rankcache.MIN_ENTRY_ROWS`` records is kept (``rankcache.KEEP``
+        configs; saved by ``save_kept``)."""
         view = self.view
         ar = p.arrays
         rows = np.asarray(memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, view.refuted_hashes), np.int64)
@@ -479,13 +529,21 @@ class Queries:
         if isinstance(tw, dict):
             tw = self.entry_tw(p, int(rows[0]), tw)
         c = entry_costs(view, p, rows, per_file)
+        keep_it = keep is not None and keep.sig is not None and len(rows) >= rankcache.MIN_ENTRY_ROWS
+        head = max(k, rankcache.KEEP) if keep_it else k
+        order = rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, head, c.tuner)
         out = []
-        for gi, est, j in rank_arrays(c.flat, c.lengths, c.keys, c.group, c.confirm, c.noisy, c.ts, k, c.tuner):
+        for gi, est, j in order:
             rec = self.record(p, int(rows[c.sel[j]]), tw)
             if view.refuted and rec.record_id in view.refuted:
                 return None
             out.append(ConfigCost(config_key=c.keys[gi], config=rec.config, estimate=est, record=rec))
-        return out
+        if keep_it and keep is not None:
+            keep.kept[ek] = rankcache.Ranking(np.array([rows[c.sel[j]] for _, _, j in order], np.int64),
+                                              [c.keys[gi] for gi, _, _ in order], [est for _, est, _ in order],
+                                              len(order) < head, records=[x.record for x in out])
+            keep.unsaved = True
+        return out[:k]
 
     def entry_tw(self, p: Partition, i: int, shared: dict[str, tuple[str, str]]) -> tuple:
         """``tw`` (see ``rowcache.record_at``) of the entry of row ``i`` of partition ``p``'s
@@ -510,7 +568,9 @@ class Queries:
         for ek in np.unique(p.arrays.entry_sorted).tolist():
             if p.overlay_entries.get(ek):
                 continue
-            out = self.rank_entry(p, ek, k, shared, per_file)
+            out = self.from_kept(p, ranked, ek, k, shared) if ek in ranked.kept else None
+            if out is None:
+                out = self.rank_entry(p, ek, k, shared, per_file, ranked)
             if out:  # (keyed by its records' keys; an entry without costs is ranked when asked)
                 pair = (out[0].record.target_key, out[0].record.workload_key)
                 if pair not in ranked.answers:

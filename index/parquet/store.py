@@ -156,6 +156,8 @@ class ParquetStore(RetrievalMixin, RecordStore):
     """A tuning-record database in one directory: the Parquet backend of
     ``tunedb.index.contract.base.RecordStore`` (see the module docstring for its layout and parts)."""
 
+    keeps_rankings = True  # (``derived/ranked/``: tunedb.index.parquet.rankcache)
+
     # tunables (class attributes: a test or a caller may override them per handle)
     JOURNAL_MAX = 64      # records: a commit up to this size is appended to the handle's journal
     JOURNAL_FOLD = 1_000  # records: a journal this long is folded into Parquet part files

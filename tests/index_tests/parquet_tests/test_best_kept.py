@@ -2,7 +2,10 @@
 (``queries.RankedEntries``): a kept answer always equals the definition -- ``estimate.rank`` of
 the entry's live, ok, unrefuted records -- and is never stale: a commit through the same handle
 (journaled or as files), another process's commit after ``refresh()``, ``invalidate``, a verdict
-(``mark``), ``forget``, ``dedup`` and ``compact`` all show at the next query."""
+(``mark``), ``forget``, ``dedup`` and ``compact`` all show at the next query.  Every test runs
+twice: as shipped (these small entries are not kept on disk) and with every entry's ranking
+kept in ``derived/ranked/`` (``rankcache``), at most three configs of it, so that new handles
+answer from kept rankings and larger queries rank again."""
 
 from __future__ import annotations
 
@@ -14,10 +17,18 @@ import pytest
 
 from tunedb.index import ParquetStore, Record
 from tunedb.index.model.estimate import rank
+from tunedb.index.parquet import rankcache
 
 T1 = {"kind": "gpu", "name": "dev-a", "sm": 80}
 T2 = {"kind": "gpu", "name": "dev-b", "sm": 90}
 WS = [{"family": "conv2d", "C": 64 + i, "H": 56} for i in range(6)]
+
+
+@pytest.fixture(autouse=True, params=["shipped", "kept-on-disk"])
+def rankings_kept(request, monkeypatch):
+    if request.param == "kept-on-disk":
+        monkeypatch.setattr(rankcache, "MIN_ENTRY_ROWS", 1)
+        monkeypatch.setattr(rankcache, "KEEP", 3)
 
 
 def populate(db: ParquetStore, seed: int = 0) -> None:

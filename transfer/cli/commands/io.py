@@ -6,8 +6,10 @@ Skipped lines are counted and the first few reported with ``file:line``; with ``
 skipped line fails the import and nothing is written.  Record ids are deterministic per
 source line/entry, so importing the same file twice does not duplicate records.
 ``--json`` prints ``{imported, new, skipped, errors, skipped_by_kind, files, format, seconds,
-conflicts}`` (``imported`` = records parsed and committed, ``new`` = those the DB did not hold
-yet; ``conflicts`` = one object per Kernel Tuner file whose device claim was not taken as it
+models, ranked_s, conflicts}`` (``imported`` = records parsed and committed, ``new`` = those the
+DB did not hold yet; ``models`` = seconds fitting each imported family's cost model, ``ranked_s``
+= seconds ranking the imported entries, which a store that keeps rankings (the Parquet DB) keeps
+for the first tuning run's neighbour look-ups; both unless ``--no-models``; ``conflicts`` = one object per Kernel Tuner file whose device claim was not taken as it
 stands: ``{file, kind, device_claimed, target_used, evidence}``, kind ``host-device-name`` or
 ``disagreeing-times``, see ``tunedb.transfer.interop.collect`` and docs/import_conflicts.md).
 Without ``--json`` each such file gets one ``tunedb: warning:`` line on stderr.
@@ -45,7 +47,8 @@ def register(sub, common) -> None:
                         "empty or not, and keeps files whose times disagree on that one target (they are "
                         "still reported); not for parquet/jsonl")
     p.add_argument("--no-models", action="store_true",
-                   help="do not fit the imported families' cost models now (the first tuning run then does)")
+                   help="do not fit the imported families' cost models or rank the imported entries now "
+                        "(the first tuning run then does)")
     p.set_defaults(func=run_import)
 
     e = sub.add_parser("export", parents=[common], help="export records to another tuner's format or parquet/jsonl")
@@ -91,8 +94,9 @@ def run_import(args) -> int:
         from tunedb.transfer.search.modelcache import prepare
 
         models = prepare(db, sorted({str(r.workload.get("family", "")) for r in records}))
+    ranked_s = rank_entries(db, records) if new and not args.no_models else 0.0
     payload = dict(report.to_json(), format=fmt, new=int(new or 0), seconds=round(seconds, 3),
-                   models={f: round(v, 3) for f, v in models.items()})
+                   models={f: round(v, 3) for f, v in models.items()}, ranked_s=round(ranked_s, 3))
     human = (f"imported {report.imported} record(s) ({payload['new']} new) from {report.files} {fmt} input(s), "
              f"skipped {report.skipped}")
     if models:
@@ -105,6 +109,18 @@ def run_import(args) -> int:
             sys.stderr.write(f"tunedb: warning: {conflict_line(c)}\n")
     emit(args, payload, human)
     return 0
+
+
+def rank_entries(db, records) -> float:
+    """Rank every entry of ``records`` now when ``db`` keeps rankings for later processes
+    (``RecordStore.keeps_rankings``), so that the first tuning run after the import reads its
+    neighbours' rankings instead of computing them; seconds taken (0 when it does not keep them)."""
+    if not getattr(db, "keeps_rankings", False):
+        return 0.0
+    t0 = time.perf_counter()
+    pairs = {(r.target_key, r.workload_key): (r.target, r.workload) for r in records}
+    db.best_costs_many(list(pairs.values()), 1)
+    return time.perf_counter() - t0
 
 
 def conflict_line(c: dict) -> str:
