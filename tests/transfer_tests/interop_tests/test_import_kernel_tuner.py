@@ -218,6 +218,38 @@ def test_cli_round_trip_and_reimport(tmp_path: Path, conv: dict, capsys) -> None
     assert len(json.loads(capsys.readouterr().out)["files"]) == 2
 
 
+def test_import_ranks_the_imported_entries_for_the_next_process(tmp_path: Path, conv: dict, capsys,
+                                                                 monkeypatch) -> None:
+    """``tunedb import`` ranks each imported entry (``ranked_s``) and the DB keeps the heads of
+    the rankings of large entries (here the whole A6000 cache, one entry of thousands of
+    records), so a new handle answers ``best_costs`` without ranking: the same answer as
+    ranking the entry's records.  ``--no-models`` ranks nothing."""
+    from tunedb.index.model.estimate import rank
+    from tunedb.index.parquet import queries
+
+    src = _write(tmp_path / "A6000.json.gz", conv, gz=True)
+    db = tmp_path / "db"
+    assert cli_main(["import", "kernel-tuner", str(src), "--db", str(db), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ranked_s"] > 0
+    assert len(list((db / "derived" / "ranked").glob("*.parquet"))) == 1
+    store = ParquetStore.open(db)
+    entry = store.entry_list()[0]
+    want = [(c.config_key, c.estimate, c.record.record_id) for c in rank(store.entry_records(entry.target,
+                                                                                           entry.workload), 32)]
+
+    def fail(*a, **k):
+        raise AssertionError("ranked again")
+    monkeypatch.setattr(queries, "rank_arrays", fail)
+    got = ParquetStore.open(db).best_costs(entry.target, entry.workload, 32)
+    assert [(c.config_key, c.estimate, c.record.record_id) for c in got] == want
+    monkeypatch.undo()
+    db2 = tmp_path / "db2"
+    assert cli_main(["import", "kernel-tuner", str(src), "--db", str(db2), "--json", "--no-models"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranked_s"] == 0
+    assert not list((db2 / "derived").glob("ranked/*"))
+
+
 # ------------------------------------------------------------------ pinned output (issue 16)
 #
 # The importer and the replay loader were made faster (issue 16) without changing a produced
