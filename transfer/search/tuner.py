@@ -33,8 +33,9 @@ Guard (warm, ``guard=True``, default): before every round, once the run has ``gu
 evaluations, ``proposals.guard.HistoryGuard`` measures how well the history predicts this target
 (the rank correlation between the sources' costs and this run's, and which of the history-led
 picks and its own history-free explorer's picks improve the run) and gives the explorer a share
-of each round between ``guard_min_share`` (history predicts well) and ``guard_max_share`` (it
-misleads); ``TuneResult.surrogate["guard"]`` reports it.
+of each round: none while both signals say the history predicts well, else between
+``guard_min_share`` and ``guard_max_share`` (it misleads); ``TuneResult.surrogate["guard"]``
+reports it.
 
 The run spends its whole budget: ``patience`` (rounds without improvement before stopping) is
 off unless set.
@@ -251,7 +252,7 @@ class TuneOptions:
     surrogate_pool: str = "local"  # (rgpe) candidates: "local" (neighbours of the best, seeds, random draws) or "space" (all untried configs of a finite space)
     guard: bool = True            # (warm) the guard against misleading history (proposals/guard.py): a history-free explorer gets a share of each round
     guard_after: int = 8          # (guard) own ok evaluations before the guard judges the history
-    guard_min_share: float = 0.1  # (guard) the explorer's share of each round when the history predicts well
+    guard_min_share: float = 0.1  # (guard) the explorer's least share of a round once a signal doubts the history
     guard_max_share: float = 0.75  # (guard) its share when the history misleads
 
     loop = GroupView("The search loop's options (class docstring), read-only.")

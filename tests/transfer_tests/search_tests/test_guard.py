@@ -43,7 +43,9 @@ def test_guard_fires_on_misleading_history(tmp_path: Path) -> None:
     g = on.surrogate["guard"]
     assert g["fired"] is True
     assert g["rho"] is not None and g["rho"] < 0.2
-    assert g["share"] >= 0.5
+    assert max(row[-1] for row in g["trace"]) >= 0.5
+    opt_ = TuneOptions()  # (a ranking that does not carry over holds half the range by itself)
+    assert g["share"] >= opt_.guard_min_share + (opt_.guard_max_share - opt_.guard_min_share) / 2 - 1e-9
     # the explorer's picks are history-free exploration
     assert on.origins.get("random", 0) >= 8 > off.origins.get("random", 0)
     assert "guard" not in off.surrogate
@@ -58,11 +60,12 @@ def test_guard_quiet_on_good_history(tmp_path: Path) -> None:
     g = on.surrogate["guard"]
     assert g["fired"] is False
     assert g["rho"] is not None and g["rho"] >= 0.5
-    assert g["share"] == pytest.approx(TuneOptions().guard_min_share)
-    # never above 0.5; at the minimum from the second judged round on (the first judges a
-    # rank correlation over a handful of configs)
+    # both signals say the history predicts well: the explorer gets no place (never above 0.5;
+    # none from the second judged round on: the first judges a rank correlation over a handful
+    # of configs), so the run is the history-led search
+    assert g["share"] == 0.0
     assert max(row[-1] for row in g["trace"]) < 0.5
-    assert len(g["trace"]) >= 3 and all(row[-1] <= TuneOptions().guard_min_share + 1e-9 for row in g["trace"][1:])
+    assert len(g["trace"]) >= 3 and all(row[-1] == 0.0 for row in g["trace"][1:])
     for b in (5, 10, 20, 30):
         assert frac(opt, best_within(on.history, b)) == pytest.approx(frac(opt, best_within(off.history, b)))
 
@@ -95,3 +98,24 @@ def test_misfit_reads_both_signals() -> None:
     assert misfit(-0.2, beaten) == 1.0
     assert misfit(0.9, beaten) == 0.5          # the ranking is fine but the explorer holds the best
     assert misfit(None, calm) == 0.25          # an undefined ranking counts half
+
+
+def test_differences_within_the_noise_are_no_evidence() -> None:
+    """An explorer pick 0.4 % faster than the history's best (the W7800 convolution optimum
+    against the history's 0.8195 ms) is within a kernel's run-to-run spread: no gain, no
+    misfit; nor is an early gain of the explorer once the history's best beats it clearly."""
+    ev = {"h1": 1.0, "e1": 0.996, "h2": 1.3, "e2": 1.5}
+    arms = arm_gains(ev, {"e1", "e2"})
+    assert arms["explorer"]["gain"] == 0.0 and arms["explorer"]["stale"] == 2
+    tie = {"history": {"gain": 0.0, "n": 20, "best": 0.8195, "stale": 12},
+           "explorer": {"gain": 0.0, "n": 5, "best": 0.8161, "stale": 0}}
+    assert misfit(0.9, tie) == 0.0
+    overtaken = {"history": {"gain": 0.0, "n": 20, "best": 0.8195, "stale": 12},
+                 "explorer": {"gain": 0.01, "n": 5, "best": 0.8602, "stale": 3}}
+    assert misfit(0.9, overtaken) == 0.0
+    close = {"history": {"gain": 0.0, "n": 20, "best": 0.8195, "stale": 12},
+             "explorer": {"gain": 0.01, "n": 5, "best": 0.83, "stale": 3}}
+    assert misfit(0.9, close) == 0.375        # close behind and gaining more: still a signal
+    clear = {"history": {"gain": 0.0, "n": 20, "best": 1.0, "stale": 12},
+             "explorer": {"gain": 0.05, "n": 5, "best": 0.9, "stale": 0}}
+    assert misfit(0.9, clear) == 0.5

@@ -14,16 +14,23 @@ round once the run has ``guard_after`` ok evaluations of its own:
     each of this run's evaluations is credited to the *history* arm (seeds, the surrogate's and
     the cost model's picks: everything the guard did not propose) or to the *explorer* arm (the
     guard's own picks), with the gain it brought: ``log(best before / cost)`` when it improved
-    on the run's best, else 0.  Per arm: the mean gain over its last 16 evaluations and its
-    best cost.
+    on the run's best by more than ``NOISE`` (2 %), else 0.  Per arm: the mean gain over its
+    last 16 evaluations and its best cost.
 
 From them a *misfit* in [0, 1]: half from ``rho`` (0 at ``rho >= 0.5``, 1 at ``rho <= 0.1``,
-0.5 while it is undefined) and half from the arms (1 when the explorer holds the run's best, 0.75
-when its recent gain is higher, else 0; before the explorer has 4 evaluations: 0.5 when the
-history arm's last 8 evaluations improved nothing and ``rho`` is below 0.5, else 0).  The
+0.5 while it is undefined) and half from the arms (1 when the explorer's best beats the
+history's by more than ``NOISE``; 0.75 when its recent gain is higher and the history's best
+does not beat its own by more than ``NOISE``; else 0; before the explorer has 4 evaluations: 0.5
+when the history arm's last 8 evaluations improved nothing and ``rho`` is below 0.5, else 0).
+A difference within ``NOISE`` is within the run-to-run spread of a kernel's measured time: it
+is no evidence that the history misleads, and a run whose history found a config within 2 % of
+the explorer's keeps the history-led search (on short runs every place given to the explorer
+is one fewer for the search that is already near the optimum).  The
 explorer's share of each round is ``guard_min_share + (guard_max_share - guard_min_share) x
-misfit`` (0 before ``guard_after`` ok evaluations); fractional places carry over to the next
-round, so over a run the explorer gets that share of the evaluations.  The guard proposes
+misfit``, and 0 when the misfit is 0 (both signals say the history predicts well: the run is
+then the history-led search, exactly as with the guard off) and before ``guard_after`` ok
+evaluations; fractional places carry over to the next round, so over a run the explorer gets
+that share of the evaluations.  The guard proposes
 before the surrogate and the cost model, which fill the places it leaves.
 
 The explorer uses nothing but this run's own measurements: a neighbour of one of the three best
@@ -59,6 +66,8 @@ WINDOW = 16
 MIN_EXPLORER = 4
 #: rho at or above which the history counts as predictive (misfit 0) / at or below which it does not (1)
 RHO_GOOD, RHO_BAD = 0.5, 0.1
+#: relative cost difference below which one config (or arm) does not count as beating another
+NOISE = 0.02
 
 
 def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, float]:
@@ -102,14 +111,15 @@ def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, flo
 def arm_gains(evaluated: dict[str, float], explorer: set[str], window: int = WINDOW) -> dict[str, Any]:
     """Per arm (``history``: signatures not in ``explorer``; ``explorer``): ``gain`` (mean over its
     last ``window`` evaluations of ``log(best before / cost)`` when the evaluation improved the
-    run's best, else 0), ``n`` (its evaluations), ``best`` (its lowest cost, inf when none ok) and
-    ``stale`` (how many of its latest evaluations in a row improved nothing).  ``evaluated`` is
-    in evaluation order (signature -> cost, inf for a failure)."""
+    run's best by more than ``NOISE``, else 0), ``n`` (its evaluations), ``best`` (its lowest
+    cost, inf when none ok) and ``stale`` (how many of its latest evaluations in a row improved
+    nothing by more than ``NOISE``).  ``evaluated`` is in evaluation order (signature -> cost,
+    inf for a failure)."""
     arms = {a: {"gains": [], "best": math.inf, "stale": 0} for a in ("history", "explorer")}
     best = math.inf
     for s, c in evaluated.items():
         a = arms["explorer" if s in explorer else "history"]
-        g = math.log(best / c) if (math.isfinite(best) and 0 < c < best) else 0.0
+        g = math.log(best / c) if (math.isfinite(best) and 0 < c < best * (1 - NOISE)) else 0.0
         if not math.isfinite(best) and 0 < c < math.inf:
             g = 0.0  # the run's first ok result: no "before" to improve on
         a["gains"].append(g)
@@ -135,12 +145,12 @@ def misfit(rho: float | None, arms: dict[str, Any]) -> float:
         m_rho = min(max((RHO_GOOD - rho) / (RHO_GOOD - RHO_BAD), 0.0), 1.0)
     h, e = arms["history"], arms["explorer"]
     if e["n"] >= MIN_EXPLORER:
-        if e["best"] < h["best"]:
+        if e["best"] < h["best"] * (1 - NOISE):
             m_arm = 1.0
-        elif e["gain"] > h["gain"]:
+        elif e["gain"] > h["gain"] and not h["best"] < e["best"] * (1 - NOISE):
             m_arm = 0.75
         else:
-            m_arm = 0.0  # the history holds the best and the explorer gains no more
+            m_arm = 0.0  # the history holds the best (within NOISE) and the explorer gains no more
     else:
         # a history arm that stopped improving is suspect only when the ranking is too
         # (with a predictive ranking it has most likely found the optimum)
@@ -246,7 +256,7 @@ class HistoryGuard(ProposalSource):
         arms = arm_gains(state.evaluated, self.picked)
         m = misfit(rho, arms)
         lo, hi = opt.guard_min_share, opt.guard_max_share
-        self.share = lo + (hi - lo) * m
+        self.share = lo + (hi - lo) * m if m > 0 else 0.0
         rho_out = None if rho is None or rho != rho else round(rho, 4)
         self.info.update({"rho": rho_out, "share": round(self.share, 4),
                           "fired": self.info["fired"] or self.share >= 0.5,
