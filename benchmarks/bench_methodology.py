@@ -660,14 +660,14 @@ def guard_reports(lines: list[dict]) -> dict:
     whether it fired (share reached 0.5), the best time (s) each arm found, and the evaluation
     count at which it first fired; the last two rounds of the trace of the first run."""
     out: dict[str, dict] = {}
-    for x in sorted(lines, key=lambda x: (x["kernel"], x["gpu"], x["copy"])):
+    for x in sorted(lines, key=lambda x: (x["kernel"], x["gpu"], x.get("seed", x["copy"]))):
         g = x.get("guard")
         if not g:
             continue
         trace = g.get("trace") or []
         fired_at = next((t[0] for t in trace if t[-1] >= 0.5), None)
         case = out.setdefault(f"{x['kernel']}/{x['gpu']}", {"runs": []})
-        case["runs"].append({"copy": x["copy"], "rho": g.get("rho"), "share": g.get("share"), "fired": g.get("fired"),
+        case["runs"].append({"seed": x.get("seed", x["copy"]), "rho": g.get("rho"), "share": g.get("share"), "fired": g.get("fired"),
                              "fired_at_evaluation": fired_at, "rounds": len(trace),
                              "explorer_best_s": g.get("explorer_best"), "history_best_s": g.get("history_best")})
         case.setdefault("trace_head", trace[:3])

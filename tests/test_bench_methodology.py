@@ -71,3 +71,30 @@ def test_guard_cost_not_counted_where_history_misleads() -> None:
     goals = bench.guard_goals(rows, per_case, ["ga"])
     assert goals["guard_cost"]["spaces_history_helps"] == 0
     assert goals["guard_cost"]["per_space"][0]["history_helps"] is False
+
+
+def test_each_variant_counts_its_own_seeds(tmp_path) -> None:
+    """The n-th run with the guard on and the n-th with it off get the same seed, whatever the
+    order the methodology starts them in, and runs started at once never share a seed."""
+    import threading
+
+    import pytest
+
+    pytest.importorskip("kernel_tuner")
+    spec = importlib.util.spec_from_file_location(
+        "tunedb_strategies_under_test", BENCH.parent / "methodology" / "tunedb_strategies.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    order = ["TunedbWarmStart", "TunedbWarmStartNoGuard", "TunedbWarmStartNoGuard", "TunedbWarmStart",
+             "TunedbWarmStartNoGuard", "TunedbWarmStart"]
+    got = [(v, module.claim_seed(tmp_path, "k", "g", v)) for v in order]
+    assert sorted(s for v, s in got if v == "TunedbWarmStart") == [0, 1, 2]
+    assert sorted(s for v, s in got if v == "TunedbWarmStartNoGuard") == [0, 1, 2]
+    seeds: list[int] = []
+    threads = [threading.Thread(target=lambda: seeds.append(module.claim_seed(tmp_path, "k", "h", "V")))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seeds) == list(range(8))

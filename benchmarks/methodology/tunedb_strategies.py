@@ -14,8 +14,11 @@ Both classes take one option, ``root``: the benchmark's work directory.  The cas
 ``TunedbWarmStart``  tunedb's ``WarmStart`` on a fresh copy of the DB the benchmark imported
                      for this case (the other five GPUs' caches): it claims the next unused copy
                      of ``<root>/dbs/<kernel>/<GPU>/copies/<i>`` (prepared before the experiment,
-                     so copying is not timed) and runs with Tuner seed ``i``; a new copy of
-                     ``base`` is made only when the prepared ones are used up.  WarmStart makes
+                     so copying is not timed; a new copy of ``base`` is made only when the
+                     prepared ones are used up) and runs with Tuner seed ``n``, the number of
+                     runs of its variant on the case before it (``claim_seed``): the n-th run
+                     with the guard on and the n-th with it off have the same seed, so the two
+                     variants are compared run by run on the same random draws.  WarmStart makes
                      its own ``CostFunc`` on the same runner and tuning options, so Kernel
                      Tuner's strategy-time accounting (``CostFunc._run_configs`` ->
                      ``runner.add_strategy_time``) and time budget see all of its own work
@@ -72,6 +75,20 @@ def claim_copy(root: Path, kernel: str, gpu: str) -> tuple[Path, int]:
     return used / str(n), n
 
 
+def claim_seed(root: Path, kernel: str, gpu: str, variant: str) -> int:
+    """The seed of the next run of ``variant`` on the case: 0, 1, 2, ... in the order the runs
+    start (claimed by an atomic ``mkdir``, so runs in parallel never share one)."""
+    d = root / "dbs" / kernel / gpu / "seeds" / variant
+    d.mkdir(parents=True, exist_ok=True)
+    n = 0
+    while True:
+        try:
+            (d / str(n)).mkdir()
+            return n
+        except FileExistsError:
+            n += 1
+
+
 class TunedbWarmStart(OptAlg):
     """tunedb's WarmStart on a fresh copy of the case's imported DB (see the module docstring)."""
 
@@ -85,9 +102,10 @@ class TunedbWarmStart(OptAlg):
     def __call__(self, func: Any, searchspace: Any) -> tuple[Any, float]:
         kernel, gpu = case_of(func.tuning_options)
         db_dir, index = claim_copy(self.root, kernel, gpu)
+        seed = claim_seed(self.root, kernel, gpu, type(self).__name__)
         t0 = time.perf_counter()
         db = tunedb.open(str(db_dir))
-        strategy = WarmStart(db, warm_start_options(seed=index, **self.options))
+        strategy = WarmStart(db, warm_start_options(seed=seed, **self.options))
         n0 = len(func.results)
         try:
             results = strategy.tune(searchspace, func.runner, func.tuning_options)
@@ -101,7 +119,8 @@ class TunedbWarmStart(OptAlg):
         run = strategy.last_run
         own = [r for r in results if r.get("tunedb") != "db"]
         line = {
-            "variant": type(self).__name__, "kernel": kernel, "gpu": gpu, "copy": index, "results": len(results),
+            "variant": type(self).__name__, "kernel": kernel, "gpu": gpu, "copy": index, "seed": seed,
+            "results": len(results),
             "kt_fevals": None if run is None else run.kt_fevals,
             "db_answers": None if run is None else run.db_answers,
             "stopped_by": None if run is None else run.stopped_by,
