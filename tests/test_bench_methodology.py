@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_methodology.py"
 
@@ -77,8 +78,6 @@ def test_each_variant_counts_its_own_seeds(tmp_path) -> None:
     """The n-th run with the guard on and the n-th with it off get the same seed, whatever the
     order the methodology starts them in, and runs started at once never share a seed."""
     import threading
-
-    import pytest
 
     pytest.importorskip("kernel_tuner")
     spec = importlib.util.spec_from_file_location(

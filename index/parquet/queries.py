@@ -395,8 +395,7 @@ class Queries:
                 return [], [], True
             ranked = self.ranked_entries(p)
             out = self.ranked_in(p, ranked, pair, target, workload, k)
-            if ranked.unsaved:
-                self.save_kept(p, ranked)
+            self.save_kept(p, ranked)
             return out
 
     def best_costs_many(self, pairs: list[tuple[Any, Any]], k: int) -> list[list]:
@@ -421,8 +420,7 @@ class Queries:
                 for i in idx:
                     target, workload = pairs[i]
                     out[i] = self.ranked_in(p, ranked, keyed[i], target, workload, k, per_file)[0][:k]
-                if ranked.unsaved:
-                    self.save_kept(p, ranked)
+                self.save_kept(p, ranked)
         return out
 
     def pair_of(self, target: Any, workload: Any) -> tuple[str, str]:
@@ -451,7 +449,7 @@ class Queries:
 
     def save_kept(self, p: Partition, ranked: RankedEntries) -> None:
         """Write partition ``p``'s kept rankings (``rankcache``) when entries were ranked since
-        (handle lock held; best effort)."""
+        the last write, else nothing (handle lock held; best effort)."""
         if ranked.unsaved and ranked.sig is not None and self.view.index_cache is not None:
             rankcache.save(self.view.index_cache, p.prefix, ranked.sig, ranked.kept)
         ranked.unsaved = False
