@@ -17,14 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from tunedb.index.support.jsontext import MAX_JSON_DEPTH  # (``normalise`` refuses deeper data)
+
 KEY_HEX_CHARS = 32
 #: integral floats below this magnitude are written as ints (exactly representable)
 _INT_FLOAT_LIMIT = 2**53
-#: the deepest nesting of objects and lists a JSON value may have (the value itself is level 1):
-#: ``normalise`` refuses deeper data with one ValueError, never a RecursionError, so no record,
-#: query or imported line can hold a value that a reader's recursive JSON parser cannot read back.
-#: (Real targets, workloads and configs nest under 10 levels; a MetaSchedule trace about 8.)
-MAX_JSON_DEPTH = 64
 #: the longest JSON path an error message names (a deeper one is cut with "...")
 _MAX_PATH_CHARS = 160
 

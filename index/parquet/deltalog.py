@@ -76,13 +76,21 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tunedb.index.model.schema import RECORD_SCHEMA
 from tunedb.index.model.version import TUNEDB_VERSION
-from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp, temp_name, write_all
+from tunedb.index.support.fsutil import (
+    atomic_write_bytes,
+    fsync_dir,
+    relative_path_problem,
+    remove_dead_temp,
+    temp_name,
+    write_all,
+)
 
 LOG_DIR = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"
@@ -186,6 +194,13 @@ def is_own(actions: list[dict]) -> bool:
     return False
 
 
+def path_problem(rel: str) -> str | None:
+    """Why ``rel``, a data file's path in a log action, is refused (None when it is fine): it must
+    be a relative path inside the table -- no absolute path, no URL scheme, no ``..`` -- as
+    written and once percent-decoded (as Delta readers decode it)."""
+    return relative_path_problem(rel) or relative_path_problem(unquote(rel))
+
+
 def parse_version(path: Path, text: str) -> list[dict]:
     """The actions of log version file ``path`` (its ``text``); CorruptLogError (one line naming
     the file and what is wrong) when a line is not a JSON action or an add/remove has no path."""
@@ -202,6 +217,8 @@ def parse_version(path: Path, text: str) -> list[dict]:
         for kind in ("add", "remove"):
             if kind in a and not (isinstance(a[kind], dict) and isinstance(a[kind].get("path"), str)):
                 raise CorruptLogError(path, f"line {n}: {kind} action without a path")
+            if kind in a and (why := path_problem(a[kind]["path"])):
+                raise CorruptLogError(path, f"line {n}: {kind} path {a[kind]['path']!r:.80} {why}")
         out.append(a)
     if not out:
         raise CorruptLogError(path, "empty file")
@@ -294,9 +311,15 @@ def _from_checkpoint(ld: Path) -> LogState:
         v = int(json.loads((ld / LAST_CHECKPOINT).read_text())["version"])
         t = pq.read_table(ld / _checkpoint_name(v)).to_pylist()
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        if os.path.exists(ld / LAST_CHECKPOINT):  # (it names a checkpoint that cannot be read)
+            _BAD_CHECKPOINT.add(str(ld))
         return LogState()
     st = LogState(version=v)
     for row in t:
+        for kind in ("add", "remove"):
+            if row.get(kind) and path_problem(row[kind].get("path")):
+                _BAD_CHECKPOINT.add(str(ld))
+                return LogState()  # (a hostile checkpoint is no checkpoint: the versions are replayed)
         if row.get("metaData"):
             st.meta = dict(row["metaData"])
         elif row.get("add"):
@@ -394,6 +417,35 @@ def _create_version(ld: Path, version: int, data: bytes) -> bool:
     return True
 
 
+#: log directories whose ``_last_checkpoint`` names a checkpoint that cannot be read: tunedb
+#: replays the JSON versions instead, and its next version writes a fresh checkpoint so that
+#: outside Delta readers (which trust ``_last_checkpoint``) read the table again
+_BAD_CHECKPOINT: set[str] = set()
+
+
+def _set_aside_strays(ld: Path, version: int) -> None:
+    """Before writing ``version + 1``: a version file beyond a gap (``version + 2`` or later while
+    ``version + 1`` is missing; tunedb's writers create versions in order, so no writer of the
+    log made it) is renamed ``<name>.corrupt-<ns>``, so that neither tunedb (once the gap is
+    filled) nor an outside reader takes it for part of the log.  One ``stat`` in the common case."""
+    if not os.path.exists(ld / _version_name(version + 2)):
+        return
+    try:
+        names = [n for n in os.listdir(ld) if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
+                 and int(n[:20]) > version + 1]
+    except OSError:
+        return
+    if os.path.exists(ld / _version_name(version + 1)):
+        return  # (filled meanwhile by a writer: no gap, the caller's next read follows it)
+    stamp = time.time_ns()
+    for n in names:
+        try:
+            os.rename(ld / n, ld / f"{n}{CORRUPT_SUFFIX}{stamp}")
+        except OSError:
+            pass
+    fsync_dir(ld)
+
+
 class LogConflictError(OSError):
     """A rewrite's inputs were removed from the log by an outside writer while it ran: nothing
     was logged (the rewrite is undone by its caller)."""
@@ -437,12 +489,14 @@ def commit(records_dir: Path, adds: Iterable[Path | str] = (), removes: Iterable
             fsync_dir(records_dir)
         data = "".join(json.dumps(a, separators=(",", ":")) + "\n"
                        for a in _actions(records_dir, st, add, rm, operation)).encode()
+        _set_aside_strays(ld, st.version)
         if _create_version(ld, st.version + 1, data):
             v = st.version + 1
-            if v and v % CHECKPOINT_INTERVAL == 0:
+            if str(ld) in _BAD_CHECKPOINT or (v and v % CHECKPOINT_INTERVAL == 0):
                 now = read_state(records_dir)
                 if now.version == v:  # (else a later writer's version is there: it checkpoints later)
                     write_checkpoint(records_dir, now)
+                    _BAD_CHECKPOINT.discard(str(ld))
             return v
     raise OSError(errno.EAGAIN, f"could not add a version to {ld}: {MAX_ATTEMPTS} lost races with other writers")
 

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 
 from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
-from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir, remove_dead_temp
+from tunedb.index.support.fsutil import atomic_write_bytes, fsync_dir, refuse_links_under, remove_dead_temp
 
 MARKER = "tunedb.json"
 SUBDIRS = ("records", "invalidations", "derived", "journal")
@@ -79,7 +79,9 @@ def _check_marker(p: Path, marker: Path) -> None:
 
 def prepare(path: str | os.PathLike, create: bool) -> Path:
     """Check (or, when missing and ``create``, create) the DB directory at ``path`` and its
-    subdirectories; returns it.  FileNotFoundError, NotADirectoryError or ValueError when it
+    subdirectories; returns it.  A DB holding a symbolic link anywhere below ``path`` is refused
+    (``OutsideRootError``, a ValueError: one line naming the link): ``path`` itself may be a
+    link, nothing inside it may.  FileNotFoundError, NotADirectoryError or ValueError when it
     is not (or cannot be) a DB this version reads.  Safe to call from many processes at once
     on the same missing path (see module docstring)."""
     p = Path(path)
@@ -107,6 +109,7 @@ def prepare(path: str | os.PathLike, create: bool) -> Path:
                 # every concurrent creator writes the same content; the last rename wins
                 atomic_write_bytes(marker, json.dumps(marker_info()).encode())
     _check_marker(p, marker)
+    refuse_links_under(p)
     for d in SUBDIRS:
         try:
             (p / d).mkdir(exist_ok=True)

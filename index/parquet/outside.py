@@ -60,7 +60,7 @@ from tunedb.index.model.keys import rid_hashes
 from tunedb.index.model.record import target_slug
 from tunedb.index.model.schema import RECORD_SCHEMA, conform
 from tunedb.index.parquet import deltalog, parts
-from tunedb.index.support.fsutil import unlink_quietly
+from tunedb.index.support.fsutil import check_no_links, unlink_quietly
 
 #: Parquet metadata key of an adopting file: the log paths whose rows it holds (JSON list)
 META_ADOPTS = b"tunedb.adopts"
@@ -189,6 +189,7 @@ def adopt(records_dir: Path) -> int | None:
     meta: dict[str, dict[bytes, bytes]] = {}
     for rel in foreign:
         path = records_dir / rel
+        check_no_links(records_dir, path)  # (the log's paths are checked when read; links here)
         if rel in absorbed or not path.exists():
             continue  # (held by an unlogged adopting file; or gone: only dropped from the log)
         t = outside_rows(path, rel)

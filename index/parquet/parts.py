@@ -50,7 +50,7 @@ from tunedb.index.contract.tables import first_by_record_id
 from tunedb.index.model.record import target_slug as target_slug
 from tunedb.index.model.schema import RECORD_SCHEMA, conform
 from tunedb.index.parquet import deltalog
-from tunedb.index.support.fsutil import fsync_dir, stage_bytes, unlink_quietly
+from tunedb.index.support.fsutil import check_no_links, fsync_dir, stage_bytes, unlink_quietly
 
 META_SUPERSEDES = b"tunedb.supersedes"
 META_TARGET_KEY = b"tunedb.target_key"
@@ -133,6 +133,7 @@ def encode(table: pa.Table, meta: dict[bytes, bytes], compacted: bool) -> pa.Buf
 
 def _partition_dir(records_dir: Path, slug: str) -> Path:
     d = records_dir / f"{PARTITION_PREFIX}{slug}"
+    check_no_links(records_dir, d)
     if not d.exists():
         d.mkdir(parents=True, exist_ok=True)
         fsync_dir(records_dir)
@@ -248,24 +249,43 @@ def write_targets(records_dir: Path, table: pa.Table, tkeys: list[str], codes: n
 
 def partition_dirs(records_dir: Path) -> list[Path]:
     """Every partition directory, sorted."""
-    return sorted(p for p in records_dir.iterdir() if p.is_dir() and p.name.startswith(PARTITION_PREFIX))
+    out = []
+    with os.scandir(records_dir) as it:
+        for e in it:
+            if e.name.startswith(PARTITION_PREFIX):
+                if e.is_symlink():
+                    check_no_links(records_dir, Path(e.path))
+                if e.is_dir(follow_symlinks=False):
+                    out.append(Path(e.path))
+    return sorted(out)
 
 
 def scan_partitions(records_dir: Path) -> tuple[dict[str, list[Path]], list[Path]]:
     """Published part files per partition dir (sorted), and leftover temp files.  A partition
-    removed while listing (a rewrite emptied it) is skipped."""
+    removed while listing (a rewrite emptied it) is skipped.  A partition directory or part file
+    that is a symbolic link is refused (``OutsideRootError``, one line naming it): following it
+    would read, rewrite or delete another folder's files."""
     parts: dict[str, list[Path]] = {}
     temps: list[Path] = []
     with os.scandir(records_dir) as it:
-        dirs = [e.path for e in it if e.is_dir() and e.name.startswith(PARTITION_PREFIX)]
+        entries = [e for e in it if e.name.startswith(PARTITION_PREFIX)]
+    dirs = []
+    for e in entries:
+        if e.is_symlink():
+            check_no_links(records_dir, Path(e.path))
+        if e.is_dir(follow_symlinks=False):
+            dirs.append(e.path)
     for d in dirs:
         files = []
         try:
             with os.scandir(d) as it:
                 for e in it:
                     if e.name.startswith("_tmp-"):
-                        temps.append(Path(e.path))
+                        if not e.is_symlink():
+                            temps.append(Path(e.path))
                     elif PART_RE.match(e.name):
+                        if e.is_symlink():
+                            check_no_links(records_dir, Path(e.path))
                         files.append(Path(e.path))
         except FileNotFoundError:
             continue
@@ -343,6 +363,7 @@ def finish_rewrites(records_dir: Path, rewrites: list[Rewrite], operation: str) 
     dirs = sorted({f.parent for r in rewrites for f in r.inputs})
     for r in rewrites:
         for f in r.inputs:
+            check_no_links(records_dir, f)
             unlink_quietly(f)
     for d in dirs:
         try:
@@ -390,10 +411,13 @@ def rewrite_partition(records_dir: Path, d: Path, keep: Callable[[pa.Table], np.
     readers read the version they find (old files or new, never both), and every opener logs
     what the log lacks and then deletes them.  On a failure
     while writing (ENOSPC) nothing is published or deleted and the error is raised."""
+    check_no_links(records_dir, d)  # (a link planted since the listing: never rewrite through it)
     try:
         names = sorted(n for n in os.listdir(d) if PART_RE.match(n))
     except FileNotFoundError:
         return None
+    for n in names:
+        check_no_links(records_dir, d / n)
     # drop files already superseded by a compacted file (crash leftovers): out of the Delta log
     # first (with the compacted file that supersedes them, should the log lack it), then from disk
     # -- except files an outside Delta writer removed from the log: those stay on disk (theirs to

@@ -65,7 +65,7 @@ from tunedb.index.snapshot.format import (
     is_sha256,
     sha256,
 )
-from tunedb.index.support.fsutil import atomic_write_bytes
+from tunedb.index.support.fsutil import atomic_write_bytes, check_no_links
 from tunedb.index.support.redact import mask_url
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: the longest wait for a connection, for one read
@@ -331,7 +331,9 @@ class Remote:
         digest = ref.get("sha256")
         if not is_sha256(digest) or type(i) is not int or i < 0:
             raise SnapshotError(f"{self.base}: refused a cache path for {digest!r:.80} block {i!r:.20}")
-        return self.cache / "blocks" / digest / str(i)
+        path = self.cache / "blocks" / digest / str(i)
+        check_no_links(self.cache, path)  # (a linked blocks/ would be read and written through)
+        return path
 
     def _cached_block(self, ref: dict, i: int) -> bytes | None:
         p = self._block_path(ref, i)

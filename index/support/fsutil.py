@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import socket
 import time
 import uuid
@@ -170,3 +171,77 @@ def file_lock(path: Path, *, blocking: bool = True, timeout_s: float = 120.0, sh
         if held:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+class OutsideRootError(ValueError):
+    """A path under a DB or cache directory that is a symbolic link, or that a log or listing
+    names outside that directory: refused, because following it would read, write or delete
+    files that are not the directory's own.  ``str()`` is one line naming the path."""
+
+
+def _link_error(root: Path, path: Path, kind: str) -> OutsideRootError:
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = str(path)
+    return OutsideRootError(f"{root}: refused: {rel} is a {kind}; tunedb follows no link inside a database "
+                            f"or cache folder (remove the link, or copy what it points to into place)")
+
+
+def check_no_links(root: Path, path: Path) -> None:
+    """Refuse ``path`` unless it lies lexically under ``root`` and no component below ``root``
+    (``path`` itself included) is a symbolic link; components that do not exist yet are fine.
+    Raises :class:`OutsideRootError` (one line).  Checks with ``lstat``: nothing is followed."""
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        raise OutsideRootError(f"{root}: refused: {path} is outside it") from None
+    cur = root
+    for part in rel.parts:
+        if part in ("..", "."):
+            raise OutsideRootError(f"{root}: refused: {rel.as_posix()} leaves it")
+        cur = cur / part
+        try:
+            if os.path.islink(cur):
+                raise _link_error(root, cur, "symbolic link")
+        except OSError:
+            return
+
+
+def refuse_links_under(root: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Walk the tree under ``root`` without following anything and refuse the first symbolic
+    link found (:class:`OutsideRootError`, one line naming it).  Top-level names in ``skip``
+    are not entered.  Entries vanishing meanwhile are skipped."""
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for e in entries:
+            if d == root and e.name in skip:
+                continue
+            if e.is_symlink():
+                raise _link_error(root, Path(e.path), "symbolic link")
+            if e.is_dir(follow_symlinks=False):
+                stack.append(Path(e.path))
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def relative_path_problem(rel: object) -> str | None:
+    """Why ``rel`` is not a plain relative path inside a directory (None when it is): it must be
+    a non-empty '/'-separated string with no absolute start, no URL scheme, no ``..`` or ``.``
+    or empty component, no backslash and no NUL."""
+    if not isinstance(rel, str) or not rel:
+        return "not a non-empty string"
+    if "\x00" in rel or "\\" in rel:
+        return "holds a NUL or a backslash"
+    if rel.startswith("/") or _SCHEME.match(rel):
+        return "is absolute or a URL"
+    if any(p in ("", ".", "..") for p in rel.split("/")):
+        return "has an empty, '.' or '..' component"
+    return None

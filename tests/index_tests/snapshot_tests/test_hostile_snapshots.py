@@ -696,3 +696,25 @@ def test_credentials_in_a_snapshot_url_are_refused_and_never_shown(capsys):
     assert "S3cretPW" not in str(e.value) and "credentials" in _one_line(e.value)
     line = _cli_fails_in_one_line(capsys, "best", "--db", url, "--target", TARGET, "--workload", WORKLOAD)
     assert "S3cretPW" not in line
+
+
+# ------------------------------------------------------------------ links in the cache
+@pytest.mark.parametrize("folder", ["blocks", "derived"])
+def test_a_cache_folder_that_is_a_link_is_never_written_through(site, tmp_path, capsys, folder):
+    """A ``blocks/`` or ``derived/`` planted as a link to another folder: no file is written
+    there, and the read ends in one line naming the link."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, cache / folder)
+    with pytest.raises(ValueError, match=f"{folder} is a symbolic link") as e:
+        s = SnapshotStore(site.url, cache_dir=cache)
+        s.records()
+        s.cache_dir()
+    _one_line(e.value)
+    assert list(elsewhere.rglob("*")) == []
+    cli_cache = tmp_path / "tunedb-cache" / "snapshots"
+    rc, out, err = _cli(capsys, "--json", "stats", "--db", site.url)
+    assert rc == 0, err  # (the CLI's own cache is clean: the same snapshot reads)
+    assert not any(p.is_symlink() for p in cli_cache.rglob("*"))
