@@ -13,8 +13,9 @@ token that derived caches are keyed by.
 
 Contract: answers are what ``tunedb.index.contract.base.RecordStore`` defines; a Record of a refuted
 record never answers.  FileNotFoundError from any query means a compaction merged away a file
-one of its rows lived in: the store refreshes and asks again (``ParquetStore._retrying``), so
-the refresh, which needs the whole handle, stays in the store.
+one of its rows lived in: the store lists the directory again and asks again
+(``ParquetStore._rereading``), so the refresh, which needs the whole handle, stays in the store;
+a query must therefore be safe to run again from the start after one.
 
 Locking: each ``Queries`` method takes the handle lock (``lock``, the store's ``_lock``, an
 RLock) itself, around everything it reads of the ``PartitionSet``; call them with or without it

@@ -30,6 +30,13 @@ Contract
   commit succeeds and every acknowledged record is still there.  Work a commit does after
   its records are durable (folding the journal, automatic compaction) never makes it raise:
   it is retried later.  ``compact``/``dedup``/``forget`` raise OSError when they cannot write.
+* Concurrent rewrites never break a commit or a read: a handle reads the files it listed last,
+  and a ``compact``/``dedup``/``forget`` elsewhere deletes the files it merged.  An operation
+  that meets such a file lists the directory again and starts over (``_rereading``: at most
+  ``REREAD_TRIES`` times, the last under the DB lock, shared, which no rewrite deletes under);
+  a commit does so in its duplicate check, before it writes anything, so it never writes a
+  record twice.  It never raises FileNotFoundError; ``VanishedFileError`` (an OSError, one
+  line) only when files vanish even then, i.e. something outside tunedb deletes them.
 * Readers de-duplicate by ``record_id``.  A compacted file names the files it supersedes in
   its Parquet metadata; readers ignore superseded files, so a crash in the middle of a
   compaction never double-counts.
@@ -100,7 +107,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +143,12 @@ from tunedb.index.support.fsutil import file_lock, remove_dead_temp, tree_bytes
 _OPEN_HANDLES: weakref.WeakSet = weakref.WeakSet()
 
 
+class VanishedFileError(OSError):
+    """A record file went missing while it was read, every time the read was tried
+    (``ParquetStore.REREAD_TRIES``), the last time with the DB lock held so that no tunedb
+    rewrite could delete it: something outside tunedb removes files.  ``str()`` is one line."""
+
+
 class DeltaLogWarning(UserWarning):
     """A read-only handle found outside changes (or an unreadable version) in the Delta log that
     it cannot adopt or repair: it reads tunedb's files as they are."""
@@ -166,6 +179,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
     AUTO_COMPACT_MAX_BYTES = 1 << 20  # automatic compaction merges only files smaller than this
     TABLE_CACHE_ROWS = 2_000_000  # rows of decoded file tables kept in memory (~600 bytes a row; read at creation)
     OVERLAY_LIMIT = 200_000       # own-commit records kept outside the sorted arrays before a rebuild
+    REREAD_TRIES = 5  # tries of a read that meets a file a concurrent rewrite deleted (``_rereading``)
 
     # ------------------------------------------------------------------ opening
     def __init__(self, path: Path, schema_version: int = SCHEMA_VERSION):
@@ -395,7 +409,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
             return 0
         c.group()
         with self._lock:
-            keep = self._view.fresh_mask(c.rh, c.tkeys, c.codes)
+            keep = self._rereading(self._view.fresh_mask, c.rh, c.tkeys, c.codes)  # (before anything is written)
             n_new = int(keep.sum())
             if not n_new:
                 return 0
@@ -433,7 +447,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
         r.validate()
         h = rid_hash(r.record_id)
         with self._lock:
-            if not self._view.indexed(r.target_key).fresh_mask(np.array([h], np.int64))[0]:
+            if not self._rereading(self._is_fresh, r.target_key, h):  # (before anything is written)
                 return 0
             self._view.remember_targets([r])
             journal, ticket = self._journals.enqueue([r], parts.now_us())
@@ -443,6 +457,11 @@ class ParquetStore(RetrievalMixin, RecordStore):
             self._view.overlay_add([r], recheck=refreshes != self._refreshes)
             self._after_commit([r.target_key])
         return 1
+
+    def _is_fresh(self, tkey: str, h: int) -> bool:
+        """Whether this handle holds no record of rid hash ``h`` in target ``tkey``'s partition
+        (handle lock held; FileNotFoundError: see ``_rereading``)."""
+        return bool(self._view.indexed(tkey).fresh_mask(np.array([h], np.int64))[0])
 
     def _commit_small(self, recs: list[Record], committed: int) -> tuple | None:
         """Write ``recs`` to one file per target and keep them in the overlay; or, up to
@@ -574,7 +593,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
             return 0
         rids = list(verdicts_)
         with self._lock:
-            unknown = self._view.first_unknown(rids)
+            unknown = self._rereading(self._view.first_unknown, rids)
             if unknown is not None:
                 raise ValueError(f"verdict for record {unknown}: the store holds no such record")
             verdicts.append(self.verdict_dir, dict(verdicts_))
@@ -612,19 +631,35 @@ class ParquetStore(RetrievalMixin, RecordStore):
         """Key of a workload given as a dict, a Record or a workload_key."""
         return self._queries.workload_key(workload)
 
-    def _retrying(self, query, *args: Any) -> Any:
-        """``query(*args)``, refreshed and repeated when a compaction merged away a file one of
-        its rows lived in (FileNotFoundError), up to three times."""
-        for _attempt in range(3):
+    def _rereading(self, op: Callable[..., Any], *args: Any) -> Any:
+        """``op(*args)``, an operation that reads record files as this handle listed them.  A
+        concurrent ``compact``/``dedup``/``forget`` (another process or handle) deletes the files
+        it merged, so ``op`` may meet one that is gone (FileNotFoundError): then the directory
+        is listed again (``refresh``) and ``op`` run again from the start, up to
+        ``REREAD_TRIES`` times in all; the last try lists and runs under the DB lock, shared
+        (it waits for a running rewrite, and none deletes a file meanwhile).  ``op`` must be
+        safe to run again after a FileNotFoundError: it reads, and writes nothing before its
+        reads are done (``commit`` runs only its duplicate check through here).  Callable with
+        or without the handle lock held.  ``VanishedFileError`` (an OSError, one line) when even
+        the last try meets a missing file: something outside tunedb deletes them."""
+        for _attempt in range(self.REREAD_TRIES - 1):
             try:
-                return query(*args)
+                return op(*args)
             except FileNotFoundError:
                 self.refresh()
-        return query(*args)
+        with self._lock, file_lock(self.path / "_lock", shared=True):  # (handle lock first, as refresh)
+            self._refresh(can_wait=False)
+            try:
+                return op(*args)
+            except FileNotFoundError as e:
+                raise VanishedFileError(f"{self.path}: a record file vanished while it was read "
+                                        f"{self.REREAD_TRIES} times, the last with no rewrite running; "
+                                        f"is something outside tunedb deleting files? ({e})".replace("\n", " ")
+                                        ) from None
 
     def lookup(self, target: Any, workload: Any, config: Any) -> Record | None:
         """The cached measurement of (target, workload, config), or None (see ``Queries.lookup``)."""
-        return self._retrying(self._queries.lookup, target, workload, config)
+        return self._rereading(self._queries.lookup, target, workload, config)
 
     def lookup_many(self, target: Any, workload: Any, configs: Iterable[Any]) -> list[Record | None]:
         """:meth:`lookup` of each config of one (target, workload), in order (see ``lookup_batch``)."""
@@ -633,7 +668,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
     def lookup_batch(self, target: Any, workload: Any, configs: Iterable[Any]) -> Lookups:
         """The answers of a population of configs of one (target, workload) (see
         ``RecordStore.lookup_batch``; how: ``Queries.lookup_batch``)."""
-        return self._retrying(self._queries.lookup_batch, target, workload, list(configs), self.lookup)
+        return self._rereading(self._queries.lookup_batch, target, workload, list(configs), self.lookup)
 
     def best_costs(self, target: Any, workload: Any, k: int = 1) -> list:
         """``RecordStore.best_costs``, computed from the partition's decoded columns: only the
@@ -641,7 +676,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
         ``estimate.rank_arrays``, which ``estimate.rank`` uses too)."""
         if k <= 0:
             return []
-        return self._retrying(self._queries.best_costs, target, workload, k)
+        return self._rereading(self._queries.best_costs, target, workload, k)
 
     def best_costs_many(self, pairs: Iterable[tuple[Any, Any]], k: int = 1) -> list[list]:
         """``RecordStore.best_costs_many``: the same answers as :meth:`best_costs` one by one,
@@ -650,21 +685,21 @@ class ParquetStore(RetrievalMixin, RecordStore):
         pairs = list(pairs)
         if k <= 0:
             return [[] for _ in pairs]
-        return self._retrying(self._queries.best_costs_many, pairs, k)
+        return self._rereading(self._queries.best_costs_many, pairs, k)
 
     def best(self, target: Any, workload: Any, k: int = 1) -> list[Record]:
         """``RecordStore.best``: the records of :meth:`best_costs`, from the same kept per-entry
         answers (``Queries.ranked``: a repeated query reads memory only)."""
         if k <= 0:
             return []
-        try:
+        try:  # (the common case without the wrapper: a kept answer)
             return self._queries.ranked(target, workload, k)[1][:k]
-        except FileNotFoundError:  # (a file merged away: refresh and ask again)
-            return self._retrying(self._queries.best, target, workload, k)
+        except FileNotFoundError:  # (a file merged away: list again and ask again)
+            return self._rereading(self._queries.best, target, workload, k)
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""
-        return self._retrying(self._queries.entry_records, target, workload)
+        return self._rereading(self._queries.entry_records, target, workload)
 
     def records(self, target: Any = None, workload: Any = None, *, include_stale: bool = True,
                 columns: Sequence[str] | None = None) -> pa.Table:
@@ -704,13 +739,17 @@ class ParquetStore(RetrievalMixin, RecordStore):
     def targets(self) -> list[dict]:
         """Every target holding records: target_key, target_name, target (dict), records (every
         stored record, stale ones included, as ``records()`` and the other backends count)."""
-        return self._queries.targets()
+        return self._rereading(self._queries.targets)
 
     def find_target(self, name_or_key: str) -> dict | None:
         """Target dict of a target in this DB, by target_name or target_key (or a unique key prefix)."""
         return self._queries.find_target(name_or_key)
 
     def __len__(self) -> int:
+        return self._rereading(self._count)
+
+    def _count(self) -> int:
+        """Records, stale ones included (FileNotFoundError: see ``_rereading``)."""
         with self._lock:
             return sum(p.count() for p in self._view.all_loaded())
 
@@ -720,7 +759,7 @@ class ParquetStore(RetrievalMixin, RecordStore):
         with self._lock:
             if any(p.overlay for p in self._view.parts.values()):
                 self.refresh()
-            live_ek, files, tkeys = self._view.index_stats()
+            live_ek, files, tkeys = self._rereading(self._view.index_stats)
         size = tree_bytes(self.records_dir, self.journal_dir)
         n_work = 0
         if len(live_ek):
