@@ -116,7 +116,8 @@ def body(pathname: str, search: str = "", output: str = "page") -> bytes:
 
 def post(url: str, data: bytes) -> tuple[float, dict]:
     """(seconds, decoded answer) of one callback request."""
-    req = urllib.request.Request(url + "_dash-update-component", data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url + "_dash-update-component", data=data,
+                                 headers={"Content-Type": "application/json", "Origin": url.rstrip("/")})
     t0 = time.perf_counter()
     with urllib.request.urlopen(req, timeout=120) as r:
         raw = r.read()

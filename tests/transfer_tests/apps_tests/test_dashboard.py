@@ -307,7 +307,7 @@ def start_dashboard(db: Path, *extra: str) -> tuple[subprocess.Popen, str]:
 
 def post_page(url: str, pathname: str, search: str = "") -> list:
     req = urllib.request.Request(url + "_dash-update-component", data=json.dumps(callback_body(pathname, search)).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", "Origin": url.rstrip("/")})
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())["response"]["page"]["children"]
 

@@ -89,7 +89,9 @@ def create_app(data: DashboardData, *, refresh_s: float = 0.5) -> Any:
 
     @app.callback(Output("page", "children"), Input("url", "pathname"), Input("url", "search"),
                   Input("version", "data"))
-    def _page(pathname: str | None, search: str | None, _version: int | None) -> Any:
-        return render(data, pathname, search)
+    def _page(pathname: Any, search: Any, _version: Any) -> Any:
+        # (the values come from the request: anything but text is no path / no query)
+        return render(data, pathname if isinstance(pathname, str) else None,
+                      search if isinstance(search, str) else None)
 
     return app

@@ -12,9 +12,14 @@ header's name must be ``localhost``, an IP address (``127.0.0.1``, ``[::1]``, th
 address: an address is its own origin, no other site's page can borrow it), the bound host, or
 a name given with ``allow_hosts`` (``tunedb dashboard --allow-host NAME``: the name a reverse
 proxy or a colleague's browser uses); any other ``Host`` (or none) is refused with ``403`` and
-one line of text.  The port is not checked (an SSH tunnel or a proxy changes it; a port
-does not make a name the attacker's).  Every response also says ``X-Frame-Options: DENY``
-(no framing: no clickjacking) and ``X-Content-Type-Options: nosniff``.
+one line of text.  The header must be exactly one host, optionally with a port
+(:func:`~.guard.parse_host`: no ``@``, ``,``, whitespace inside, userinfo or second port; an IPv6
+address in brackets); two ``Host`` headers are refused too.  The port is not checked (an SSH
+tunnel or a proxy changes it; a port does not make a name the attacker's), except for an
+``allow_hosts`` entry given as ``NAME:PORT``.  A ``POST`` then passes :class:`~.guard.PostCheck`
+(this page's own ``Origin``, a JSON body of at most 1 MiB that calls one of the app's callbacks;
+else a ``4xx``).  Every response also says ``X-Frame-Options: DENY`` (no framing: no
+clickjacking) and ``X-Content-Type-Options: nosniff``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import ipaddress
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from tunedb.transfer.apps.dashboard.guard import PostCheck, callback_shapes, parse_host
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -40,18 +47,22 @@ def is_local(host: str) -> bool:
 def host_name(host_header: str) -> tuple[str, str | None]:
     """``(name, port)`` of a ``Host`` header value: ``[::1]:8050`` -> ``("::1", "8050")``,
     ``Example.COM.:80`` -> ``("example.com", "80")``, ``localhost`` -> ``("localhost", None)``
-    (the name lower-case, without a trailing dot or IPv6 brackets)."""
-    text = host_header.strip()
-    port: str | None = None
-    if text.startswith("["):
-        name, _, rest = text[1:].partition("]")
-        if rest.startswith(":"):
-            port = rest[1:]
-    elif text.count(":") == 1:
-        name, port = text.split(":")
-    else:
-        name = text
-    return name.lower().rstrip("."), port
+    (the name lower-case, without a trailing dot or IPv6 brackets; :func:`~.guard.parse_host`).
+    ValueError when the value is not exactly one host with an optional port."""
+    parsed = parse_host(host_header)
+    if parsed is None:
+        raise ValueError(f"{host_header[:100]!r} is not a host name (NAME or NAME:PORT)")
+    return parsed
+
+
+def bound_name(host: str) -> str:
+    """The name a ``Host`` header gives for the bound address ``host`` (``::1``, ``[::1]``,
+    ``127.0.0.1``, ``My-Host.``): lower-case, IPv6 compressed and unbracketed, no trailing dot."""
+    text = host.strip().strip("[]")
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text.lower().rstrip(".")
 
 
 def _is_address(name: str) -> bool:
@@ -65,15 +76,16 @@ def _is_address(name: str) -> bool:
 class HostCheck:
     """WSGI middleware: serves ``app`` only to requests whose ``Host`` header names this server
     (see the module docstring: ``localhost``, an IP address, ``bound_host`` or one of
-    ``allow_hosts``, each a name, or ``name:port`` to allow that port only); any other ``Host``,
-    or none, gets ``403 Forbidden`` and one line of plain text, and ``app`` is not called.
-    Every response gets :data:`SECURITY_HEADERS`."""
+    ``allow_hosts``, each a name, or ``name:port`` to allow that port only: ValueError for an
+    entry that is neither); any other ``Host``, none, or one that is not exactly one host with an
+    optional port (:func:`~.guard.parse_host`) gets ``403 Forbidden`` and one line of plain text,
+    and ``app`` is not called.  Every response gets :data:`SECURITY_HEADERS`."""
 
     SECURITY_HEADERS = (("X-Frame-Options", "DENY"), ("X-Content-Type-Options", "nosniff"))
 
     def __init__(self, app: Callable[..., Any], bound_host: str, allow_hosts: Iterable[str] = ()) -> None:
         self.app = app
-        self.names = {"localhost", host_name(bound_host)[0]}
+        self.names = {"localhost", bound_name(bound_host)}
         self.exact: set[tuple[str, str | None]] = set()
         for entry in allow_hosts:
             name, port = host_name(entry)
@@ -84,10 +96,11 @@ class HostCheck:
 
     def allowed(self, host_header: str | None) -> bool:
         """Whether a request with this ``Host`` header value (None: without one) is served."""
-        if not host_header:
+        parsed = parse_host(host_header) if host_header else None
+        if parsed is None:
             return False
-        name, port = host_name(host_header)
-        return bool(name) and (name in self.names or (name, port) in self.exact or _is_address(name))
+        name, port = parsed
+        return name in self.names or (name, port) in self.exact or _is_address(name)
 
     def __call__(self, environ: dict, start_response: Callable[..., Any]) -> Any:
         extra = list(self.SECURITY_HEADERS)
@@ -133,8 +146,9 @@ def make_server(db: Any, *, host: str = "127.0.0.1", port: int = 8050, refresh_s
                 poll_s: float = 0.5, allow_hosts: Iterable[str] = ()) -> Dashboard:
     """Start polling ``db`` (its first snapshot is computed here) and bind the dashboard to
     ``host``:``port`` (0: a free port).  Requests are served only under the ``Host`` names
-    :class:`HostCheck` accepts (``localhost``, IP addresses, ``host``, ``allow_hosts``).
-    OSError when the address cannot be bound."""
+    :class:`HostCheck` accepts (``localhost``, IP addresses, ``host``, ``allow_hosts``), a
+    ``POST`` only as :class:`~.guard.PostCheck` accepts it.  OSError when the address cannot be
+    bound; ValueError for an ``allow_hosts`` entry that is not ``NAME`` or ``NAME:PORT``."""
     from werkzeug.serving import WSGIRequestHandler
     from werkzeug.serving import make_server as _make
 
@@ -145,12 +159,17 @@ def make_server(db: Any, *, host: str = "127.0.0.1", port: int = 8050, refresh_s
         def log_request(self, *args: Any, **kwargs: Any) -> None:
             pass
 
+    allow_hosts = list(allow_hosts)
+    for entry in allow_hosts:
+        host_name(entry)  # (ValueError before anything is bound or read)
     sock = _bind(host, port)  # (bound here: an address in use is an OSError, not werkzeug's exit)
     port = int(sock.getsockname()[1])
     try:
         data = DashboardData(db, poll_s=poll_s)
         app = create_app(data, refresh_s=refresh_s)
-        server = _make(host, port, HostCheck(app.server, host, allow_hosts), threaded=True, request_handler=_Quiet,
+        guarded = PostCheck(app.server, app.config.routes_pathname_prefix + "_dash-update-component",
+                            callback_shapes(app))
+        server = _make(host, port, HostCheck(guarded, host, allow_hosts), threaded=True, request_handler=_Quiet,
                        fd=sock.fileno())
     finally:
         sock.close()  # (the server holds its own duplicate of the socket)
