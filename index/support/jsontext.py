@@ -42,19 +42,20 @@ def depth_of(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
     return deepest
 
 
-def too_deep(what: str) -> ValueError:
-    """The one error for JSON nested past the limit, naming ``what`` was read."""
-    return ValueError(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels of objects and lists")
+def too_deep(what: str, limit: int = MAX_JSON_DEPTH) -> ValueError:
+    """The one error for JSON nested past ``limit`` levels, naming ``what`` was read."""
+    return ValueError(f"{what}: JSON nested deeper than {limit} levels of objects and lists")
 
 
-def loads(text: str | bytes, what: str = "JSON") -> Any:
+def loads(text: str | bytes, what: str = "JSON", *, wrapping: int = 0) -> Any:
     """``json.loads(text)`` with the project's depth limit: ValueError (``json.JSONDecodeError``
     for text that is not JSON, ``too_deep(what)`` past :data:`MAX_JSON_DEPTH` levels), never
-    ``RecursionError``."""
+    ``RecursionError``.  ``wrapping``: levels of a container format around the values the limit
+    is for (an exported record line wraps its config in one object: 1), allowed on top."""
     try:
         value = json.loads(text)
     except RecursionError:
-        raise too_deep(what) from None
-    if isinstance(value, (dict, list)) and depth_of(value) > MAX_JSON_DEPTH:
-        raise too_deep(what)
+        raise too_deep(what, MAX_JSON_DEPTH + wrapping) from None
+    if isinstance(value, (dict, list)) and depth_of(value, MAX_JSON_DEPTH + wrapping) > MAX_JSON_DEPTH + wrapping:
+        raise too_deep(what, MAX_JSON_DEPTH + wrapping)
     return value

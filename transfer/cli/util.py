@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from tunedb.index.model.units import fmt_seconds  # noqa: F401 (the one unit style, re-exported for the commands)
+from tunedb.index.support import jsontext
 from tunedb.index.support.redact import mask_url
 
 if TYPE_CHECKING:
@@ -51,14 +52,37 @@ def emit(args, payload: dict, human: str | None = None) -> None:
     sys.stdout.flush()
 
 
+#: the most bytes a JSON file named on the command line (a workload, config or workloads file) may
+#: hold: such a file describes a few workloads or one config, never a data set
+MAX_JSON_FILE = 16 << 20
+
+
 def load_json_file(path: str, what: str) -> Any:
+    """The JSON value in the file at ``path`` (UTF-8, at most :data:`MAX_JSON_FILE` bytes, nested
+    at most :data:`~tunedb.index.model.keys.MAX_JSON_DEPTH` levels); UserError (one line naming
+    the ``what`` file) when it cannot be read, is larger, is not JSON or nests deeper."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_FILE + 1)
+        if len(data) > MAX_JSON_FILE:
+            raise UserError(f"{what} file {path} is larger than {MAX_JSON_FILE >> 20} MiB")
+        text = data.decode("utf-8")
     except OSError as e:
-        raise UserError(f"cannot read {what} file {path}: {e.strerror}") from None
+        raise UserError(f"cannot read {what} file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{what} file {path} is not UTF-8 text") from None
+    return loads_json(text, f"{what} file {path}")
+
+
+def loads_json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON with the project's depth limit (:func:`tunedb.index.support.jsontext.loads`);
+    UserError (one line naming ``what``) when it is not JSON or nests deeper than the limit."""
+    try:
+        return jsontext.loads(text, what)
     except json.JSONDecodeError as e:
-        raise UserError(f"{what} file {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
+        raise UserError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def parse_workload(spec: str) -> dict:
@@ -75,14 +99,12 @@ def parse_workload(spec: str) -> dict:
 
 
 def parse_config(spec: str) -> dict:
-    """A JSON object given inline or as a path to a JSON file."""
+    """A JSON object given inline or as a path to a JSON file (:func:`load_json_file`); UserError
+    (one line) when it is not JSON, nests deeper than the depth limit or is not an object."""
     if os.path.exists(spec):
         c = load_json_file(spec, "config")
     else:
-        try:
-            c = json.loads(spec)
-        except json.JSONDecodeError as e:
-            raise UserError(f"config is not valid JSON: {e.msg}") from None
+        c = loads_json(spec, "config")
     if not isinstance(c, dict):
         raise UserError("config must be a JSON object")
     return c
@@ -170,11 +192,14 @@ def snapshot_options(args, location: str) -> dict:
 
 def target_arg(spec: str, db=None) -> dict:
     """A ``--target`` argument (DB target_name/key, preset, catalog device, JSON file) -> target dict
-    (``tunedb.index.hardware.targets.resolve_target``); an unknown one is a UserError (one line)."""
+    (``tunedb.index.hardware.targets.resolve_target``); an unknown one, or a target file nested
+    deeper than the JSON depth limit, is a UserError (one line)."""
     from tunedb.index.hardware.targets import resolve_target
 
     try:
         return resolve_target(spec, db)
+    except RecursionError:  # a target file nested past the parser's own limit
+        raise UserError(str(jsontext.too_deep(f"target file {spec}"))) from None
     except (ValueError, KeyError) as e:
         raise UserError(str(e).splitlines()[0] if str(e) else f"unknown target {spec!r}") from None
 

@@ -24,6 +24,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tunedb.index.support import jsontext
+
 #: characters that force the JSON spelling of a string value (they would split the k=v form)
 _UNSAFE = set(",=:{}[]\"'") | {" "}
 
@@ -50,7 +52,7 @@ def parse_spec(spec: str, read_file: Callable[[str], Any]) -> dict:
     text = spec.strip()
     if text.startswith("{"):
         try:
-            w = json.loads(text)
+            w = jsontext.loads(text, "workload")
         except json.JSONDecodeError as e:
             raise ValueError(f"workload is not valid JSON: {e.msg} at column {e.colno}") from None
         if not isinstance(w, dict) or not isinstance(w.get("family"), str) or not w["family"]:

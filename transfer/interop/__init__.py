@@ -9,8 +9,11 @@ Contract
   A whole file that cannot be read or is not in the format raises :class:`ImportFormatError`
   (the one documented import error); nothing else escapes a parser.
 * Nothing from an imported file is executed, unpickled or ``eval``'d.
-* ``collect(fmt, paths, device=None)`` parses every path first and returns ``(records, report)``;
-  the caller commits the records in one ``db.commit`` call (all-or-nothing).  For Kernel Tuner
+* ``collect(fmt, paths, device=None, budget=None)`` parses every path first and returns
+  ``(records, report)``; the caller commits the records in one ``db.commit`` call
+  (all-or-nothing).  An import over one of its caps (:class:`ImportBudget`: decompressed bytes,
+  lines, records, wall time, JSON depth) raises :class:`ImportCapError` before returning, so
+  nothing is committed.  For Kernel Tuner
   files it also checks that one target is one device (``report.conflicts``, see
   :func:`collect` and ``docs/import_conflicts.md``).
 * Record ids are deterministic (:func:`stable_record_id`): the format, the record's target key and
@@ -39,7 +42,11 @@ from tunedb.transfer.interop.conflicts import (
 from tunedb.transfer.interop.device_fields import kind_hint, merge_device_fields, resolve_device_fields
 from tunedb.transfer.interop.input_files import (
     MAX_IMPORT_LINE,
+    MAX_IMPORT_LINES,
+    MAX_IMPORT_RECORDS,
+    MAX_IMPORT_SECONDS,
     MAX_IMPORT_TEXT,
+    ImportBudget,
     check_input_path,
     check_line,
     display_name,
@@ -73,7 +80,8 @@ from tunedb.transfer.interop.registry import FORMATS, Format, collect, get_forma
 
 __all__ = ["FORMATS", "Format", "ImportFormatError", "ImportIssue", "ImportReport", "ExportReport", "ExportFormatError",
            "collect", "get_format", "make_record", "merge_device_fields", "stable_record_id", "Prepared",
-           "ImportCapError", "MAX_REPORTED_ERRORS", "MAX_IMPORT_TEXT", "MAX_IMPORT_LINE", "MIN_SHARED_CONFIGS",
+           "ImportCapError", "MAX_REPORTED_ERRORS", "MAX_IMPORT_TEXT", "MAX_IMPORT_LINE", "MAX_IMPORT_LINES",
+           "MAX_IMPORT_RECORDS", "MAX_IMPORT_SECONDS", "ImportBudget", "MIN_SHARED_CONFIGS",
            "MAX_MEDIAN_ABS_LOG_RATIO", "MIN_SPEARMAN", "times_disagree", "file_stem", "where", "open_text",
            "read_text", "check_line", "iter_json_lines", "fast_normalise", "canon", "FAST_PATH", "to_utc",
            "check_costs", "resolve_device_fields", "kind_hint", "check_input_path", "display_name", "open_regular"]

@@ -57,7 +57,7 @@ from tunedb.index.hardware.devices import cpu_opencl_name
 from tunedb.index.model.keys import canonical_json_normalised, fast_json_encoder, key_of_text, normalise
 from tunedb.index.model.record import Record
 from tunedb.transfer.interop.device_fields import merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.input_files import display_name, file_stem, read_text, where
+from tunedb.transfer.interop.input_files import display_name, file_stem, load_json, read_text, where
 from tunedb.transfer.interop.outcomes import (
     ExportFormatError,
     ExportReport,
@@ -91,23 +91,24 @@ UNIT_TO_S = {"milliseconds": 1e-3, "miliseconds": 1e-3, "ms": 1e-3, "seconds": 1
 def load_cache(path: str | Path) -> dict:
     """Read a cache (or T4 results) file as a dict; closes a cache left unterminated by a run.
 
-    Raises ImportFormatError when the file is unreadable or neither a cache nor a T4 file.
+    Raises ImportFormatError when the file is unreadable or neither a cache nor a T4 file,
+    ImportCapError (a subclass) when it is over an import cap (``input_files.read_text``) or its
+    JSON nests deeper than the depth limit (``input_files.load_json``).
     """
     path = Path(path)
     text = read_text(path)
+    what = display_name(path)
     try:
-        doc = json.loads(text)
-    except RecursionError:
-        raise ImportFormatError(f"{path} is not a Kernel Tuner cache (JSON nested too deeply)") from None
+        doc = load_json(text, what)
     except json.JSONDecodeError as e:
         doc = None
         t = text.rstrip()
         if '"cache"' in t:  # Kernel Tuner appends entries and closes the file only at the end
             for tail in ("}}", "}"):
                 try:
-                    doc = json.loads(t.rstrip(",") + tail)
+                    doc = load_json(t.rstrip(",") + tail, what)
                     break
-                except (json.JSONDecodeError, RecursionError):
+                except json.JSONDecodeError:
                     continue
         if doc is None:
             raise ImportFormatError(f"{path} is not a Kernel Tuner cache (JSON error: {e.msg} at line {e.lineno})") \

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tunedb.index.model.record import Record
 from tunedb.transfer.interop.conflicts import split_disagreeing
-from tunedb.transfer.interop.input_files import check_input_path, display_name
+from tunedb.transfer.interop.input_files import ImportBudget, check_input_path, display_name, import_budget
 from tunedb.transfer.interop.outcomes import ExportReport, ImportFormatError, ImportIssue, ImportReport
 
 
@@ -85,8 +85,14 @@ def get_format(name: str) -> Format:
         raise ImportFormatError(f"unknown format {name!r}; expected one of {', '.join(FORMATS)}") from None
 
 
-def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None) -> tuple[list[Record], ImportReport]:
+def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None, *,
+            budget: ImportBudget | None = None) -> tuple[list[Record], ImportReport]:
     """Parse every path of ``fmt``; return all records and the report (nothing is written).
+
+    The import's caps (``budget``, default ``ImportBudget()``: decompressed bytes a file, lines,
+    records and skipped entries, wall time, JSON depth; see ``input_files``) are checked while
+    the files are read: past any of them ImportCapError (one line) and no records are returned,
+    so the caller commits nothing.  The time cap is checked once more when all files are parsed.
 
     Kernel Tuner files (one target and one workload each) are also checked for the two ways
     a target can end up holding several devices (``report.conflicts``, one dict per affected
@@ -102,23 +108,37 @@ def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None) ->
       device) the records stay on it and the conflicts are warnings only.
     """
     f = get_format(fmt)
-    records: list[Record] = []
-    report = ImportReport()
-    per_file: list[tuple[Path, int, int]] = []  # (path, first record index, end index)
-    for p in paths:
-        report.files += 1
-        start = len(records)
-        for item in f.parse(p, device=device, notes=report.conflicts):
-            if isinstance(item, ImportIssue):
-                report.add(item)
-            else:
-                records.append(item)
-        per_file.append((Path(p), start, len(records)))
-    if f.module == "kernel_tuner" and len(per_file) > 1:
-        records = split_disagreeing(lambda path, label: f.parse(path, device=device, label=label), records, per_file,
-                                    device, report)
+    budget = budget if budget is not None else ImportBudget()
+    with import_budget(budget):
+        records: list[Record] = []
+        report = ImportReport()
+        per_file: list[tuple[Path, int, int]] = []  # (path, first record index, end index)
+        for p in paths:
+            report.files += 1
+            start = len(records)
+            _parse_into(f.parse(p, device=device, notes=report.conflicts), records, report, budget,
+                        display_name(Path(p)))
+            per_file.append((Path(p), start, len(records)))
+        if f.module == "kernel_tuner" and len(per_file) > 1:
+            records = split_disagreeing(lambda path, label: f.parse(path, device=device, label=label), records,
+                                        per_file, device, report)
+        budget.check_time(f"{fmt} import")
     report.imported = len(records)
     return records, report
+
+
+def _parse_into(items: Iterable[Record | ImportIssue], records: list[Record], report: ImportReport,
+                budget: ImportBudget, what: str) -> None:
+    """Append the Records of ``items`` to ``records`` and add its ImportIssues to ``report``,
+    counting each against ``budget`` (records cap, time cap; ImportCapError past either)."""
+    for n, item in enumerate(items, 1):
+        budget.add_record(what)
+        if not n % 1024:
+            budget.check_time(what)
+        if isinstance(item, ImportIssue):
+            report.add(item)
+        else:
+            records.append(item)
 
 
 __all__ = ["FORMATS", "Format", "collect", "get_format"]

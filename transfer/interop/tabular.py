@@ -33,8 +33,11 @@ from tunedb.index.model.record import Record, text_problem
 from tunedb.index.model.record import target_slug as partition_slug
 from tunedb.index.model.schema import RECORD_SCHEMA
 from tunedb.transfer.interop.input_files import (
+    ImportBudget,
     check_input_path,
+    current_budget,
     display_name,
+    load_json,
     open_regular,
     parse_json_lines,
 )
@@ -65,7 +68,7 @@ class _Builder:
     def _prep(self, cache: dict[str, Prepared], value: Any, what: str) -> Prepared:
         if isinstance(value, str):
             text = value
-            value = json.loads(value)
+            value = load_json(value, what)
         else:
             text = json.dumps(value, sort_keys=True)
         p = cache.get(text)
@@ -79,10 +82,10 @@ class _Builder:
                 raise ValueError(f"field '{k}' is missing")
         tp = self._prep(self.targets, d["target"], "target")
         wp = self._prep(self.workloads, d["workload"], "workload")
-        config = json.loads(d["config"]) if isinstance(d["config"], str) else d["config"]
+        config = load_json(d["config"], "config") if isinstance(d["config"], str) else d["config"]
         meta = d.get("meta") or {}
         if isinstance(meta, str):
-            meta = json.loads(meta)
+            meta = load_json(meta, "meta")
         if not isinstance(meta, dict):
             raise ValueError("field 'meta' must be a JSON object")
         ts = d.get("timestamp")
@@ -191,13 +194,16 @@ def parse_parquet(path: Path) -> Iterator[Record | ImportIssue]:
     if not files:
         raise ImportFormatError(f"{path} holds no .parquet files")
     b = _Builder("parquet")
+    budget = current_budget()
     rids: set[str] = set()  # a store's compacted files repeat records of the files they supersede
     for f in files:
         try:
             with open_regular(f) as fh:
                 # ParquetFile, not read_table: pyarrow's threaded read over a Python file object
                 # can abort the process at interpreter exit (seen 5 in 100 runs, pyarrow 26)
-                table = pq.ParquetFile(fh).read()
+                pf = pq.ParquetFile(fh)
+                _check_rows(f, pf.metadata.num_rows, budget)
+                table = pf.read()
             table.validate(full=True)  # text that is not UTF-8 would fail every later read
         except (OSError, pa.ArrowException) as e:
             raise ImportFormatError(f"cannot read Parquet file {display_name(f)}: {_first_line(e)}") from None
@@ -218,6 +224,14 @@ def parse_parquet(path: Path) -> Iterator[Record | ImportIssue]:
                 yield ImportIssue(f"{display_name(f.name)}:row {i}", str(e) or type(e).__name__)
                 continue
             yield rec
+
+
+def _check_rows(path: Path, rows: int, budget: ImportBudget) -> None:
+    """ImportCapError (one line) when a Parquet file's ``rows`` (from its footer, before any row
+    is read) would take the import past its records cap (``budget.records``)."""
+    if budget.records_used + rows > budget.records:
+        raise ImportCapError(f"{display_name(path)}: {rows:,} rows would take the import past {budget.records:,} "
+                             "records: over the import cap; import it in parts")
 
 
 def to_table(records: list[Record]) -> pa.Table:
