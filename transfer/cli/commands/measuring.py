@@ -139,6 +139,9 @@ def run_space(args) -> int:
     workload = parse_workload(args.workload)
     try:
         fam = family_of(workload)
+    except ValueError as e:
+        return _stored_space(args, workload, str(e).splitlines()[0])
+    try:
         w = fam.validate_workload(workload)
         sp = fam.space(w)
     except ValueError as e:
@@ -154,3 +157,41 @@ def run_space(args) -> int:
     lines.append(f"  default: {json.dumps(payload['default'], sort_keys=True)}")
     emit(args, payload, "\n".join(lines))
     return 0
+
+
+def _stored_space(args, workload: dict, why: str) -> int:
+    """``space`` of a family tunedb has no definition of (an imported Kernel Tuner kernel, a
+    TVM task): the knobs and values its records in the DB hold, said to be only that -- which
+    configs are valid, and how many there are, is the tuner's knowledge, not the DB's.  A
+    workload the DB holds no record of: UserError naming why (``why``: the family lookup's
+    error)."""
+    db = open_db(args, must_exist=True)
+    t = db.records(workload=workload, columns=["config", "status", "target_name"])
+    if t.num_rows == 0:
+        raise UserError(f"{why}; and the DB holds no record of this workload, so its space is unknown")
+    values: dict[str, set] = {}
+    configs = set()
+    for text in t.column("config").to_pylist():
+        configs.add(text)
+        for k, v in json.loads(text).items():
+            values.setdefault(k, set()).add(json.dumps(v, sort_keys=True))
+    knobs = [{"name": k, "values": sorted((json.loads(v) for v in vs), key=_value_order)}
+             for k, vs in sorted(values.items())]
+    targets = sorted(set(t.column("target_name").to_pylist()))
+    payload = {"family": workload.get("family"), "workload": workload, "knobs": knobs, "constraints": None,
+               "size": None, "stored_configs": len(configs), "targets": targets, "default": None,
+               "source": "records"}
+    lines = [f"{workload.get('family')} schedule space as stored: {len(configs)} distinct configs measured on "
+             f"{len(targets)} target(s); tunedb has no definition of this family, so the valid configs, their "
+             f"number and the default are unknown"]
+    for k in knobs:
+        lines.append(f"  {k['name']:>8}: {json.dumps(k['values'])}")
+    emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def _value_order(v: object) -> tuple:
+    """Numbers first, in order; then everything else by its JSON text."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, float(v), "")
+    return (1, 0.0, json.dumps(v, sort_keys=True))
