@@ -40,8 +40,10 @@ matplotlib's Agg canvas, no display needed):
 ``similarity.png``
     cosine similarity of the targets' hardware vectors (``tunedb.index.retrieval.features.hardware_vector``).
 
-The page also has a table of the stored runs and of the best config of each entry (most
-records first).  Costs and times are seconds, shown with :func:`tunedb.index.model.units.fmt_seconds`.
+The page also has a table of the stored runs (each with its evaluation hit rate and its eta: tasks
+answered by the DB over tasks, with T_total = T_full (1 - eta) + T_query; the head table sums eta
+over the model and warm-start runs: :func:`tunedb.transfer.apps.rundata.eta_totals`) and of the
+best config of each entry (most records first).  Costs and times are seconds, shown with :func:`tunedb.index.model.units.fmt_seconds`.
 
 The cost of a config or an entry is the estimator's (``tunedb.index.model.estimate``: the same number
 as ``tunedb best``): :func:`tunedb.transfer.apps.entries.entry_estimates` over the records the report reads (refuted ones left
@@ -92,11 +94,14 @@ from tunedb.transfer.apps.rundata import (
     as_count,
     as_number,
     count_runs,
+    eta_text,
+    eta_totals,
     gain_points,
     merge_runs,
     part_totals,
     run_parts,
     stored_runs,
+    task_share,
 )
 
 if TYPE_CHECKING:
@@ -145,7 +150,9 @@ def build_report(db: RecordStore, out_dir: str | Path, runs: RunsData | None = N
 
     ``summary`` holds counts (records, targets, entries, families, sources), ``runs`` (searches
     drawn: tasks of stored runs plus given runs), ``runs_given`` (those from ``runs``),
-    ``stored_runs`` (run summaries in the DB), ``saturation_fit`` (:func:`~tunedb.transfer.apps.gain_fit.fit_saturation`'s dict
+    ``stored_runs`` (run summaries in the DB), ``eta`` (:func:`~tunedb.transfer.apps.rundata.eta_totals`:
+    tasks answered by the DB over tasks of the model and warm-start runs, T_full, T_query and
+    T_total = T_full (1 - eta) + T_query), ``saturation_fit`` (:func:`~tunedb.transfer.apps.gain_fit.fit_saturation`'s dict
     over the runs' gains, or None) and ``saturation_fit_reason`` (why there is none, else None)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -324,7 +331,8 @@ def _runs_section(runs: RunsData) -> str:
                          str(run_count(part, "measurements")),
                          str(hits), _pct(hits / evals if evals else None), _fmt_s(as_number(part.get("measure_s"))),
                          _fmt_s(as_number(part.get("query_s"))), gain_text(part.get("gain")),
-                         str(as_count(part.get("records_before")) if part.get("records_before") is not None else "–")])
+                         str(as_count(part.get("records_before")) if part.get("records_before") is not None else "–"),
+                         *_eta_cells(part)])
     more = (f"<p class=\"note\">The last {len(shown)} of {len(runs.summaries)} run summaries.</p>"
             if len(shown) < len(runs.summaries) else "")
     return ("<h2>Tuning runs</h2><p>The tuning runs the database stores (oldest first; stored times UTC) and "
@@ -332,9 +340,23 @@ def _runs_section(runs: RunsData) -> str:
             "the search's evaluations answered from the database (the one definition <code>tunedb stats</code>, "
             "the hit-rate figure and the dashboard use; a model run's tasks answered whole take no evaluations); "
             "<i>gain</i>: "
-            "the fraction of tuning time it saved, or the extra time the database cost it; <i>n</i>: records in the database when the run started.</p>"
+            "the fraction of tuning time it saved, or the extra time the database cost it; <i>n</i>: records in the database when the run started; "
+            "<i>eta</i>: the tasks the database answered directly (a hit, or a search whose every evaluation it "
+            "answered) over the run's tasks, the seeds' N<sub>hit</sub> / N<sub>total</sub> (a model answered "
+            "whole: 100 %); <i>T</i><sub>full</sub>: the run's measuring time plus the recorded measuring time of "
+            "the records that answered it; <i>T</i><sub>total</sub> = <i>T</i><sub>full</sub> (1 − eta) + "
+            "<i>T</i><sub>query</sub>, the seeds' formula.</p>"
             + _table(["stored", "kind", "label", "target", "model", "evaluations", "measurements", "hits", "hit rate",
-                      "measuring", "query", "gain", "n"], rows, {5, 6, 7, 8, 9, 10, 11, 12}) + more)
+                      "measuring", "query", "gain", "n", "tasks answered", "eta", "T_full", "T_total"], rows,
+                     {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) + more)
+
+
+def _eta_cells(part: Any) -> list[str]:
+    """A run's eta cells: tasks answered by the DB / tasks, eta, T_full and the seeds' T_total
+    = T_full (1 - eta) + T_query (``–`` where the run has no tasks or no T_full)."""
+    answered, n = task_share(part)
+    return [f"{answered}/{n}" if n else "–", _pct(answered / n if n else None),
+            _fmt_s(as_number(part.get("t_full_s"))), _fmt_s(as_number(part.get("t_total_predicted_s")))]
 
 
 def _best_configs_section(curves: list[EntryCurve]) -> str:
@@ -374,12 +396,14 @@ def _summary(table: Any, targets: list[dict], curves: list[EntryCurve], runs: Ru
             "entries_with_ok": sum(1 for c in curves if c.best_cost is not None),
             "families": sorted({c.family for c in curves}), "sources": dict(sorted(sources.items())),
             "runs": len(runs.runs), "runs_given": sum(1 for r in runs.runs if r.source != "database"),
-            "stored_runs": runs.stored}
+            "stored_runs": runs.stored, "eta": eta_totals(runs.summaries)}
 
 
 def _head_table(location: str, summary: dict) -> str:
     """The table at the top of the page: where the store is (any password in it masked:
-    :func:`~tunedb.index.support.redact.mask_url`) and the summary's counts."""
+    :func:`~tunedb.index.support.redact.mask_url`), the summary's counts and eta with the seeds'
+    T_total (:func:`~tunedb.transfer.apps.rundata.eta_totals`)."""
+    eta = summary["eta"]
     return _table(["", ""], [
         ["database", f"<code>{html.escape(mask_url(location))}</code>"],
         ["records (live)", str(summary["records"])], ["targets", str(summary["targets"])],
@@ -387,7 +411,11 @@ def _head_table(location: str, summary: dict) -> str:
         ["workload families", html.escape(", ".join(summary["families"]) or "–")],
         ["sources", html.escape(", ".join(f"{k}: {v}" for k, v in summary["sources"].items()) or "–")],
         ["tuning runs stored in the database", str(summary["stored_runs"])],
-        ["tuning runs given (--runs)", str(summary["runs_given"])]])
+        ["tuning runs given (--runs)", str(summary["runs_given"])],
+        ["eta: tasks answered by the DB (model and warm-start runs)", html.escape(eta_text(eta["answered"], eta["tasks"]))],
+        ["T_total = T_full (1 − eta) + T_query (those runs)",
+         html.escape(f"{_fmt_s(eta['t_full_s'])} × (1 − eta) + {_fmt_s(eta['query_s'])} = "
+                     f"{_fmt_s(eta['t_total_predicted_s'])} (measured {_fmt_s(eta['t_total_s'])})")]])
 
 
 def _page_html(head: str, sections: list[str], notes: list[str]) -> str:

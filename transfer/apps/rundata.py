@@ -240,6 +240,59 @@ def part_totals(part: Mapping[str, Any]) -> tuple[int, int]:
     return run_totals(part)
 
 
+#: the run kinds eta is summed over: the runs whose tasks the DB may answer whole
+ETA_KINDS = ("tune-model", "warm-start")
+
+
+def task_answered(task: Mapping[str, Any]) -> bool:
+    """Whether the DB answered a run's task directly (the seeds' N_hit): a ``hit`` (reused
+    whole, no search), or a search whose every evaluation the DB answered (evaluations > 0, no
+    new measurement, no re-measurement)."""
+    if task.get("source") == "hit":
+        return True
+    evals = as_count(task.get("evaluations")) or 0
+    return (task.get("source") != "pending" and evals > 0 and not as_count(task.get("measurements"))
+            and not as_count(task.get("remeasurements")))
+
+
+def task_share(summary: Mapping[str, Any]) -> tuple[int, int]:
+    """(tasks answered by the DB, tasks) of one run (:func:`task_answered`): eta = answered /
+    tasks, the seeds' N_hit / N_total.  (0, 0) for a run without tasks."""
+    tasks = [t for t in summary.get("tasks") or [] if isinstance(t, Mapping)]
+    return sum(1 for t in tasks if task_answered(t)), len(tasks)
+
+
+def eta_totals(summaries: Iterable[Mapping[str, Any]]) -> dict:
+    """eta and the seeds' time formula summed over the stored model and warm-start runs
+    (:data:`ETA_KINDS`) of ``summaries``, each counted once (``runlog.counted_runs``):
+    ``answered`` / ``tasks`` (their :func:`task_share` summed), ``eta`` (None without tasks),
+    ``runs``, ``t_full_s`` (the sum of the runs' T_full: each run's measuring time plus the
+    recorded measuring time of the records that answered it), ``query_s`` (T_query, summed),
+    ``t_total_s`` (measured: measuring + T_query, summed) and ``t_total_predicted_s`` = T_full
+    (1 - eta) + T_query of those sums (None without a T_full).  Seconds."""
+    from tunedb.transfer.search.runlog import counted_runs
+
+    answered = tasks = runs = 0
+    t_full = query = total = 0.0
+    for s in counted_runs(summaries):
+        if s.get("kind") not in ETA_KINDS:
+            continue
+        a, n = task_share(s)
+        answered, tasks, runs = answered + a, tasks + n, runs + 1
+        t_full += as_number(s.get("t_full_s")) or 0.0
+        query += as_number(s.get("query_s")) or 0.0
+        total += as_number(s.get("t_total_s")) or 0.0
+    eta = answered / tasks if tasks else None
+    return {"answered": answered, "tasks": tasks, "eta": eta, "runs": runs,
+            "t_full_s": t_full if t_full > 0 else None, "query_s": query, "t_total_s": total,
+            "t_total_predicted_s": t_full * (1 - eta) + query if t_full > 0 and eta is not None else None}
+
+
+def eta_text(answered: int, tasks: int) -> str:
+    """``12/12 tasks = 100.0 %`` (``- (no tasks)`` without tasks): eta, the task share."""
+    return f"{answered}/{tasks} tasks = {answered / tasks * 100:.1f} %" if tasks else "- (no tasks)"
+
+
 def count_runs(summaries: Iterable[Mapping[str, Any]]) -> int:
     """The tuning runs of ``summaries`` as :func:`add_summaries` keeps them (``RunsData.summaries``):
     one per summary, a demo by its parts (:func:`run_parts`)."""

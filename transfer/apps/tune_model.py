@@ -14,25 +14,32 @@
    minute does not crown a winner; each repeat is committed.
 5. Every task's default config is looked up (or measured once, as a reference outside the
    budget) for the default-config latency.
-6. Tuned vs default: a tuned task whose best config is not its default is compared with the
-   default by interleaved re-measurement rounds (``tunedb.transfer.measure.compare``, question
-   "sign", looks after ``decide_looks`` rounds, 95 % over all looks).  It keeps its tuned config
-   only when the test says it is faster *and* its estimated cost is below the default's; else
-   it keeps the default (``choice: "default"``, with the test's answer in ``versus_default``).
-   So the model latency printed is never above the default-config latency.
-7. Every cost in the result is the one estimator's (``tunedb.index.model.estimate``, via
-   ``RecordStore.best_costs`` / ``cost``): the same number ``tunedb best`` shows for the entry.
+6. Tuned vs default: a tuned task whose answer in the DB (``tunedb best``'s first config, after
+   steps 4-5) is not its default, and that no stored decision pairs with the default yet, is
+   compared with the default by interleaved re-measurement rounds
+   (``tunedb.transfer.measure.compare``, question "sign", looks after ``decide_looks`` rounds,
+   95 % over all looks).  The run keeps the tuned config only when the test says it is faster
+   *and* its estimated cost is below the default's; else it keeps the default.  Each test is
+   stored as a decision (``tunedb.index.contract.decisions``) with the config the run kept.
+7. One answer (:func:`task_answer`): every task's row -- tuned or hit -- is the DB's answer
+   after the run: the entry's first config replaces the default only when a stored paired
+   decision says it is faster than the default; a first config no decision covers is shown
+   as *undecided* (``undecided``: its config, estimate and weighted gain) and the default is
+   kept.  So the same model on the same DB prints the same latency and configs whether the run
+   measured or not, the model latency is never above the default-config latency, and every
+   kept default says why (``chosen``: faster / slower / equivalent / inconclusive / not
+   tested).  Every cost is the one estimator's (``RecordStore.cost``): the number ``tunedb
+   best`` shows for the config.
 8. The run's summary (``tunedb.transfer.search.runlog``) is stored in the DB.  Its tasks and
    totals carry ``origins`` / ``origin_split`` as every Tuner run's do (the same fields as
    ``tune`` / ``warm-start``; a hit or not-started task: ``{}``).  Its ``evaluations``,
-   ``measurements`` and ``cache_hits`` are the sums over its tasks (the search's, what the hit
-   rate is of: ``runlog.run_totals``); the default-config references of step 5 and the rounds
-   of step 6 are not evaluations and are counted apart (``reference_measurements`` /
-   ``reference_cache_hits``; ``default_measurements`` / ``default_cache_hits``, the same).
-9. Each step-6 test is stored as a decision (``tunedb.index.contract.decisions``) with the config the
-   run kept: ``tunedb best`` answers the entry with it, and a later run that finds the entry a
-   hit reuses it (a default kept because the tuned config was not proven faster stays the
-   entry's answer).
+   ``measurements`` and ``cache_hits`` are the sums over its tasks (the search's, what the
+   evaluation hit rate is of: ``runlog.run_totals``); the default-config references of step 5
+   and the rounds of step 6 are not evaluations and are counted apart
+   (``reference_measurements`` / ``reference_cache_hits``; ``default_measurements`` /
+   ``default_cache_hits``, the same).  ``eta`` is the seeds' task share: tasks answered by the
+   DB over tasks (``tunedb.transfer.apps.rundata.task_share``; a model the DB answered whole:
+   1.0), with ``t_full_s``, ``query_s`` and ``t_total_predicted_s`` = T_full (1 - eta) + T_query.
 
 Every measurement is committed as it is made, so Ctrl-C keeps everything; a rerun finds the
 tasks measured before as hits and tunes the rest (their earlier evaluations come back from the
@@ -49,6 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from tunedb.index.model.units import fmt_seconds
 from tunedb.transfer.search import runlog
 from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
 
@@ -139,12 +147,103 @@ def versus_default(db: RecordStore | None, job: Any, tuned: dict, looks: tuple =
 
 def _cost_of(db: RecordStore | None, job: Any, cfg: dict | None) -> Any:
     """The estimate of ``cfg``'s cost on the job's (target, workload), None without one."""
+    return _estimate(db, job.target, job.workload, cfg)
+
+
+def _estimate(db: RecordStore | None, target: Any, workload: Any, cfg: Any) -> Any:
+    """``db.cost`` of ``cfg`` on (target, workload) (the one estimator), None without one."""
     if db is None or cfg is None:
         return None
     try:
-        return db.cost(job.target, job.workload, cfg)
+        return db.cost(target, workload, dict(cfg))
     except ValueError:
         return None
+
+
+@dataclass
+class TaskAnswer:
+    """A model task's one answer from the DB (:func:`task_answer`).
+
+    ``config`` / ``estimate``: the config the model uses and its estimate (seconds; None without
+    an ok record); ``decided``: True when a stored paired decision put ``config`` above the
+    default; ``verdict``: the tested config against the default (``faster`` / ``slower`` /
+    ``equivalent`` / ``inconclusive``), ``not tested`` when no decision pairs them; ``why``: the
+    label of the choice (``default kept: ...`` for a kept default); ``candidate`` /
+    ``candidate_estimate``: the entry's first config when no decision lets it replace the
+    default (undecided), else None; ``decision``: the stored decision behind it, if any."""
+
+    config: dict | None
+    estimate: Any
+    decided: bool
+    verdict: str
+    why: str
+    candidate: dict | None = None
+    candidate_estimate: Any = None
+    decision: Any = None
+
+
+def _against_default(d: Any, default_key: str) -> str:
+    """The verdict of decision ``d``'s other config against the default (``d`` is A against B)."""
+    if d.b_key == default_key or d.verdict in ("equivalent", "inconclusive"):
+        return d.verdict
+    return {"faster": "slower", "slower": "faster"}.get(d.verdict, d.verdict)
+
+
+def _kept_default_why(verdict: str) -> str:
+    """The label of a default kept after a paired test whose tested config was ``verdict``."""
+    if verdict == "faster":
+        return "default kept: faster by the paired test, but its estimate is not lower"
+    if verdict == "slower":
+        return "default kept: tuned config slower (paired test)"
+    return f"default kept: {verdict} (paired test)"
+
+
+def task_answer(db: RecordStore, target: Mapping[str, Any], workload: Mapping[str, Any], defaults: Mapping[str, Any],
+                summaries: list[dict] | None = None) -> TaskAnswer | None:
+    """The one answer of a model task on ``db`` (module docstring, step 7); None when the entry
+    has no ok record.  In the entry's answer order (``tunedb.index.contract.decisions.answer``,
+    what ``tunedb best`` lists), the first config that is the default or that a stored paired
+    decision puts above the default; the entry's first config is the undecided ``candidate``
+    when it is not that one.  Without an ok record of the default (nothing to decide against),
+    the entry's first config.  ``summaries``: the stored decision summaries (default: read
+    from ``db``)."""
+    from tunedb.index.contract.decisions import answer
+
+    ans = answer(db, target, workload, summaries=summaries)
+    head = ans.first()
+    if head is None:
+        return None
+    dkey = _key(defaults)
+    with_default = sorted((d for d in ans.decisions if dkey in d.pair), key=lambda d: d.stored)
+
+    def over_default(key: str) -> Any:
+        return next((d for d in reversed(with_default) if key in d.pair and d.winner() == key), None)
+
+    pick = next((r.cost for r in ans.ranked if r.cost.config_key == dkey or over_default(r.cost.config_key)), None)
+    if pick is None:
+        return TaskAnswer(dict(head.config), _estimate(db, target, workload, head.config) or head.estimate, False,
+                          "not tested", "the default config has no ok measurement")
+    cand = None if head.config_key == pick.config_key else head
+    undecided = "" if cand is None else (f"undecided: a config estimated {fmt_seconds(cand.estimate.value)} has no "
+                                         "paired decision against the default")
+    est = _estimate(db, target, workload, pick.config) or pick.estimate
+    if pick.config_key != dkey:
+        d = over_default(pick.config_key)
+        why = f"faster than the default ({d.by}, paired test)" + (f"; {undecided}" if undecided else "")
+        ta = TaskAnswer(dict(pick.config), est, True, _against_default(d, dkey), why, decision=d)
+    else:
+        d = next((x for x in reversed(with_default) if x.winner() == dkey or x.verdict == "equivalent"), None)
+        if d is not None:
+            v = _against_default(d, dkey)
+            why = _kept_default_why(v) + (f"; {undecided}" if undecided else "")
+        else:
+            v = "not tested"
+            why = ("default kept: not tested (" + (undecided or ("no other config is measured" if len(ans.ranked) == 1
+                                                                 else "the DB's best is the default config")) + ")")
+        ta = TaskAnswer(dict(defaults), est, False, v, why, decision=d)
+    if cand is not None:
+        ta.candidate, ta.candidate_estimate = dict(cand.config), cand.estimate
+    return ta
 
 
 def tune_model(db: RecordStore, model: Model, target: Mapping[str, Any], *, options: ModelOptions | None = None,
@@ -195,8 +294,9 @@ class ModelRun:
         self.default_meas = self.default_hits = 0
         self.default_measure_s = 0.0
         self.versus: dict[int, Any] = {}       # task index -> its Comparison with the default
-        self.decisions: list[dict] = []        # the stored decision summaries (read at look-up)
-        self.decided: set[int] = set()         # tasks whose tuned-vs-default decision is stored
+        self.decisions: list[dict] = []        # the stored decision summaries (read at look-up, then again)
+        self.tested: dict[int, dict] = {}      # task index -> the config step 6 tested against the default
+        self.decision_ids: dict[int, str | None] = {}  # task index -> its stored decision's run_id
 
     def note(self, event: str, i: int | None = None) -> None:
         """Append the model latency now to ``history`` and report ``event`` to ``progress``."""
@@ -289,20 +389,29 @@ class ModelRun:
             self.default_hits += 1 if cached else 0
 
     def versus_defaults(self, todo: list[int]) -> None:
-        """Step 6: each tuned task whose best is not its default, tested against it by interleaved rounds."""
+        """Step 6: each tuned task whose answer in the DB is not its default, and that no stored
+        decision pairs with the default, tested against it by interleaved rounds."""
         if not self.opt.versus_default:
             return
+        from tunedb.index.contract.decisions import answer, stored_decisions
+
+        decisions = stored_decisions(self.db)
         for i in todo:
-            res = self.tuners[i].result()
-            if res.best_config is None or _key(res.best_config) == _key(self.jobs[i].defaults):
+            job = self.jobs[i]
+            ans = answer(self.db, job.target, job.workload, summaries=decisions)
+            head, dkey = ans.first(), _key(job.defaults)
+            if head is None or head.config_key == dkey \
+                    or any(d.pair == frozenset((head.config_key, dkey)) for d in ans.decisions):
                 continue
+            self.tested[i] = dict(head.config)
             t0 = time.perf_counter()
-            self.versus[i] = versus_default(self.db, self.jobs[i], res.best_config, tuple(self.opt.decide_looks))
+            self.versus[i] = versus_default(self.db, job, self.tested[i], tuple(self.opt.decide_looks))
             self.default_measure_s += time.perf_counter() - t0
             self.default_meas += 2 * len(self.versus[i].a)
 
     def task_row(self, i: int) -> dict:
-        """Task ``i``'s row of the summary (tuned, hit or not started); sets ``defaults[i]``."""
+        """Task ``i``'s row of the summary (tuned, hit or not started); sets ``defaults[i]``.
+        A started or hit task's chosen config and cost are its :func:`task_answer`."""
         task, job = self.model.tasks[i], self.jobs[i]
         default_est = _cost_of(self.db, job, job.defaults)
         self.defaults[i] = None if default_est is None else default_est.value
@@ -310,18 +419,14 @@ class ModelRun:
             res = self.tuners[i].result()
             row = runlog.task_summary(res, weight=task.weight, source=self.rows[i]["source"],
                                       default_cost=self.defaults[i], name=task.name)
-            row.update(_choose(self.db, job, res, default_est, self.versus.get(i), self.opt.versus_default))
-            self.store_decision(i, row)
+            tuned = self.tested.get(i, res.best_config)
+            tuned_est = _cost_of(self.db, job, tuned)
+            row.update({"versus_default": None if i not in self.versus else self.versus[i].to_dict(),
+                        "tuned_config": tuned, "tuned_estimate": None if tuned_est is None else tuned_est.to_dict()})
+            if i in self.decision_ids:
+                row["decision_id"] = self.decision_ids[i]
         elif self.rows[i] is not None and self.rows[i]["source"] == "hit":
-            row = self.rows[i]
-            from tunedb.index.contract.decisions import answer
-
-            # (the default may have just joined: the answer again, as tunedb best gives it)
-            best = [r.cost for r in answer(self.db, job.target, job.workload, summaries=self.decisions).top(1)]
-            if best:
-                row.update({"best": best[0].cost, "best_config": best[0].config,
-                            "best_estimate": best[0].estimate.to_dict(),
-                            "choice": "default" if _key(best[0].config) == _key(job.defaults) else "stored"})
+            row = dict(self.rows[i])
             row["default_cost"] = self.defaults[i]
         else:  # not started (interrupted before it)
             row = {"name": task.name, "workload": job.workload, "workload_key": _key(job.workload),
@@ -329,27 +434,58 @@ class ModelRun:
                    "cache_hits": 0, "remeasurements": 0, "best": None, "best_config": None,
                    "default_cost": self.defaults[i], "history": [], "seeded_from": [], "stopped_by": "interrupted",
                    "origins": {}, "origin_split": {}}
+        if row["source"] != "pending":
+            row.update(self.answer_fields(i))
         row["default_estimate"] = None if default_est is None else default_est.to_dict()
         row["layers"] = list(getattr(task, "layers", []) or [])
         return row
 
-    def store_decision(self, i: int, row: dict) -> None:
-        """Store task ``i``'s tuned-vs-default test as a decision (``tunedb.index.contract.decisions``)
-        with the config the run kept, so ``tunedb best`` and later runs answer with it; once."""
+    def answer_fields(self, i: int) -> dict:
+        """The fields of task ``i``'s row that its :func:`task_answer` sets: ``best``,
+        ``best_config``, ``best_estimate``, ``choice`` (``tuned`` / ``stored``: a config a stored
+        decision put above the default, of a tuned / hit task; ``default``), ``chosen`` (why),
+        ``verdict`` and ``undecided`` (None, or the undecided first config with its estimate and
+        its weighted gain over the default, seconds: never part of the latency)."""
+        job, weight = self.jobs[i], float(self.model.tasks[i].weight)
+        ta = task_answer(self.db, job.target, job.workload, job.defaults, self.decisions)
+        if ta is None or ta.estimate is None:
+            return {"best": None, "best_config": None, "best_estimate": None, "choice": None,
+                    "chosen": "no ok measurement", "verdict": "not tested", "undecided": None}
+        replaced = _key(ta.config) != _key(job.defaults)
+        choice = ("tuned" if i in self.tuners else "stored") if replaced else "default"
+        undecided = None
+        if ta.candidate is not None:
+            undecided = {"config": ta.candidate, "estimate": ta.candidate_estimate.to_dict(),
+                         "gain_s": weight * (ta.estimate.value - ta.candidate_estimate.value)}
+        out = {"best": ta.estimate.value, "best_config": ta.config, "best_estimate": ta.estimate.to_dict(),
+               "choice": choice, "chosen": ta.why, "verdict": ta.verdict, "undecided": undecided}
+        if not replaced:
+            out["selection_biased"] = False
+        return out
+
+    def store_decisions(self) -> None:
+        """Store each step-6 test as a decision (``tunedb.index.contract.decisions``) with the
+        config the run kept (:func:`_keep_tuned`), so ``tunedb best`` and later runs answer with it; once."""
         from tunedb.index.contract.decisions import store_decision
         from tunedb.transfer.measure.compare import decision_of
 
-        test, res = self.versus.get(i), self.tuners[i].result()
-        if test is None or i in self.decided or row.get("best_config") is None or res.best_config is None:
-            return
-        job = self.jobs[i]
-        summary = decision_of(test, job.target, job.workload, res.best_config, job.defaults, by="tune-model",
-                              kept=row["best_config"])
-        row["decision_id"] = store_decision(self.db, summary)
-        self.decided.add(i)
+        for i, test in self.versus.items():
+            if i in self.decision_ids:
+                continue
+            job, tuned = self.jobs[i], self.tested[i]
+            keep = _keep_tuned(self.db, job, tuned, test)
+            summary = decision_of(test, job.target, job.workload, tuned, job.defaults, by="tune-model",
+                                  kept=tuned if keep else job.defaults)
+            self.decision_ids[i] = store_decision(self.db, summary)
 
     def summary(self, interrupted: bool) -> dict:
-        """Steps 7-8: every task's row, the model latencies, the run summary (stored in the DB)."""
+        """Steps 7-8: the decisions stored, every task's row (its one answer), the model
+        latencies, the run summary (stored in the DB)."""
+        from tunedb.index.contract.decisions import stored_decisions
+        from tunedb.transfer.apps.rundata import task_share
+
+        self.store_decisions()
+        self.decisions = stored_decisions(self.db)
         tasks_out = [self.task_row(i) for i in range(len(self.jobs))]
         tasks = self.model.tasks
         bests = [r.get("best") for r in tasks_out]
@@ -359,17 +495,21 @@ class ModelRun:
         default_latency = (sum(t.weight * d for t, d in zip(self.states, dl))
                            if dl and all(d is not None and math.isfinite(d) for d in dl) else None)
         n, n_hit = len(self.jobs), sum(1 for r in tasks_out if r["source"] == "hit")
+        answered, _ = task_share({"tasks": tasks_out})
+        undecided = [r["undecided"] for r in tasks_out if r.get("undecided")]
         opt = self.opt
         summary = self.session.summary(
             tasks_out, label=opt.label or ("cold" if opt.cold else "warm"), options=asdict(opt),
-            model=self.model.name, eta=n_hit / n if n else None,
+            model=self.model.name, eta=answered / n if n else None,
             measure_s=sum(float(t.get("measure_s") or 0.0) for t in tasks_out) + self.default_measure_s,
             extra={"latency": latency, "default_latency": default_latency, "history": self.history,
                    "default_measurements": self.default_meas, "default_cache_hits": self.default_hits,
                    "interrupted": interrupted, "budget": opt.budget, "search_evaluations": self.spent,
-                   "tasks_total": n, "tasks_hit": n_hit,
+                   "tasks_total": n, "tasks_hit": n_hit, "tasks_answered": answered,
                    "tasks_warm": sum(1 for r in tasks_out if r["source"] == "warm"),
                    "tasks_cold": sum(1 for r in tasks_out if r["source"] == "cold"),
+                   "tasks_undecided": len(undecided),
+                   "undecided_gain_s": sum(u["gain_s"] for u in undecided),
                    "omitted": list(getattr(self.model, "omitted", []) or [])})
         # evaluations, measurements and cache_hits stay the sums over the tasks (the search's: what the
         # hit rate is of); the default-config references and tuned-vs-default rounds are counted apart
@@ -379,25 +519,12 @@ class ModelRun:
         return summary
 
 
-def _choose(db: RecordStore | None, job: Any, res: Any, default_est: Any, test: Any, use_test: bool) -> dict:
-    """The task's chosen config and cost (module docstring, step 6): the tuned best when the
-    test says it is faster (or, without the test, when nothing says otherwise) and its estimate
-    is below the default's; else the default."""
-    tuned_est = _cost_of(db, job, res.best_config)
-    out: dict[str, Any] = {"versus_default": None if test is None else test.to_dict(),
-                           "tuned_config": res.best_config,
-                           "tuned_estimate": None if tuned_est is None else tuned_est.to_dict()}
-    faster = test is not None and test.verdict == "faster"
-    same = res.best_config is not None and default_est is not None and _key(res.best_config) == _key(job.defaults)
-    keep_tuned = tuned_est is not None and (default_est is None or (
-        not same and tuned_est.value < default_est.value and (faster or not use_test)))
-    if keep_tuned:
-        out.update({"choice": "tuned", "best": tuned_est.value, "best_config": res.best_config,
-                    "best_estimate": tuned_est.to_dict()})
-    elif default_est is not None:
-        out.update({"choice": "default", "best": default_est.value, "best_config": dict(job.defaults),
-                    "best_estimate": default_est.to_dict(), "selection_biased": False})
-    return out
+def _keep_tuned(db: RecordStore | None, job: Any, tuned: dict, test: Any) -> bool:
+    """Whether a run keeps ``tuned`` over the job's default after the paired ``test``: the test
+    says it is faster *and* its estimate is below the default's (module docstring, step 6)."""
+    tuned_est, default_est = _cost_of(db, job, tuned), _cost_of(db, job, job.defaults)
+    return (test is not None and test.verdict == "faster" and tuned_est is not None
+            and (default_est is None or tuned_est.value < default_est.value))
 
 
 def _key(cfg: Any) -> str:
@@ -415,6 +542,30 @@ class ModelInterrupted(KeyboardInterrupt):
         self.summary = summary
 
 
+def eta_line(out: Mapping[str, Any]) -> str:
+    """The summary line of a model run's eta (tasks answered by the DB / tasks, the seeds'
+    N_hit / N_total) and the seeds' time formula T_total = T_full (1 - eta) + T_query."""
+    from tunedb.transfer.apps.rundata import eta_text, task_share
+
+    answered, n = task_share(out)
+    return (f"eta (tasks answered by the DB): {eta_text(answered, n)}; T_total = T_full (1 - eta) + T_query = "
+            f"{fmt_seconds(out.get('t_full_s'))} x (1 - eta) + {fmt_seconds(out.get('query_s'))} = "
+            f"{fmt_seconds(out.get('t_total_predicted_s'))} (T_full: this run's measuring time plus the recorded "
+            "measuring time of the records that answered it)")
+
+
+def undecided_line(out: Mapping[str, Any]) -> str | None:
+    """The summary line of the tasks whose DB best no paired decision lets replace the default
+    (their gain is not in the latency), None when there is none."""
+    rows = [t for t in out.get("tasks") or [] if isinstance(t, Mapping) and t.get("undecided")]
+    if not rows:
+        return None
+    gain = sum(float(t["undecided"].get("gain_s") or 0.0) for t in rows)
+    return (f"undecided: {len(rows)} task(s) whose best in the DB has no paired decision against the default "
+            f"({', '.join(str(t.get('name') or '?') for t in rows)}): the default is kept and their estimated "
+            f"{fmt_seconds(gain)} is not in the latency (tunedb compare decides them)")
+
+
 def evaluations_to_reach(history: list[list], latency: float) -> int | None:
     """First evaluation count of a model run's ``history`` whose latency is <= ``latency``."""
     for n, lat in history:
@@ -423,4 +574,5 @@ def evaluations_to_reach(history: list[list], latency: float) -> int | None:
     return None
 
 
-__all__ = ["ModelOptions", "ModelRun", "tune_model", "ModelInterrupted", "evaluations_to_reach"]
+__all__ = ["ModelOptions", "ModelRun", "TaskAnswer", "task_answer", "tune_model", "ModelInterrupted",
+           "evaluations_to_reach", "eta_line", "undecided_line"]

@@ -95,6 +95,8 @@ def _est_cell(d: dict | None, fallback: float | None) -> str:
 
 
 def _choice(t: dict) -> str:
+    if t.get("chosen"):  # the task's one answer and why (tune_model.task_answer)
+        return {"tuned": "tuned: ", "stored": "stored best: "}.get(t.get("choice") or "", "") + t["chosen"]
     v = t.get("versus_default") or {}
     c = t.get("choice") or ""
     if c == "default" and v:
@@ -111,26 +113,28 @@ def hit_text(hits: int, evaluations: int) -> str:
 
 def human_summary(out: dict) -> str:
     """The text the CLI prints for a tune-model result."""
+    from tunedb.transfer.apps.tune_model import eta_line, undecided_line
+
     rows = [[t.get("name", ""), t["source"], t["evaluations"], t["measurements"], t["cache_hits"],
              _est_cell(t.get("best_estimate"), t.get("best")), _est_cell(t.get("default_estimate"), t.get("default_cost")),
              _choice(t), t["weight"]] for t in out["tasks"]]
     table = table_text(["task", "source", "evals", "new", "answered by DB", "cost (chosen)", "default config",
                         "chosen", "weight"], rows)
-    hit_rate = (f"{out['tasks_hit']}/{out['tasks_total']} tasks answered whole by the DB ({out['eta'] * 100:.0f} %, "
-                "the task share)") if out.get("eta") is not None else ""
     lines = [table,
              f"model {out['model']} on {out['target']}: latency {fmt_seconds(out.get('latency'))} "
              f"(default configs {fmt_seconds(out.get('default_latency'))}); latency = sum of weight x each task's "
              "chosen cost (median of its records; n, ±: 95 % CI half-width, a lower level written beside it)",
-             f"tasks {out['tasks_total']}: {out['tasks_hit']} hit, {out['tasks_warm']} warm, {out['tasks_cold']} cold"
-             + (f"; {hit_rate}" if hit_rate else ""),
+             f"tasks {out['tasks_total']}: {out['tasks_hit']} hit, {out['tasks_warm']} warm, {out['tasks_cold']} cold",
+             eta_line(out),
              f"search: {out['evaluations']} evaluations = {out['measurements']} new + {out['cache_hits']} answered by "
-             f"the DB (the table's columns summed; hit rate {hit_text(out['cache_hits'], out['evaluations'])}), "
+             f"the DB (the table's columns summed; evaluation hit rate {hit_text(out['cache_hits'], out['evaluations'])}), "
              f"{out['remeasurements']} leader re-measurements; search budget {out['search_evaluations']}/{out['budget']}",
              f"references outside the budget (default configs, tuned-vs-default rounds): "
              f"{out.get('reference_measurements', 0)} new, {out.get('reference_cache_hits', 0)} answered by the DB",
              f"time: {fmt_seconds(out.get('t_total_s'))} in all = measuring {fmt_seconds(out.get('measure_s'))} + "
              f"the DB, the cost model and the search's own logic {fmt_seconds(out.get('query_s'))}"]
+    if undecided_line(out):
+        lines.insert(2, undecided_line(out))
     if out.get("machine_check"):
         lines.append(machine_line(out["machine_check"]))
     if out.get("interrupted"):

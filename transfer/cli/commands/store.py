@@ -54,29 +54,52 @@ def run_init(args) -> None:
 
 
 def run_stats(args) -> None:
+    """``tunedb stats``: the store's counts, eta (tasks answered by the DB over tasks, summed
+    over the stored model and warm-start runs) with T_full, T_query and T_total = T_full (1 -
+    eta) + T_query (``tunedb.transfer.apps.rundata.eta_totals``), and beside it the evaluation
+    hit rate of all stored runs (cache hits / evaluations, ``runlog.run_hit_rate``)."""
+    from tunedb.transfer.apps.rundata import eta_text, eta_totals
     from tunedb.transfer.search.runlog import run_hit_rate
 
     db = open_db(args, must_exist=True)
     s = db.stats().to_dict()
-    hits, evals = run_hit_rate(db.runs())
+    runs = db.runs()
+    hits, evals = run_hit_rate(runs)
+    eta = eta_totals(runs)
     s["hit_rate_this_process"] = s.pop("hit_rate")
     s["lookups_this_process"] = s.pop("lookups")
     s["hits_this_process"] = s.pop("hits")
+    s["eta_all_runs"] = eta["eta"]
+    s["tasks_answered_all_runs"] = eta["answered"]
+    s["tasks_all_runs"] = eta["tasks"]
+    s["t_full_s_all_runs"] = eta["t_full_s"]
+    s["t_query_s_all_runs"] = eta["query_s"]
+    s["t_total_predicted_s_all_runs"] = eta["t_total_predicted_s"]
+    s["t_total_s_all_runs"] = eta["t_total_s"]
     s["hit_rate_all_runs"] = hits / evals if evals else None
     s["evaluations_all_runs"] = evals
     s["cache_hits_all_runs"] = hits
     labels = {"hit_rate_this_process": "hit rate (this process)", "lookups_this_process": "lookups (this process)",
-              "hits_this_process": "hits (this process)", "hit_rate_all_runs": "hit rate (all stored runs)",
+              "hits_this_process": "hits (this process)",
+              "eta_all_runs": "eta (tasks answered by DB)", "t_total_predicted_s_all_runs": "T_total",
+              "hit_rate_all_runs": "evaluation hit rate",
               "evaluations_all_runs": "evaluations (all runs)", "cache_hits_all_runs": "cache hits (all runs)"}
+    folded = {"tasks_answered_all_runs", "tasks_all_runs", "t_full_s_all_runs", "t_query_s_all_runs",
+              "t_total_s_all_runs", "stale_targets", "offline"}
 
     def show(k: str, v: object) -> str:
+        if k == "eta_all_runs":  # the seeds' eta: tasks answered directly by the DB / tasks
+            return f"{eta_text(eta['answered'], eta['tasks'])} (model and warm-start runs: {eta['runs']})"
+        if k == "t_total_predicted_s_all_runs":
+            return (f"T_full (1 - eta) + T_query = {fmt_seconds(eta['t_full_s'])} x (1 - eta) + "
+                    f"{fmt_seconds(eta['query_s'])} = {fmt_seconds(v)} (measured {fmt_seconds(eta['t_total_s'])})")
         if k == "hit_rate_all_runs":  # the hit rate of docs/runs.md: cache hits / evaluations of the searches
-            return "- (no evaluations)" if v is None else f"{v * 100:.1f} % ({hits}/{evals} evaluations)"
+            return ("- (no evaluations)" if v is None else f"{v * 100:.1f} % ({hits}/{evals} evaluations)") \
+                + ", all stored runs"
         if k.startswith("hit_rate"):
             return "-" if v is None else f"{v * 100:.1f} %"
         return str(v)
-    human = "\n".join(f"{labels.get(k, k):>26}: {show(k, v)}" for k, v in s.items()
-                      if k not in ("stale_targets", "offline"))
+    human = "\n".join(f"{labels.get(k, k):>26}: {show(k, v)}" for k, v in s.items() if k not in folded)
     if s.get("offline"):
         human += f"\n{'offline':>26}: yes: the server cannot be reached; these answers come from the local cache"
     emit(args, s, human)
@@ -130,7 +153,9 @@ def run_best(args) -> None:
     """``tunedb best``: the entry's configs in answer order (``tunedb.index.contract.decisions.answer``:
     stored decisions first, then intervals entirely below, then the estimator's ranking), the
     first ``k`` plus the configs tied with the first and the first config's challenger when
-    they are below them."""
+    they are below them; and the config ``tune-model`` answers the entry with
+    (:func:`model_answer_of`, ``model_answer``): #1 when a decision made it the answer over the
+    family's default, else the default, with why."""
     from tunedb.index.contract.decisions import answer
 
     if args.k < 1:
@@ -183,10 +208,38 @@ def run_best(args) -> None:
         note += (f"\nunsettled: #{rank_of[ch.cost.config_key]} {ci_text(ch.cost.estimate)} has a lower estimate "
                  f"than #1 {ci_text(head.cost.estimate)}, and no stored decision or non-overlapping interval "
                  f"says which is faster; measure both again: {settle}")
+    model = model_answer_of(db, target, workload)
+    if model is not None:
+        rank = rank_of.get(model["config_key"])
+        where = f"#{rank}" if rank else "a config not ranked here"
+        if head is not None and model["config_key"] == head.cost.config_key:
+            note += f"\ntune-model: a model answers this entry with #1 ({model['why']})"
+        else:
+            note += (f"\ntune-model: a model answers this entry with the default config, {where} ({model['why']}); "
+                     "#1 replaces it once a paired decision says it is faster: "
+                     + compare_command(args.target, args.workload, head.cost.config, model["config"]))
     payload = {"target": target, "workload": workload, "configs": rows, "records": rows,
                "challenger": None if ch is None else {"rank": rank_of[ch.cost.config_key], "settle": settle},
-               "decisions": [vars(d) for d in ans.decisions]}
+               "decisions": [vars(d) for d in ans.decisions], "model_answer": model}
     emit(args, payload, human + note)
+
+
+def model_answer_of(db, target: dict, workload: dict) -> dict | None:
+    """The config ``tune-model`` uses for this entry (``tunedb.transfer.apps.tune_model.task_answer``:
+    the first config when it is the family's default or a stored paired decision puts it above
+    the default, else the default): ``{config, config_key, cost (s), decided, verdict, why,
+    undecided (the first config when it is undecided, else None)}``; None when tunedb does not
+    know the workload's family or the entry has no ok record."""
+    from tunedb.index.model.keys import key_of
+    from tunedb.transfer.apps.tune_model import task_answer
+
+    default = family_default(workload, target)
+    ta = None if default is None else task_answer(db, target, workload, default)
+    if ta is None:
+        return None
+    return {"config": ta.config, "config_key": key_of(ta.config),
+            "cost": None if ta.estimate is None else ta.estimate.value, "decided": ta.decided,
+            "verdict": ta.verdict, "why": ta.why, "undecided": ta.candidate}
 
 
 def run_best_predicted(args, db, target: dict, workload: dict) -> None:
