@@ -22,6 +22,10 @@ from typing import Any
 from tunedb.index.hardware import catalog
 from tunedb.index.hardware.localcpu import preset, preset_names
 from tunedb.index.model.keys import normalise
+from tunedb.index.support import jsontext
+
+#: bytes: the largest target file ``resolve_target`` reads (real ones are under 1 KB)
+MAX_TARGET_FILE = 1 << 20
 
 
 def catalog_target(row: Mapping[str, Any]) -> dict:
@@ -49,7 +53,9 @@ def resolve_target(spec: Any, db: Any = None) -> dict:
     if os.path.isfile(spec) or spec.endswith(".json"):
         try:
             with open(spec, encoding="utf-8") as f:
-                t = json.load(f)
+                t = jsontext.loads(f.read(MAX_TARGET_FILE + 1), f"target file {spec}")
+            if f.tell() > MAX_TARGET_FILE:
+                raise ValueError(f"target file {spec} is over {MAX_TARGET_FILE >> 20} MiB")
         except OSError as e:
             raise ValueError(f"cannot read target file {spec}: {e.strerror}") from None
         except json.JSONDecodeError as e:
