@@ -6,6 +6,11 @@ directory of the caller's (no root-owned defaults are touched), serving one dire
     srv.start(); srv.url  # http://127.0.0.1:PORT/
     srv.stop()            # fast shutdown: open connections are cut (a server that stops mid-read)
 
+The nginx is a child of the process that started it and gets SIGTERM (a fast shutdown) when
+that process dies, even by SIGKILL (Linux: ``PR_SET_PDEATHSIG``), so no server outlives a
+killed test run.  (The kernel sends it when the *thread* that started nginx ends: start it from
+a thread that outlives it, such as the main thread.)
+
 CLI::
 
     python tests/nginx_server.py serve ROOT [PORT]   # in the foreground, until Ctrl-C
@@ -13,13 +18,40 @@ CLI::
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+#: ``prctl`` option: the signal this process gets when the thread that started it ends (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library (for ``prctl``), loaded in the parent: loading it between fork and exec could hang."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def die_with_parent(libc: ctypes.CDLL | None, parent: int) -> None:
+    """In a child between fork and exec (``preexec_fn``): have the kernel send it SIGTERM when its
+    parent dies (Linux: ``libc`` from :func:`_libc`; nothing where that is None), and exit at once
+    if ``parent`` (the PID of the process that forked it) is already gone."""
+    if libc is None:
+        return
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        os._exit(126)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def find_nginx() -> str | None:
@@ -113,7 +145,9 @@ class NginxServer:
         conf = self._config()
         cmd = [self.bin, "-p", str(self.base), "-c", str(conf), "-e", str(self.base / "logs" / "error.log"),
                "-g", "daemon off;"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        libc, parent = _libc(), os.getpid()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=lambda: die_with_parent(libc, parent))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

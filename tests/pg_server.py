@@ -2,6 +2,11 @@
 cluster on its own port and unix-socket directory with ``trust`` auth for local connections,
 make fresh databases, stop it.
 
+A cluster started from inside a process (a test fixture, a test) dies with that process: a
+watchdog (tests/server_watchdog.py) started beside it stops it (``-m immediate``) as soon as the
+starting process is gone, even after a SIGKILL.  A cluster started by the CLI below stays up
+until ``stop``.
+
 Run as root, the server runs as the ``postgres`` user (``runuser -u postgres``) and its
 directory is chowned to it.  CLI (what .ci/run calls)::
 
@@ -20,6 +25,11 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+
+#: the watchdog script (see the module docstring)
+WATCHDOG = Path(__file__).resolve().parent / "server_watchdog.py"
+#: watchdog processes started by :func:`start` in this process, by the ``base`` they guard
+_WATCHDOGS: dict[Path, list[subprocess.Popen]] = {}
 
 
 def find_bin(name: str) -> str | None:
@@ -52,14 +62,15 @@ def _run(cmd: list[str], timeout: float = 120, prefix: tuple[str, ...] = ()) -> 
 
 
 def start(base: Path, port: int | None = None, *, listen: str = "127.0.0.1", prefix: tuple[str, ...] = (),
-          trust: str | None = None, settings: dict[str, str] | None = None) -> str:
+          trust: str | None = None, settings: dict[str, str] | None = None, watch: bool = True) -> str:
     """Create and start a cluster in ``base`` (``data/``, ``sock/``, ``log``) on ``port``
     (default: a free one); returns the admin URL (user postgres, database postgres).
     ``listen``: the address it listens on; ``prefix``: a command the server runs under (another
     network namespace: ``ip netns exec NS``); ``trust``: a further network (CIDR) whose clients
-    connect without a password; ``settings``: further server settings.  Starting a cluster that
-    exists starts it again (crash recovery after a kill).  ``RuntimeError`` (one line) when it
-    cannot."""
+    connect without a password; ``settings``: further server settings; ``watch``: the server
+    is stopped (``-m immediate``) when this process dies, however it dies (a watchdog process;
+    ``stop(base)`` ends it).  Starting a cluster that exists starts it again (crash recovery after
+    a kill).  ``RuntimeError`` (one line) when it cannot."""
     initdb, pg_ctl = find_bin("initdb"), find_bin("pg_ctl")
     if not initdb or not pg_ctl:
         raise RuntimeError("PostgreSQL server binaries (initdb, pg_ctl) not found under /usr/lib/postgresql/*/bin "
@@ -82,10 +93,38 @@ def start(base: Path, port: int | None = None, *, listen: str = "127.0.0.1", pre
             f.write(f"host all all {trust} trust\n")
     opts = f"-p {port} -k {home / 'sock'} -c listen_addresses={listen} -c max_connections=200"
     opts += "".join(f" -c {k}={v}" for k, v in (settings or {}).items())
-    _run([pg_ctl, "-D", str(home / "data"), "-l", str(home / "log"), "-o", opts, "-w", "-t", "60", "start"],
-         prefix=prefix)
+    dog = _start_watchdog(base, home / "data") if watch else None  # before the server: no window unwatched
+    try:
+        _run([pg_ctl, "-D", str(home / "data"), "-l", str(home / "log"), "-o", opts, "-w", "-t", "60", "start"],
+             prefix=prefix)
+    except BaseException:
+        if dog is not None:
+            _end_watchdog(dog)
+            _WATCHDOGS[base].remove(dog)
+        raise
     (base / "port").write_text(str(port))
     return admin_url(port, listen)
+
+
+def _start_watchdog(base: Path, data: Path) -> subprocess.Popen:
+    """Start the watchdog that stops the cluster in ``data`` (``pg_ctl stop -m immediate``'s
+    signal, SIGQUIT, to the postmaster) when this process is gone; kept for :func:`stop`."""
+    dog = subprocess.Popen([sys.executable, str(WATCHDOG), str(os.getpid()), str(data / "postmaster.pid"), str(data),
+                            "SIGQUIT"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    _WATCHDOGS.setdefault(base, []).append(dog)
+    return dog
+
+
+def _end_watchdog(dog: subprocess.Popen) -> None:
+    """End a watchdog of :func:`_start_watchdog` (its server is stopped or never started)."""
+    if dog.poll() is None:
+        dog.terminate()
+    try:
+        dog.wait(10)
+    except subprocess.TimeoutExpired:
+        dog.kill()
+        dog.wait(10)
 
 
 def _server_home(base: Path) -> Path:
@@ -150,6 +189,8 @@ def stop(base: Path) -> None:
             _run([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"])
     if home != base:
         shutil.rmtree(home, ignore_errors=True)
+    for dog in _WATCHDOGS.pop(base, []):
+        _end_watchdog(dog)
 
 
 def with_database(url: str, dbname: str) -> str:
@@ -182,7 +223,7 @@ def drop_database(admin: str, url: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "start":
-        print(start(Path(argv[1]), int(argv[2])))
+        print(start(Path(argv[1]), int(argv[2]), watch=False))  # up until `stop`, as .ci/run wants
         return 0
     if len(argv) == 2 and argv[0] == "stop":
         stop(Path(argv[1]))

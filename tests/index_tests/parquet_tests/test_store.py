@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -183,7 +184,8 @@ def test_sigkill_never_loses_acknowledged_commits(tmp_path):
     for run in range(20):
         p = subprocess.Popen([sys.executable, str(HERE / "store_workers.py"), "commit-loop", str(path), str(run),
                               "100000", str(rng.choice([1, 5, 50]))], stdout=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.6, 1.4))
+        select.select([p.stdout], [], [], 120)  # its first acknowledgement, however slowly it starts
+        time.sleep(rng.uniform(0.0, 0.8))
         os.kill(p.pid, signal.SIGKILL)
         out, _ = p.communicate()
         lines = out.splitlines()

@@ -195,41 +195,86 @@ def test_several_writer_processes_disjoint_and_overlapping(shared_location, tmp_
     print(f"multi-writer ({'postgres' if '://' in shared_location else 'parquet'}):", figures)
 
 
+#: how long a SIGKILL run may wait for its writers' acknowledgements before it gives up (seconds):
+#: generous, for a loaded machine where a writer takes seconds to import tunedb and connect
+ACK_WAIT_S = 120.0
+#: acknowledged records a SIGKILL run needs in all before its last writers are killed
+MIN_ACKED = 50
+
+
+def _wait_for_acks(outs: list[Path], at_least: int, deadline: float) -> int:
+    """Poll the writers' outputs until they hold ``at_least`` acknowledged records in all or until
+    ``deadline`` (``time.monotonic()``); returns how many they hold then."""
+    while True:
+        n = sum(len(_acked(o)) for o in outs)
+        if n >= at_least or time.monotonic() >= deadline:
+            return n
+        time.sleep(0.02)
+
+
+def _acking(running: list[tuple[subprocess.Popen, Path]], deadline: float) -> list[int]:
+    """Indexes of the ``running`` writers (process, output) that have acknowledged a commit,
+    polled until there is one, until one of them exited on its own or until ``deadline``."""
+    while True:
+        ready = [i for i, (_, out) in enumerate(running) if out.stat().st_size >= 37]  # one "ack <id>" line
+        if ready or time.monotonic() >= deadline or any(p.poll() is not None for p, _ in running):
+            return ready
+        time.sleep(0.02)
+
+
 def _sigkill_run(url: str, tmp_path: Path, kills: int, writers: int = 4) -> dict:
+    """``writers`` writer processes at once, ``kills`` times one of them SIGKILLed mid-stream (and
+    replaced), then the rest: a writer is killed only after it acknowledged a commit (plus a random
+    0-0.4 s of further commits), and the last ones only once ``MIN_ACKED`` records were
+    acknowledged in all, so the kills land mid-commit however slowly this machine starts a
+    writer.  Waits at most ``ACK_WAIT_S`` in all (then the writers are killed and the test fails).
+    Returns the figures of :func:`_check_store` plus ``kills``."""
     tunedb.open(url).close()
     rng = random.Random(kills)
+    deadline = time.monotonic() + ACK_WAIT_S
     seed = 0
-    running: list[tuple[subprocess.Popen, float]] = []
+    running: list[tuple[subprocess.Popen, Path]] = []
     outs: list[Path] = []
+    exited: list[int] = []  # exit statuses of writers that ended before their SIGKILL
 
     def spawn():
         nonlocal seed
         out = tmp_path / f"k{seed}.out"
         outs.append(out)
-        p = subprocess.Popen([sys.executable, WORKERS, "write", url, str(seed), "0"], stdout=out.open("w"),
-                             stderr=subprocess.DEVNULL)
+        with out.open("w") as f:
+            p = subprocess.Popen([sys.executable, WORKERS, "write", url, str(seed), "0"], stdout=f,
+                                 stderr=subprocess.DEVNULL)
         seed += 1
-        running.append((p, time.monotonic()))
+        running.append((p, out))
+
+    def kill(p: subprocess.Popen) -> None:
+        p.send_signal(signal.SIGKILL)
+        if p.wait() != -signal.SIGKILL:
+            exited.append(p.returncode)
 
     for _ in range(writers):
         spawn()
     done = 0
-    while done < kills:
-        time.sleep(rng.uniform(0.05, 0.4))
-        i = rng.randrange(len(running))
-        p, started = running[i]
-        if time.monotonic() - started < 0.8:  # let it import and connect first, mostly
-            continue
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        running.pop(i)
-        done += 1
-        spawn()
-    for p, _ in running:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+    try:
+        while done < kills:
+            ready = _acking(running, deadline)
+            if not ready:
+                break
+            i = rng.choice(ready)
+            p, _ = running[i]
+            time.sleep(rng.uniform(0.0, 0.4))  # a random point of its stream of commits
+            kill(p)
+            running.pop(i)
+            done += 1
+            spawn()
+        _wait_for_acks(outs, MIN_ACKED + 1, deadline)
+    finally:
+        for p, _ in running:
+            kill(p)
     acked = set().union(*(_acked(o) for o in outs))
-    assert len(acked) > 50, "the writers acknowledged almost nothing before being killed"
+    assert done == kills and len(acked) > MIN_ACKED and not exited, (
+        f"the writers acknowledged almost nothing before being killed: {len(acked)} records, "
+        f"{done} of {kills} kills in {ACK_WAIT_S:.0f} s, writers that exited on their own: {exited}")
     figures = _check_store(url, acked)
     figures["kills"] = done + len(running)
     return figures
@@ -396,6 +441,9 @@ def test_commits_ride_out_immediate_restarts(tmp_path):
     try:
         t = threading.Thread(target=writer)
         t.start()
+        deadline = time.monotonic() + 120  # the first commit before the first crash, however busy the machine
+        while not acked and t.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
         for _ in range(4):
             time.sleep(1.0)
             pg_server.restart(tmp_path / "pg", "immediate")

@@ -66,10 +66,13 @@ def test_measurement_context_fields_typed_and_cheap():
         assert ctx["cpus_usable"] == len(os.sched_getaffinity(0)) and ctx["cpus"] == os.cpu_count()
     if ctx["cpus"] is not None:
         assert usable_cpus(ctx) is not None and usable_cpus(ctx) > 0
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for _ in range(20):
         measurement_context()
-    assert (time.perf_counter() - t0) / 20 < 0.02  # well under 1 ms typically; generous on a busy machine
+    # well under 1 ms of CPU typically (CPU time: what a busy machine's preemptions do not inflate);
+    # the wall time only catches a call that waits for something (10x generous)
+    assert (time.process_time() - cpu0) / 20 < 0.02
+    assert (time.perf_counter() - t0) / 20 < 0.2
 
 
 def test_context_is_loaded_rule():
@@ -88,7 +91,9 @@ def test_reference_kernel_cv_shape():
     r = reference_kernel_cv(0.2)
     assert r["kernel"] and r["blocks"] >= 5 and r["number"] >= 1
     assert 0 < r["min_s"] <= r["median_s"] <= r["max_s"] and r["cv"] >= 0
-    assert 0.004 < r["median_s"] * r["number"] < 0.05  # blocks calibrated to ~7 ms (slack for a busy machine)
+    # blocks calibrated to ~7 ms: the fastest block (the one preemption disturbed least) lasts
+    # 2-50 ms (a loaded machine stretches the calibration runs, shortening blocks, or every block)
+    assert 0.002 < r["min_s"] * r["number"] < 0.05
     with pytest.raises(ValueError):
         reference_kernel_cv(0)
 
@@ -126,28 +131,39 @@ def test_failed_local_records_carry_context_too():
 SPINNING = 20.0
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds process ``pid`` used so far (utime + stime of /proc/PID/stat)."""
+    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _spin() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def _busy_share(pid: int, tries: int = 3) -> dict | None:
-    """The spinner's busy_processes entry (the best of a few 1-second samples: the machine is shared)."""
-    best = None
+def _busy_share(pid: int, tries: int = 3) -> tuple[dict | None, float]:
+    """The spinner's busy_processes entry (the best of a few 1-second samples: the machine is
+    shared) and the share of a CPU (percent) it truly got over that sample, read around it."""
+    best, truth = None, 0.0
     for _ in range(tries):
+        t0, c0 = time.monotonic(), _cpu_s(pid)
         mine = [d for d in busy_processes(1.0, top=50, exclude_children=False) if d["pid"] == pid]
+        got = (_cpu_s(pid) - c0) / (time.monotonic() - t0) * 100.0
         if mine and (best is None or mine[0]["cpu_percent"] > best["cpu_percent"]):
-            best = mine[0]
+            best, truth = mine[0], got
         if best and best["cpu_percent"] >= SPINNING:
             break
-    return best
+    return best, truth
 
 
 def test_busy_child_shows_up_in_busy_processes_and_machine_check():
     p = _spin()
     try:
         time.sleep(0.2)
-        entry = _busy_share(p.pid)
-        assert entry is not None and entry["cpu_percent"] >= SPINNING
+        entry, truth = _busy_share(p.pid)
+        # the share it reports is the share the spinner got (however little a loaded machine gave it)
+        assert entry is not None, "a spinning child is not listed as busy"
+        assert min(SPINNING, 0.7 * truth) <= entry["cpu_percent"] <= 1.3 * truth + 5, (entry, truth)
         assert entry["name"].startswith("python") and isinstance(entry["pid"], int)
         # the default leaves this process's children out (the measurement's own workers)
         assert p.pid not in [d["pid"] for d in busy_processes(0.3, top=50)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -74,21 +75,58 @@ def test_fault_family_unreachable_without_switch(monkeypatch):
         LocalBackend(FAST).measure(preset("cpu-native"), FAULT, {"mode": 1})
 
 
-def test_timing_protocol_sizes_number_to_min_repeat():
-    calls = []
+def _timed_sleeps(proto: TimingProtocol, sleep_s: float) -> tuple[list[float], int, list[tuple[float, float]]]:
+    """``time_callable`` of a function that sleeps ``sleep_s``: (costs, number, the (start, end)
+    ``perf_counter`` times of each call, as the function itself saw them)."""
+    calls: list[tuple[float, float]] = []
 
     def fn():
-        calls.append(1)
-        time.sleep(0.002)
+        t0 = time.perf_counter()
+        time.sleep(sleep_s)
+        calls.append((t0, time.perf_counter()))
 
-    proto = TimingProtocol(warmup=1, min_repeat_ms=10, repeat=3)
     costs, number = time_callable(fn, proto)
-    # ~10 ms / 2 ms: at most 5 calls (a sleep is never shorter than asked), fewer when a busy
-    # machine stretches each sleep; every repeat still lasts at least min_repeat_ms (below)
-    assert 1 <= number <= 6
-    assert len(costs) == 3 and all(c > 0.0019 for c in costs)
-    assert len(calls) == 1 + 3 * number
-    assert all(c * number >= 0.010 for c in costs)  # each repeat lasted >= min_repeat_ms
+    return costs, number, calls
+
+
+def _protocol_slips(proto: TimingProtocol, costs: list[float], number: int, calls: list[tuple[float, float]]
+                    ) -> list[str]:
+    """Where a run of ``time_callable`` strays from the protocol by more than a loaded machine's
+    noise: ``number`` sized from the timed warm-up (``min_repeat_ms`` / its duration, rounded up;
+    the protocol's own clock reads that duration up to 30 % + 0.5 ms longer than the function
+    saw it) and each cost its repeat's span / ``number`` (within 30 % + 0.5 ms).  A preemption
+    just outside the function can exceed that: the caller retries."""
+    slips = []
+    warm = calls[0][1] - calls[0][0]
+    target = proto.min_repeat_ms / 1000
+    fewest, most = math.ceil(target / (1.3 * warm + 0.0005)), math.ceil(target / warm)
+    if not fewest <= number <= most:
+        slips.append(f"number {number} not sized from the warm-up's {warm * 1e3:.2f} ms: {fewest}..{most}")
+    for i, c in enumerate(costs):
+        rep = calls[1 + i * number:1 + (i + 1) * number]
+        span = rep[-1][1] - rep[0][0]
+        if not span / number <= c <= (1.3 * span + 0.0005) / number:
+            slips.append(f"repeat {i}: cost {c * 1e3:.3f} ms, its {number} calls spanned {span * 1e3:.3f} ms")
+    return slips
+
+
+def test_timing_protocol_sizes_number_to_min_repeat():
+    """``number`` is sized from the timed warm-up so a repeat lasts >= ``min_repeat_ms``, and
+    costs are seconds per run.  The relations hold on a busy machine (the warm-up's own duration
+    decides ``number``, whatever the load made of it); a rare preemption between the protocol's
+    clock and the function gets two more tries."""
+    proto = TimingProtocol(warmup=1, min_repeat_ms=10, repeat=3)
+    tries = []
+    for _ in range(3):
+        costs, number, calls = _timed_sleeps(proto, 0.002)
+        # exact whatever the load: the call count, and a sleep is never shorter than asked
+        assert len(costs) == 3 and len(calls) == 1 + 3 * number
+        assert 1 <= number <= math.ceil(0.010 / (calls[0][1] - calls[0][0])) <= 5
+        assert all(c >= 0.002 for c in costs)
+        tries.append(_protocol_slips(proto, costs, number, calls))
+        if not tries[-1]:
+            break
+    assert not tries[-1], tries
     s = proto.summary([1.0, 1.0, 1.0], number)
     assert s["cv"] == 0 and s["noisy"] is False
     s = proto.summary([1.0, 2.0, 3.0], number)
