@@ -66,6 +66,17 @@ published a manifest, not that its content is harmless).  :func:`check_manifest`
   the two agree.
 
 The manifest itself is at most ``MAX_MANIFEST_BYTES`` (the reader stops reading beyond it).
+Every JSON text is parsed with the project's depth limit (:func:`load_json`).
+
+Consistency (a hostile publisher hashes whatever it writes).  :func:`check_manifest_counts`
+(after the signature is verified): each target's JSON has the target's key, ``stale_records``
+and ``parts`` fit ``records``, the manifest's ``records`` is its targets' sum, ``stale_targets``
+the targets with stale records, ``entries`` the entries files' rows, no entries file listed
+twice.  :func:`check_target_file` with the manifest's entry: a part list's rows sum to the
+target's ``records``, its parts number ``parts``, each part holds at least one row, workload
+keys are tunedb keys, the parts in workload order without overlap and none listed twice.  A
+contradiction is a :class:`SnapshotContentError` (a ``ValueError`` too).  The parts themselves
+are checked when fetched (:mod:`tunedb.index.snapshot.consistency`).
 """
 
 from __future__ import annotations
@@ -76,6 +87,10 @@ import json
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from tunedb.index.model.keys import key_of_text
+from tunedb.index.support.jsontext import loads as json_loads
+from tunedb.index.support.jsontext import too_deep
 
 FORMAT = "tunedb-snapshot"
 FORMAT_VERSION = 3
@@ -131,6 +146,29 @@ PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3
 class SnapshotError(OSError):
     """A snapshot could not be read: unreachable, a missing or tampered file, a bad signature.
     Its text is one line."""
+
+
+class SnapshotContentError(SnapshotError, ValueError):
+    """A snapshot file whose bytes match their hash but whose content is refused: it contradicts
+    the manifest or its part list (row counts, workload ranges, targets, totals, a part listed
+    twice), holds a status outside the schema, or JSON nested deeper than
+    ``tunedb.index.model.keys.MAX_JSON_DEPTH``.  Both a :class:`SnapshotError` and a
+    ``ValueError``; its text is one line naming the file (and the part)."""
+
+
+def load_json(data: bytes | str, where: str, what: str = "JSON") -> Any:
+    """``data`` (a snapshot file's bytes or a text field) decoded as JSON, with the project's
+    depth limit (``tunedb.index.support.jsontext.loads``): SnapshotError (one line naming
+    ``where``) for bytes that are not UTF-8 JSON, :class:`SnapshotContentError` for JSON nested
+    too deep -- never ``RecursionError``."""
+    label = f"{where}: {what}"
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        return json_loads(text, label)
+    except ValueError as e:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+        if str(e) == str(too_deep(label)):
+            raise SnapshotContentError(f"{e}: refused") from None
+        raise SnapshotError(f"{where}: {what} is not JSON: refused") from None
 
 
 def sha256(data: bytes) -> str:
@@ -314,11 +352,8 @@ def check_manifest(man: Any, where: str) -> dict:
             raise SnapshotError(f"{where}: target {_show(tk)} lacks its parts file")
         check_file_ref(t["parts_file"], "targets", bs, where, f"{field}.parts_file", MAX_PART_LIST_BYTES)
         _text(t.get("target_name"), where, f"{field}.target_name", 1024)
-        try:
-            target = json.loads(_text(t.get("target"), where, f"{field}.target", 1 << 16))
-        except (ValueError, RecursionError):
-            target = None
-        if not isinstance(target, dict):
+        text = _text(t.get("target"), where, f"{field}.target", 1 << 16)
+        if not isinstance(load_json(text, where, f"{field}.target"), dict):
             raise _bad(where, f"{field}.target", "is not the JSON of an object")
         for k in ("records", "stale_records", "parts"):
             if k in t or k == "records":
@@ -342,6 +377,76 @@ def check_manifest(man: Any, where: str) -> dict:
     if man.get("vectors") is not None:
         _check_vectors(man["vectors"], bs, where)
     return man
+
+
+def _inconsistent(where: str, field: str, what: str) -> SnapshotContentError:
+    return SnapshotContentError(f"{where}: {field} {what}: refused (the snapshot contradicts itself)")
+
+
+def check_manifest_counts(man: dict, where: str) -> dict:
+    """``man`` (a manifest :func:`check_manifest` accepted) if it agrees with itself: each
+    target's JSON has the target's key, its counts agree (:func:`_check_target_counts`), the
+    totals are its targets' sums and the entries files are listed once each, in order; else
+    :class:`SnapshotContentError` (one line naming the field).  (Checked after the signature, so
+    a manifest altered after signing reads as that.)"""
+    for tk, t in man["targets"].items():
+        field = f"targets[{_show(tk)}]"
+        if key_of_text(t["target"]) != tk:
+            raise _inconsistent(where, f"{field}.target", "is the JSON of another target (its key is not the "
+                                "target's key)")
+        _check_target_counts(t, where, field)
+    _check_manifest_totals(man, where)
+    if man.get("entries_files") is not None:
+        _check_entries_refs(man, where)
+    return man
+
+
+def _check_target_counts(t: dict, where: str, field: str) -> None:
+    """A manifest target's counts agree with each other: ``stale_records <= records``, ``parts
+    <= records`` and a target holds parts exactly when it holds records."""
+    records = t["records"]
+    if t.get("stale_records", 0) > records:
+        raise _inconsistent(where, f"{field}.stale_records", f"is {t['stale_records']}, more than its {records} records")
+    if "parts" in t and (t["parts"] > records or (t["parts"] == 0) != (records == 0)):
+        raise _inconsistent(where, f"{field}.parts", f"is {t['parts']} for {records} records")
+
+
+def _check_manifest_totals(man: dict, where: str) -> None:
+    """The manifest's totals are the sums of its targets': ``records``, and ``stale_targets``
+    are the targets with stale records (when the targets say how many)."""
+    targets = man["targets"]
+    if "records" in man:
+        total = sum(t["records"] for t in targets.values())
+        if man["records"] != total:
+            raise _inconsistent(where, "records", f"is {man['records']}, but its targets hold {total}")
+    if all("stale_records" in t for t in targets.values()):
+        want = {tk for tk, t in targets.items() if t["stale_records"]}
+        if set(man.get("stale_targets", [])) != want or len(man.get("stale_targets", [])) != len(want):
+            raise _inconsistent(where, "stale_targets", "are not the targets with stale records")
+
+
+def _check_entries_refs(man: dict, where: str) -> None:
+    """The entries files: none listed twice, each chunk's ``first_target``/``last_target`` in
+    order, after the previous chunk's and targets of the manifest; their ``rows`` sum to the
+    manifest's ``entries`` (when every file says its rows)."""
+    refs = man["entries_files"]
+    seen: set[str] = set()
+    last = ""
+    for i, ref in enumerate(refs):
+        field = f"entries_files[{i}]"
+        if ref["file"] in seen:
+            raise _inconsistent(where, field, f"lists {ref['file']} a second time")
+        seen.add(ref["file"])
+        first, end = ref.get("first_target"), ref.get("last_target")
+        if first is None or end is None:
+            continue
+        if not first <= end or first <= last or first not in man["targets"] or end not in man["targets"]:
+            raise _inconsistent(where, field, "has a target range out of order or outside the manifest's targets")
+        last = end
+    if "entries" in man and refs and all("rows" in r for r in refs):
+        total = sum(r["rows"] for r in refs)
+        if total != man["entries"]:
+            raise _inconsistent(where, "entries", f"is {man['entries']}, but its entries files hold {total} rows")
 
 
 def _check_vectors(vec: Any, bs: int, where: str) -> None:
@@ -372,35 +477,64 @@ def target_file_bytes(target_key: str, parts: list[dict]) -> bytes:
     return canonical_bytes({"format_version": FORMAT_VERSION, "target_key": target_key, "parts": parts}) + b"\n"
 
 
-def check_target_file(data: bytes, target_key: str, where: str, block_size: int) -> list[dict]:
+def check_target_file(data: bytes, target_key: str, where: str, block_size: int,
+                      target: dict | None = None) -> list[dict]:
     """The part list of a target file (already verified against its sha256) when it is
-    well-formed: each part a FileRef of ``data/`` (blocks counted with ``block_size``) with ``rows`` and the first and last workload key it holds; else SnapshotError (one
-    line naming the field)."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        doc = None
+    well-formed: each part a FileRef of ``data/`` (blocks counted with ``block_size``) with
+    ``rows`` (at least 1) and the first and last workload key it holds (tunedb keys), the parts
+    in workload order without overlap, none listed twice; else SnapshotError (one line naming
+    the field).  With ``target`` (the manifest's entry of ``target_key``): the parts' rows sum
+    to its ``records`` and their number is its ``parts``, else :class:`SnapshotContentError`."""
+    doc = load_json(data, where, "part list")
     if not isinstance(doc, dict) or doc.get("target_key") != target_key or not isinstance(doc.get("parts"), list):
         raise SnapshotError(f"{where} is not the part list of target {target_key}: refused")
+    if doc.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise _inconsistent(where, "format_version", f"is {_show(doc['format_version'])}, and the manifest's is "
+                            f"{FORMAT_VERSION}")
     bs = check_block_size(block_size, where)
+    files: set[str] = set()
+    previous = ""
     for i, p in enumerate(doc["parts"]):
         field = f"parts[{i}]"
         check_file_ref(p, "data", bs, where, field)
-        _int(p.get("rows"), where, f"{field}.rows")
+        _int(p.get("rows"), where, f"{field}.rows", 1)
         first = _text(p.get("first_workload"), where, f"{field}.first_workload", 256)
         last = _text(p.get("last_workload"), where, f"{field}.last_workload", 256)
+        for k, v in (("first_workload", first), ("last_workload", last)):
+            if not _TARGET_KEY.fullmatch(v):
+                raise _bad(where, f"{field}.{k}", f"is {_show(v)}, not a workload key (32 lowercase hex digits)")
         if first > last:
             raise _bad(where, field, "has its first workload after its last")
+        if p["file"] in files:
+            raise _inconsistent(where, f"{field} ({p['file']})", "is listed a second time")
+        if first <= previous:
+            raise _inconsistent(where, f"{field} ({p['file']})", "holds workloads of the part before it (the "
+                                "parts are not in workload order)")
+        files.add(p["file"])
+        previous = last
         if p.get("rows_hash") is not None and not is_sha256(p["rows_hash"]):
             raise _bad(where, f"{field}.rows_hash", "is not 64 lowercase hex digits")
+    if target is not None:
+        _check_part_totals(doc["parts"], target, where)
     return doc["parts"]
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "OLD_SIGNATURE_FILE", "BLOCK_SIZE", "MIN_BLOCK_SIZE",
+def _check_part_totals(parts: list[dict], target: dict, where: str) -> None:
+    """A part list agrees with its manifest entry: the parts' rows sum to ``records``, their
+    number is ``parts`` (when the manifest says)."""
+    rows = sum(p["rows"] for p in parts)
+    if rows != target.get("records"):
+        raise _inconsistent(where, "parts", f"hold {rows} rows, and the manifest says the target holds "
+                            f"{target.get('records')} records")
+    if "parts" in target and len(parts) != target["parts"]:
+        raise _inconsistent(where, "parts", f"are {len(parts)}, and the manifest says {target['parts']}")
+
+
+__all__ = ["SnapshotContentError", "load_json", "FORMAT", "FORMAT_VERSION", "MANIFEST", "SIGNATURE", "OLD_SIGNATURE_FILE", "BLOCK_SIZE", "MIN_BLOCK_SIZE",
            "MAX_BLOCK_SIZE", "MAX_MANIFEST_BYTES", "MAX_PART_LIST_BYTES", "MAX_FILE_BYTES", "MAX_COUNT", "FOLDERS",
            "SAFE_NAME", "VECTOR_FILE", "is_sha256", "check_block_size", "check_file_ref", "PART_WORKLOADS",
            "MAX_PART_ROWS",
            "ENTRY_TARGETS", "PRIVATE_FIELDS", "STALE", "PARQUET_OPTIONS", "SnapshotError", "sha256",
            "block_hashes", "file_ref", "content_name", "parquet_bytes", "starts_part", "starts_chunk", "cut_runs",
-           "canonical_bytes", "manifest_bytes", "signed_bytes", "check_manifest", "target_file_bytes",
+           "canonical_bytes", "manifest_bytes", "signed_bytes", "check_manifest", "check_manifest_counts", "target_file_bytes",
            "check_target_file"]

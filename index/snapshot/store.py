@@ -14,8 +14,15 @@ attacker can answer for an ``http://`` server): the manifest and every part list
 in full before use (``format.check_manifest``, ``format.check_target_file``: fixed file-name
 forms, 64-hex hashes, bounded sizes and counts), requests and cache paths are derived from
 validated hashes only, every request is bounded in time and size and never follows a redirect
-(:mod:`tunedb.index.snapshot.remote`), and a manifest older than one already read from the same
-URL (its ``version``) is refused as a rollback (:mod:`tunedb.index.snapshot.rollback`).  The
+(:mod:`tunedb.index.snapshot.remote`), and a signed manifest older than one already read from the
+same URL (its ``version``) is refused as a rollback (:mod:`tunedb.index.snapshot.rollback`).
+Every file fetched is checked against the part list and manifest that name it before anything
+is answered (:mod:`tunedb.index.snapshot.consistency`: row counts, workload ranges, the target
+of every row, statuses, keys, totals where everything needed was fetched): a contradiction is
+one :class:`~tunedb.index.snapshot.format.SnapshotContentError` line (a ``ValueError`` too)
+naming the file.  ``len()`` and ``stats()`` answer from the manifest, whose totals agree with
+its targets' counts (checked at open); those counts are checked against a target's part list
+and parts when they are fetched.  The
 nearest-entry index's vectors are installed under names the index itself writes (checked), never
 under a name the manifest makes up; its FAISS file is never fetched (the index is rebuilt from the
 vectors).  Every refusal is one :class:`SnapshotError` line.
@@ -45,6 +52,14 @@ import pyarrow.compute as pc
 from tunedb.index.contract.base import RecordStore, StoreStats
 from tunedb.index.contract.checks import check_columns, check_runs_query
 from tunedb.index.retrieval.mixin import RetrievalMixin
+from tunedb.index.snapshot.consistency import (
+    check_entries_file,
+    check_entries_totals,
+    check_part_footer,
+    check_part_rows,
+    check_target_rows,
+    check_verdicts,
+)
 from tunedb.index.snapshot.format import (
     MANIFEST,
     STALE,
@@ -52,12 +67,15 @@ from tunedb.index.snapshot.format import (
     SnapshotError,
     check_block_size,
     check_manifest,
+    check_manifest_counts,
     check_target_file,
+    load_json,
     sha256,
 )
 from tunedb.index.snapshot.remote import DEFAULT_TIMEOUT, Remote, atomic_write
 from tunedb.index.snapshot.rollback import accept_version, default_state_file
 from tunedb.index.support.cachedir import cache_root
+from tunedb.index.support.fsutil import check_no_links
 
 if TYPE_CHECKING:
     from tunedb.index.model.batch import RecordBatch
@@ -115,13 +133,10 @@ class SnapshotStore(RetrievalMixin, RecordStore):
 
         data = self._remote.manifest()
         where = self._url + MANIFEST
-        try:
-            man = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise SnapshotError(f"{where} is not JSON: not a tunedb snapshot") from None
-        man = check_manifest(man, where)
+        man = check_manifest(load_json(data, where, "manifest"), where)
         if self._key is not None:  # (the signature is in the manifest: both came in one response)
             verify_manifest(man, self._key, where)
+        check_manifest_counts(man, where)
         accept_version(self._state, self._key_id, self._url, int(man.get("version", 0)), self._pin)
         self._remote.keep_manifest(data)
         with self._lock:
@@ -169,13 +184,17 @@ class SnapshotStore(RetrievalMixin, RecordStore):
         with self._lock:
             got = self._part_lists.get(tkey)
             if got is None:
-                ref = self._man["targets"][tkey]["parts_file"]
-                got = check_target_file(self._remote.read_all(ref, self._bs), tkey, self._url + ref["file"], self._bs)
+                target = self._man["targets"][tkey]
+                ref = target["parts_file"]
+                got = check_target_file(self._remote.read_all(ref, self._bs), tkey, self._url + ref["file"], self._bs,
+                                        target)
                 self._part_lists[tkey] = got
             return got
 
-    def _part(self, ref: dict, wkey: str | None) -> pa.Table:
-        """The rows of part ``ref`` (only those of ``wkey`` when given), as stored."""
+    def _part(self, ref: dict, tkey: str, wkey: str | None) -> pa.Table:
+        """The rows of part ``ref`` of target ``tkey`` (only those of ``wkey`` when given), as
+        stored, checked against the part list (``consistency.check_part_footer`` and
+        ``check_part_rows``: SnapshotContentError naming the part)."""
         import pyarrow.parquet as pq
 
         key = (ref["sha256"], wkey)
@@ -186,8 +205,10 @@ class SnapshotStore(RetrievalMixin, RecordStore):
             got = self._parts.get(key)
             if got is not None:
                 return got
+            where = self._url + ref["file"]
             try:
                 pf = pq.ParquetFile(self._remote.open(ref, self._bs))
+                check_part_footer(pf.metadata, ref, where, wkey is None)
                 if wkey is None:
                     t = pf.read()
                 else:
@@ -197,10 +218,16 @@ class SnapshotStore(RetrievalMixin, RecordStore):
             except SnapshotError:
                 raise
             except (pa.ArrowException, OSError, ValueError) as e:
-                raise SnapshotError(f"{self._url}{ref['file']}: not a readable part ({_first_line(e)})") from None
+                raise SnapshotError(f"{where}: not a readable part ({_first_line(e)})") from None
             missing = [c for c in _PART_COLUMNS if c not in t.column_names]
             if missing:
-                raise SnapshotError(f"{self._url}{ref['file']}: not a part (no column {missing[0]}): refused")
+                raise SnapshotError(f"{where}: not a part (no column {missing[0]}): refused")
+            try:
+                check_part_rows(t, ref, tkey, where, wkey is None)
+            except SnapshotError:
+                raise
+            except (pa.ArrowException, TypeError, ValueError) as e:  # (a column of another type)
+                raise SnapshotError(f"{where}: not a part ({_first_line(e)}): refused") from None
             self._parts[key] = t
             return t
 
@@ -210,11 +237,19 @@ class SnapshotStore(RetrievalMixin, RecordStore):
             return None
         parts = [p for p in self._target_parts(tkey)
                  if wkey is None or p["first_workload"] <= wkey <= p["last_workload"]]
-        tables = [self._part(p, wkey) for p in parts]
+        tables = [self._part(p, tkey, wkey) for p in parts]
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return None
-        return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+        try:
+            t = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+        except (pa.ArrowException, ValueError) as e:
+            raise SnapshotError(f"{self._url}: the parts of target {tkey} do not make one table "
+                                f"({_first_line(e)}): refused") from None
+        if wkey is None:
+            target = self._man["targets"][tkey]
+            check_target_rows(t, target, f"{self._url}{target['parts_file']['file']}: the parts of target {tkey}")
+        return t
 
     def _out(self, t: pa.Table, columns: list[str] | None = None) -> pa.Table:
         """Stored rows as ``records()`` returns them (RECORD_SCHEMA or the projection)."""
@@ -324,6 +359,7 @@ class SnapshotStore(RetrievalMixin, RecordStore):
                     except (pa.ArrowException, OSError, ValueError) as e:
                         raise SnapshotError(f"{self._url}{ref['file']}: not a readable entries file "
                                             f"({_first_line(e)})") from None
+                    check_entries_file(tables[-1], ref, self._man["targets"], self._url + ref["file"])
                 if tables:
                     try:
                         t = pa.concat_tables(tables)
@@ -331,6 +367,7 @@ class SnapshotStore(RetrievalMixin, RecordStore):
                     except (pa.ArrowException, KeyError, ValueError) as e:
                         raise SnapshotError(f"{self._url}: the entries files do not make one entries table "
                                             f"({_first_line(e)})") from None
+                    check_entries_totals(self._entries, self._man, f"{self._url}{MANIFEST}: the entries files")
                 else:
                     from tunedb.index.contract import tables as tbl
                     from tunedb.index.model.schema import empty_records
@@ -339,7 +376,8 @@ class SnapshotStore(RetrievalMixin, RecordStore):
             return self._entries
 
     def targets(self) -> list[dict]:
-        out = [{"target_key": tk, "target_name": t["target_name"], "target": json.loads(t["target"]),
+        where = self._url + MANIFEST
+        out = [{"target_key": tk, "target_name": t["target_name"], "target": load_json(t["target"], where, "target"),
                 "records": int(t["records"])} for tk, t in self._man["targets"].items()]
         return sorted(out, key=lambda d: (d["target_name"], d["target_key"]))
 
@@ -349,18 +387,14 @@ class SnapshotStore(RetrievalMixin, RecordStore):
                 ref = self._man.get("verdicts")
                 doc = {}
                 if ref:
-                    try:
-                        doc = json.loads(self._remote.read_all(ref, self._bs))
-                    except (ValueError, UnicodeDecodeError, RecursionError):
-                        doc = None
-                    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                            for k, v in doc.items()):
-                        raise SnapshotError(f"{self._url}{ref['file']}: not a verdicts file (record_id -> verdict): "
-                                            f"refused")
+                    where = self._url + ref["file"]
+                    doc = check_verdicts(load_json(self._remote.read_all(ref, self._bs), where, "verdicts"), where)
                 self._verdicts = doc
             return dict(self._verdicts)
 
     def __len__(self) -> int:
+        """The manifest's ``records`` (the sum of its targets' records: ``format.check_manifest``;
+        each target's part list, when fetched, must hold as many rows)."""
         return int(self._man.get("records", 0))
 
     def stats(self) -> StoreStats:
@@ -406,6 +440,7 @@ class SnapshotStore(RetrievalMixin, RecordStore):
         """``<cache>/derived/<manifest hash>``; the published nearest-entry index is put in its
         ``vectors/`` the first time it is asked for (fetched once)."""
         d = self._remote.cache / "derived" / self._sha[:16]
+        check_no_links(self._remote.cache, d / "vectors")  # (nothing written through a link)
         d.mkdir(parents=True, exist_ok=True)
         with self._lock:
             if not self._vectors_ready:

@@ -90,7 +90,8 @@ def _add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
                    help="refuse http(s):// snapshots not signed with this ed25519 public key (tunedb keygen)")
     p.add_argument("--pin-version", type=int, default=dflt(None), metavar="N",
                    help="read version N of an http(s):// snapshot even when a newer one was read before "
-                        "(without it, an older version than one already read is refused as a rollback)")
+                        "(without it, a signed snapshot older than one already read is refused as a rollback; "
+                        "an older unsigned one is read with a warning)")
 
 
 class UsageError(Exception):

@@ -18,7 +18,8 @@ A file already in OUT (or in ``since``) is reused only when its content still ha
 name: a damaged file of the right size is rewritten (``files_repaired`` counts them; a damaged
 file in ``since`` is not taken).  Each manifest carries ``version``: 1 for the first snapshot in
 OUT, the previous one's (OUT's or ``since``'s, the higher) + 1 on every republish, and the time
-it was ``published``: readers refuse a manifest older than one they have read (a rollback).
+it was ``published``: readers refuse a signed manifest older than one they have read (a
+rollback), and warn about an older unsigned one (anyone could have forged its version).
 
 Left out: run summaries (always), and the private record fields ``session``, ``host`` and
 ``origin`` unless ``all_fields`` (the manifest's ``fields`` lists what is carried).
