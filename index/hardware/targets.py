@@ -53,9 +53,10 @@ def resolve_target(spec: Any, db: Any = None) -> dict:
     if os.path.isfile(spec) or spec.endswith(".json"):
         try:
             with open(spec, encoding="utf-8") as f:
-                t = jsontext.loads(f.read(MAX_TARGET_FILE + 1), f"target file {spec}")
-            if f.tell() > MAX_TARGET_FILE:
+                text = f.read(MAX_TARGET_FILE + 1)
+            if len(text) > MAX_TARGET_FILE:
                 raise ValueError(f"target file {spec} is over {MAX_TARGET_FILE >> 20} MiB")
+            t = jsontext.loads(text, f"target file {spec}")
         except OSError as e:
             raise ValueError(f"cannot read target file {spec}: {e.strerror}") from None
         except json.JSONDecodeError as e:
