@@ -10,6 +10,7 @@ argument may hold at most 128 KiB on Linux)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,14 @@ def test_a_workload_within_the_limit_still_reads(db: Path, tmp_path: Path) -> No
                         '{"family": "matmul", "M": 8, "N": 8, "K": 8}'], capture_output=True, text=True, timeout=120,
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_target_file_within_the_limits_is_read(tmp_path):
+    from tunedb.index.hardware.targets import MAX_TARGET_FILE, resolve_target
+
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"kind": "cpu", "name": "from-file", "nested": {"a": {"b": [1, 2]}}}))
+    assert resolve_target(str(f))["name"] == "from-file"
+    f.write_text(" " * MAX_TARGET_FILE + "{}")
+    with pytest.raises(ValueError, match="over 1 MiB"):
+        resolve_target(str(f))
