@@ -55,7 +55,7 @@ def _imports(path: Path, modules: dict[str, Path], *, type_only: bool = False) -
 #: transfer/'s layers, top first: a module may import its own layer's modules and lower layers'
 #: only.  index/ (records at rest, hardware description included: a target is part of every
 #: record's key) is below all of them, and never imports transfer/ (the test below).
-TRANSFER_LAYERS = ("cli", "apps", "migration", "integrations", "search", "measure", "interop", "kernels", "space")
+TRANSFER_LAYERS = ("cli", "tuners", "apps", "migration", "integrations", "search", "measure", "interop", "kernels", "space")
 
 
 def _layer(module: str) -> int | None:

@@ -25,11 +25,14 @@ Definition (units: seconds per run of the kernel)
        measurements taken at different moments.  With one record it is that record's value:
        exactly the tuner's own number.
     5. Its interval is a distribution-free confidence interval of the median from order
-       statistics (binomial ranks), at :data:`LEVEL` (95 %) where the data allow it: over the
-       per-record medians when there are at least :data:`MIN_CI_UNITS` records, else over all
-       their repeats pooled.  With too few values for 95 %, the widest interval (min..max) is
-       given with the confidence it really has (``coverage``); one value has no interval
-       (``coverage`` 0).
+       statistics (binomial ranks), at :data:`LEVEL` (95 %) where the data allow it, over the
+       per-record values whenever there are at least two records (the records are the
+       independent measurements: repeats within one record share its process and moment, so
+       pooling them would claim a confidence that the records do not have); a single record's
+       interval is over its repeats.  With too few values for 95 % (fewer than
+       :data:`MIN_CI_UNITS`), the widest interval (min..max) is given with the confidence it
+       really has (``coverage`` = 1 - 2**(1 - n): 50 % for 2 records, 75 % for 3, 87.5 % for
+       4, 93.75 % for 5); one value has no interval (``coverage`` 0).
     6. ``noisy``: the interval's half-width exceeds :data:`NOISY_REL_HALFWIDTH` (10 %) of the
        cost, or a record used says its repeats were noisy and there is no interval to show it.
 
@@ -79,10 +82,13 @@ CONFIRM_ORIGINS = (CONFIRM_ORIGIN, "compare")
 _CONFIRM_RE = '"origin":"(' + "|".join(CONFIRM_ORIGINS) + ')"'
 #: ``meta`` keys that mark a record of another tuner, whose value is the mean of its repeats
 #: (code 1, 2, 3 in :func:`tuner_codes`; code 0: tunedb's own record, the median)
-TUNER_META_KEYS = ("kernel_tuner", "autotvm", "metaschedule")
+TUNER_META_KEYS = ("kernel_tuner", "autotvm", "metaschedule", "vllm_moe")
 #: what each tuner calls the mean it shows
 TUNER_STATISTIC_NAMES = {"kernel_tuner": "Kernel Tuner's time", "autotvm": "AutoTVM's mean cost",
-                         "metaschedule": "MetaSchedule's mean run_secs"}
+                         "metaschedule": "MetaSchedule's mean run_secs",
+                         "vllm_moe": "a serving framework's best-only table: the cost is a 1 s placeholder"}
+#: tuners whose records hold no timing at all, only which config is best (the statistic says so)
+BEST_ONLY_TUNERS = frozenset({"vllm_moe"})
 #: the meta text of a record of ``TUNER_META_KEYS[i]`` matches ``_TUNER_RES[i]`` (first match wins)
 #: (a tunedb replay of a Kernel Tuner cache, ``meta.replay_file``, replays Kernel Tuner's measurements)
 _TUNER_RES = tuple('"' + k + '":[{\\[]' + ('|"replay_file":"' if k == "kernel_tuner" else "") for k in TUNER_META_KEYS)
@@ -152,6 +158,8 @@ class CostEstimate:
         """Which statistic the value is: ``mean of 7 runs (Kernel Tuner's time)``, ``median of
         4 runs`` (one record), ``median of 3 records' means (Kernel Tuner's time)``, ...; see the
         module docstring (2., 4.)."""
+        if self.tuner in BEST_ONLY_TUNERS:
+            return f"no timing ({TUNER_STATISTIC_NAMES[self.tuner]})"
         name = f" ({TUNER_STATISTIC_NAMES[self.tuner]})" if self.tuner in TUNER_STATISTIC_NAMES else ""
         if self.records == 1:
             return f"{self.statistic if self.statistic != 'mixed' else 'median'} of {self.samples} " \
@@ -337,15 +345,15 @@ def estimate_groups(flat: np.ndarray, lengths: np.ndarray, group: np.ndarray, co
     use = ~conf_basis[group] | confirm if len(group) else np.zeros(0, bool)
     gu, mu = group[use], med[use]
     n_rec, value, rlo, rhi, rcov = _group_median_ci(mu, gu, n_groups)
-    # pooled repeats of the records used, for groups with too few records for the interval
+    # the repeats of the records used: the interval of a group of one record
     rep_group = np.repeat(group, lengths)
     rep_use = np.repeat(use, lengths)
     n_rep, _, plo, phi, pcov = _group_median_ci(np.asarray(flat, np.float64)[rep_use], rep_group[rep_use], n_groups)
-    by_rec = n_rec >= MIN_CI_UNITS
+    by_rec = n_rec >= 2
     lo = np.where(by_rec, rlo, plo)
     hi = np.where(by_rec, rhi, phi)
     cov = np.where(by_rec, rcov, pcov)
-    # the interval always contains the estimate (the pooled repeats' range may not: one record)
+    # the interval always contains the estimate (one record's repeats' range may not: its mean)
     lo = np.fmin(lo, value)
     hi = np.fmax(hi, value)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -626,7 +626,7 @@ class RecordStoreTests(ReadOnlyStoreTests, HostileRecordTests):
         best = store.best_costs(T1, W, k=5)
         assert [(c.config["tile"], c.cost, c.estimate.records) for c in best] == [(1, 2.0, 3), (2, 2.5, 1)]
         assert best[0].estimate == store.cost(T1, W, {"tile": 1}) and best[0].estimate.basis == "all"
-        assert best[0].estimate.lo == 1.0 and best[0].estimate.hi == 9.0  # 7 pooled repeats: their range
+        assert best[0].estimate.lo == 1.0 and best[0].estimate.hi == 3.0  # 3 records: their values' range
         assert [r.config["tile"] for r in store.best(T1, W, k=5)] == [1, 2]  # one representative record per config
         assert store.best(T1, W, k=5)[0].costs == (2.0, 2.2, 1.8)  # the record nearest the estimate
         assert store.cost(T1, W, {"tile": 3}) is None and store.cost(T1, W, {"tile": 4}) is None

@@ -80,9 +80,9 @@ def test_a_default_tune_model_kept_is_the_answer(store):
 
 
 def test_first_is_never_beaten_by_a_confident_interval(store):
-    # X: confirmed but from 2 noisy records; Y: 8 search records whose whole interval is below X's
+    # X: confirmed but from 6 noisy records; Y: 8 search records whose whole interval is below X's
     x, y = A, B
-    store.commit(recs(x, [202, 263], "confirm") + recs(y, [150, 151, 149, 152, 150, 148, 151, 150]))
+    store.commit(recs(x, [202, 263, 230, 215, 248, 240], "confirm") + recs(y, [150, 151, 149, 152, 150, 148, 151, 150]))
     assert store.best_costs(T, W, 1)[0].config == x  # the estimator alone: confirmed first
     ex, ey = store.cost(T, W, x), store.cost(T, W, y)
     assert ey.hi < ex.lo and ey.coverage >= 0.95 and ex.coverage >= 0.95

@@ -100,9 +100,10 @@ def test_report_and_dashboard_show_the_same_cost(noisy_db, tmp_path):
 
 @pytest.mark.slow
 def test_tune_model_hit_shows_the_same_cost(noisy_db, tmp_path):
-    """A model whose one task is the entry: it is a hit, its cost is the entry's estimate, the
-    default config (measured once for the reference) does not change that, and the model
-    latency equals weight x that cost."""
+    """A model whose one task is the entry: it is a hit.  No stored decision puts the entry's best
+    above the default (measured once for the reference), so the task keeps the default and shows
+    the best as undecided, with the entry's estimate as its cost; the model latency is weight x
+    the default's estimate, and the undecided gain is never part of it."""
     path, job, best = noisy_db
     model = tmp_path / "m.json"
     model.write_text(json.dumps({"format": "tunedb-model", "version": 1, "name": "one-task", "source": "a test",
@@ -111,7 +112,11 @@ def test_tune_model_hit_shows_the_same_cost(noisy_db, tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     (task,) = out["tasks"]
-    est = tunedb.open(path).cost(job.target, job.workload, best)
-    assert task["source"] == "hit" and task["best_config"] == best and task["best"] == est.value
-    assert out["latency"] == pytest.approx(2 * est.value)
-    assert out["latency"] <= out["default_latency"]
+    db = tunedb.open(path)
+    est = db.cost(job.target, job.workload, best)
+    assert task["source"] == "hit" and task["choice"] == "default"
+    assert task["undecided"]["config"] == best and task["undecided"]["estimate"]["value"] == est.value
+    default_est = db.cost(job.target, job.workload, task["best_config"])
+    assert task["best"] == default_est.value
+    assert out["latency"] == pytest.approx(2 * default_est.value) == pytest.approx(out["default_latency"])
+    assert task["undecided"]["gain_s"] == pytest.approx(2 * (default_est.value - est.value))

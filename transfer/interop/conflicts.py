@@ -1,6 +1,7 @@
-"""Several devices on one target: the ``disagreeing-times`` check of Kernel Tuner imports
-(:func:`times_disagree`, and :func:`split_disagreeing`, which :func:`~tunedb.transfer.interop.registry.collect`
-runs; see ``docs/import_conflicts.md``)."""
+"""Several devices on one target, and one device's results under two names: the
+``disagreeing-times`` check of Kernel Tuner imports (:func:`times_disagree`, and
+:func:`split_disagreeing`) and the ``duplicate-results`` check (:func:`drop_duplicates`), which
+:func:`~tunedb.transfer.interop.registry.collect` runs; see ``docs/import_conflicts.md``."""
 
 from __future__ import annotations
 
@@ -77,6 +78,73 @@ def _file_costs(records: list[Record], lo: int, hi: int) -> dict[tuple[str, str]
     return out
 
 
+def _results_of(records: list[Record], lo: int, hi: int) -> tuple | None:
+    """A file's results as a hashable value: the sorted (config_key, status, costs) of its
+    records, costs rounded to 12 significant digits (seconds; the same milliseconds read from a
+    cache and from a T4 file agree far closer than that); None when the file has fewer than
+    :data:`MIN_SHARED_CONFIGS` ok records (too few to call two devices' files the same)."""
+    rows = records[lo:hi]
+    if sum(r.status == "ok" for r in rows) < MIN_SHARED_CONFIGS:
+        return None
+    return tuple(sorted((r.config_key, r.status, tuple(float(f"{c:.12g}") for c in r.costs)) for r in rows))
+
+
+def _named_by_file(records: list[Record], path: Path, lo: int, hi: int) -> bool:
+    """Whether the file's target is named from its file name (no usable ``device_name``)."""
+    return bool(hi > lo and records[lo].target.get("name") == file_stem(path))
+
+
+def drop_duplicates(records: list[Record], per_file: list[tuple[Path, int, int]], report: ImportReport
+                    ) -> tuple[list[Record], list[tuple[Path, int, int]]]:
+    """The ``duplicate-results`` check of ``collect``: a file whose results are identical to
+    another file's of the same call (the same configs with the same statuses and costs, at
+    least :data:`MIN_SHARED_CONFIGS` of them ok) but on another target -- the same measurements
+    under a second device name, such as ``A100_T4.json.gz`` (a T4 file, which names no device:
+    the file name is used) beside ``A100.json.gz`` -- is reported and its records are dropped:
+    the measurements stay under the original's target only.  The original is the file whose
+    device name comes from its contents (a cache's ``device_name``) rather than its file name,
+    else the first given.  Files on one target are never dropped here (``--device`` puts every
+    file on one target; repeats of one device are the ``disagreeing-times`` check's).
+
+    Returns the remaining records and their ``per_file`` (path, first index, end index)."""
+    first: dict[tuple, int] = {}
+    dropped: dict[int, int] = {}  # duplicate file index -> original file index
+    order = sorted(range(len(per_file)), key=lambda i: (_named_by_file(records, *per_file[i]), i))
+    for i in order:
+        path, lo, hi = per_file[i]
+        res = _results_of(records, lo, hi)
+        if res is None:
+            continue
+        j = first.setdefault(res, i)
+        if j != i and records[lo].target_key != records[per_file[j][1]].target_key:
+            dropped[i] = j
+    if not dropped:
+        return records, per_file
+    for i, j in sorted(dropped.items()):
+        (path, lo, hi), (opath, olo, _) = per_file[i], per_file[j]
+        report.conflicts.append({"file": str(path), "kind": "duplicate-results",
+                                 "device_claimed": records[lo].target.get("name", ""),
+                                 "target_used": records[olo].target.get("name", ""),
+                                 "evidence": {"duplicate_of": str(opath), "records": hi - lo,
+                                              "ok_records": sum(r.status == "ok" for r in records[lo:hi])}})
+    out: list[Record] = []
+    kept: list[tuple[Path, int, int]] = []
+    for i, (path, lo, hi) in enumerate(per_file):
+        if i not in dropped:
+            kept.append((path, len(out), len(out) + hi - lo))
+            out.extend(records[lo:hi])
+    return out, kept
+
+
+def retarget_duplicates(report: ImportReport) -> None:
+    """Point each ``duplicate-results`` conflict's ``target_used`` at the target its original
+    ended up under when the ``disagreeing-times`` check renamed that one (``"<device> [<file>]"``)."""
+    renamed = {c["file"]: c["target_used"] for c in report.conflicts if c["kind"] == "disagreeing-times"}
+    for c in report.conflicts:
+        if c["kind"] == "duplicate-results" and c["evidence"]["duplicate_of"] in renamed:
+            c["target_used"] = renamed[c["evidence"]["duplicate_of"]]
+
+
 def split_disagreeing(reparse: Callable[[Path, str], Iterable[Record | ImportIssue]], records: list[Record],
                       per_file: list[tuple[Path, int, int]], device: str | None, report: ImportReport
                       ) -> list[Record]:
@@ -141,4 +209,5 @@ def split_disagreeing(reparse: Callable[[Path, str], Iterable[Record | ImportIss
     return out
 
 
-__all__ = ["MAX_MEDIAN_ABS_LOG_RATIO", "MIN_SHARED_CONFIGS", "MIN_SPEARMAN", "split_disagreeing", "times_disagree"]
+__all__ = ["MAX_MEDIAN_ABS_LOG_RATIO", "MIN_SHARED_CONFIGS", "MIN_SPEARMAN", "drop_duplicates", "retarget_duplicates",
+           "split_disagreeing", "times_disagree"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunedb.index.model.record import Record
-from tunedb.transfer.interop.conflicts import split_disagreeing
+from tunedb.transfer.interop.conflicts import drop_duplicates, retarget_duplicates, split_disagreeing
 from tunedb.transfer.interop.input_files import ImportBudget, check_input_path, display_name, import_budget
 from tunedb.transfer.interop.outcomes import ExportReport, ImportFormatError, ImportIssue, ImportReport
 
@@ -24,7 +24,9 @@ class Format:
     source: str
 
     def _mod(self):
-        return importlib.import_module(f"tunedb.transfer.interop.{self.module}")
+        # a module outside this package (an outside tuner's folder) is named in full
+        return importlib.import_module(self.module if self.module.startswith("tunedb.") else
+                                       f"tunedb.transfer.interop.{self.module}")
 
     def parse(self, path: str | Path, device: str | None = None, *, notes: list | None = None,
               label: str | None = None) -> Iterator[Record | ImportIssue]:
@@ -44,7 +46,7 @@ class Format:
         record of a tunedb export (jsonl/parquet) that already names an origin keeps it. ``host`` is
         this machine for records this import creates (the foreign formats), the exported value for
         tunedb exports."""
-        check_input_path(Path(path), directory=None if self.name in ("parquet", "metaschedule") else False)
+        check_input_path(Path(path), directory=None if self.name in ("parquet", "metaschedule", "vllm-moe", "triton") else False)
         if self.module == "tabular":
             items = self._mod().parse(Path(path), device=device, fmt=self.name)
         elif self.module == "kernel_tuner":
@@ -66,6 +68,8 @@ FORMATS: dict[str, Format] = {
     "kernel-tuner": Format("kernel-tuner", "kernel_tuner", "imported:kernel-tuner"),
     "parquet": Format("parquet", "tabular", ""),
     "jsonl": Format("jsonl", "tabular", ""),
+    "vllm-moe": Format("vllm-moe", "tunedb.transfer.tuners.serving.tables", "imported:vllm-moe"),
+    "triton": Format("triton", "tunedb.transfer.tuners.triton.cachefile", "imported:triton"),
 }
 
 
@@ -106,6 +110,14 @@ def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None, *,
       given); without ``device`` every group is re-parsed as its own target
       ``"<device> [<stem of the group's first file>]"``, with ``device`` (the user named the
       device) the records stay on it and the conflicts are warnings only.
+
+    And for one device's results under two names (checked first):
+
+    * ``duplicate-results``: a file whose results (configs, statuses, costs) are identical to
+      another file's of this call on another target, such as ``A100_T4.json.gz`` (a T4 file
+      names no device, so its file name would be a second device) beside ``A100.json.gz``: its
+      records are not imported; ``target_used`` is the original's target
+      (:func:`~tunedb.transfer.interop.conflicts.drop_duplicates`).
     """
     f = get_format(fmt)
     budget = budget if budget is not None else ImportBudget()
@@ -120,8 +132,10 @@ def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None, *,
                         display_name(Path(p)))
             per_file.append((Path(p), start, len(records)))
         if f.module == "kernel_tuner" and len(per_file) > 1:
+            records, per_file = drop_duplicates(records, per_file, report)
             records = split_disagreeing(lambda path, label: f.parse(path, device=device, label=label), records,
                                         per_file, device, report)
+            retarget_duplicates(report)
         budget.check_time(f"{fmt} import")
     report.imported = len(records)
     return records, report

@@ -266,6 +266,45 @@ def test_a_summary_without_origins_says_not_recorded_and_the_entry_page_shows_or
     assert views.best_origin(text_only) == ("seed", sf, "run_id=abc")
 
 
+def test_the_runs_table_shows_eta_as_stats_does(tmp_path):
+    """eta, the share of a run's tasks the DB answered (``rundata.task_share``: a hit, or a
+    search whose every evaluation the DB answered), is each run's last cell of the runs table;
+    the line above it is ``rundata.eta_totals`` over the model and warm-start runs, the same
+    text ``tunedb stats`` prints for the same DB (a real process)."""
+    from tunedb.transfer.apps.rundata import eta_text, eta_totals, task_share
+
+    tasks = [{"workload": {"family": "matmul", "m": 8}, "source": "hit", "evaluations": 0},  # reused whole
+             {"workload": {"family": "matmul", "m": 16}, "source": "warm", "evaluations": 4, "cache_hits": 4,
+              "measurements": 0},                                                            # every eval answered
+             {"workload": {"family": "matmul", "m": 32}, "source": "warm", "evaluations": 4, "cache_hits": 1,
+              "measurements": 3}]                                                            # measured
+    model = {"kind": "tune-model", "label": "m1", "model": "mlp", "target": "cpu-a", "tasks": tasks,
+             "evaluations": 8, "cache_hits": 5, "measurements": 3, "started": "2026-01-01T00:00:00Z",
+             "wall_s": 2.0, "t_full_s": 4.0, "query_s": 0.5, "t_total_s": 2.5}
+    tune = {"kind": "tune", "label": "cold", "target": "cpu-a", "evaluations": 4, "cache_hits": 0, "measurements": 4,
+            "tasks": [{"workload": {"family": "matmul", "m": 64}, "source": "cold", "evaluations": 4,
+                       "cache_hits": 0, "measurements": 4}], "started": "2026-01-02T00:00:00Z", "wall_s": 1.0}
+    path = tmp_path / "db"
+    db = tunedb.open(path)
+    db.add_run(model)
+    db.add_run(tune)
+    stored = db.runs()
+    client = create_app(DashboardData(db)).server.test_client()
+    pl = page(client, "/pipeline")
+    by_name = {r[1]: r for r in rows(find(pl, "pl-runs"))}
+    assert task_share(model) == (2, 3)
+    assert by_name["tune-model m1 mlp"][-1] == "2/3 tasks = 66.7 %" == eta_text(*task_share(model))
+    assert by_name["tune cold cpu-a"][-1] == "0/1 tasks = 0.0 %"
+    totals = eta_totals(stored)  # the tune run is no model or warm-start run: not in the sum
+    assert (totals["answered"], totals["tasks"], totals["runs"]) == (2, 3, 1)
+    line = text(find(pl, "pl-eta"))
+    assert line == "eta (tasks answered by the DB, model and warm-start runs: 1): 2/3 tasks = 66.7 %"
+    db.close()
+    out = run_cli("stats", "--db", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "2/3 tasks = 66.7 % (model and warm-start runs: 1)" in out.stdout, out.stdout
+
+
 def test_empty_db_renders_every_view(tmp_path):
     path = tmp_path / "empty"
     tunedb.open(path).close()

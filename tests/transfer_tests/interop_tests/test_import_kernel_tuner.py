@@ -618,3 +618,45 @@ def test_replay_output_is_pinned(name: str, pinned_inputs: dict) -> None:
         assert all(float(np.mean(r.costs)) >= cost * (1 - 1e-12) for r in d.results.values()
                    if r.status == "ok" and r.costs)
     assert got == want
+
+
+# ------------------------------------------------------------------ one device's results under two names
+
+@needs_data
+@pytest.mark.slow
+def test_t4_copy_of_a_cache_is_reported_not_a_second_device(tmp_path: Path, capsys) -> None:
+    """``tunedb import kernel-tuner convolution_milo/*.json.gz``: ``A100_T4.json.gz`` holds
+    ``A100.json.gz``'s results in the T4 format, which names no device (its file name would be a
+    seventh device).  It is reported as ``duplicate-results`` and its records are not imported:
+    the six GPUs of the folder, each once, whatever the order of the files."""
+    folder = KT / "convolution_milo"
+    files = sorted(folder.glob("*.json.gz"))  # as the shell expands the glob
+    assert [p.name for p in files][:2] == ["A100.json.gz", "A100_T4.json.gz"]
+    recs, rep = collect("kernel-tuner", files)
+    devices = {r.target["name"] for r in recs}
+    assert len(devices) == 6 and "A100_T4" not in devices and "NVIDIA A100-PCIE-40GB" in devices
+    assert {r.origin for r in recs} == {p.name for p in files} - {"A100_T4.json.gz"}
+    assert rep.files == 7 and rep.imported == len(recs) == 6 * 4362
+    (c,) = rep.conflicts
+    assert (Path(c["file"]).name, c["kind"], c["device_claimed"], c["target_used"]) == (
+        "A100_T4.json.gz", "duplicate-results", "A100_T4", "NVIDIA A100-PCIE-40GB")
+    assert Path(c["evidence"]["duplicate_of"]).name == "A100.json.gz" and c["evidence"]["records"] == 4362
+    # the T4 file first: the cache that names its device is still the one kept
+    db = tmp_path / "db"
+    argv = ["import", "kernel-tuner", str(folder / "A100_T4.json.gz"), str(folder / "A100.json.gz"),
+            "--db", str(db), "--no-models"]
+    assert cli_main(argv) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tunedb: warning: A100_T4.json.gz: the same configs and times as "
+                                               "A100.json.gz; not imported"), err
+    store = ParquetStore.open(db)
+    assert len(store) == 4362 and [t["target_name"] for t in store.targets()] == ["NVIDIA A100-PCIE-40GB"]
+    store.close()
+    # results that differ in one time are another file's: both imported, nothing reported
+    doc = _doc("convolution_milo/A100.json.gz")
+    key = next(k for k, v in doc["cache"].items() if isinstance(v.get("time"), float))
+    e = doc["cache"][key]
+    doc["cache"][key] = dict(e, time=e["time"] * 1.5, times=[t * 1.5 for t in e["times"]])
+    other = _write(tmp_path / "A100_rerun.json.gz", dict(doc, device_name=""), gz=True)
+    recs, rep = collect("kernel-tuner", [folder / "A100.json.gz", other])
+    assert rep.conflicts == [] and {r.target["name"] for r in recs} == {"NVIDIA A100-PCIE-40GB", "A100_rerun"}

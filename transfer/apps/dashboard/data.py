@@ -372,7 +372,10 @@ def records_part(db: Any, t: pa.Table) -> dict:
 
 def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_start: str) -> dict:
     """The run-derived part of a snapshot: hit rates (all runs, and the runs stored since
-    ``session_start``, ISO UTC), the pipeline rows of the newest runs, the warm-vs-cold,
+    ``session_start``, ISO UTC), eta (``eta``: ``rundata.eta_totals`` of the runs, the tasks
+    the DB answered over the tasks of the model and warm-start runs, as ``tunedb stats`` and the
+    report show it), the pipeline rows of the newest runs (each with its own eta:
+    ``tasks_answered``, ``tasks`` and ``eta``, the text ``rundata.eta_text`` writes), the warm-vs-cold,
     hit-rate, time-split and G(n) figure specs, the reach table (of the workloads with both a
     warm and a cold search) and ``summaries``/``runs``: the summaries with each tuning run once
     (``rundata.add_summaries``) and how many tuning runs they hold (``rundata.count_runs``).  Every
@@ -383,10 +386,13 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
         RunsData,
         add_summaries,
         count_runs,
+        eta_text,
+        eta_totals,
         gain_points,
         part_name,
         part_totals,
         run_parts,
+        task_share,
     )
     from tunedb.transfer.search.runlog import run_count
 
@@ -400,6 +406,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
     for s in reversed(runs[-MAX_PIPELINE_RUNS:]):
         for part in run_parts(s):
             evals, hits = part_totals(part)
+            answered, n_tasks = task_share(part)
             tasks = [t for t in part.get("tasks") or [] if isinstance(t, Mapping)]
             seeded = [t for t in tasks if t.get("source") == "warm"]
             sources = sorted({str(x) for t in seeded for x in t.get("seeded_from") or [] if x})
@@ -422,6 +429,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
                 "measured": run_count(part, "measurements") if isinstance(part.get("measurements"), int) else None,
                 "failed": n_failed, "measure_s": _fnum(part.get("measure_s")), "query_s": _fnum(part.get("query_s")),
                 "wall_s": wall, "interrupted": bool(part.get("interrupted")),
+                "tasks_answered": answered, "tasks": n_tasks, "eta": eta_text(answered, n_tasks),
             })
     pipeline = pipeline[:MAX_PIPELINE_RUNS]
     points = gain_points(runs)
@@ -431,6 +439,7 @@ def runs_part(summaries: list[dict], failed: Mapping[str, np.ndarray], session_s
              for p in reversed(pipeline)]
     return {
         "hit_rate": {"all": (h_all, e_all), "session": (h_ses, e_ses)},
+        "eta": eta_totals(runs),
         "pipeline": pipeline,
         "reach": figures.reach_table(figures.comparable_runs(data.runs)),
         "fit": fit, "fit_reason": reason, "gain_points": len(points),
@@ -645,7 +654,7 @@ class DashboardData:
                     "hits_session": h_ses, "evaluations_session": e_ses,
                     "hit_rate_session": h_ses / e_ses if e_ses else None,
                     "session_start": self.session_start, "location": self.db.location,
-                    "fit": run["fit"], "fit_reason": run["fit_reason"]}
+                    "fit": run["fit"], "fit_reason": run["fit_reason"], "eta": run["eta"]}
         version = (self._snapshot.version + 1) if self._snapshot is not None else 1
         snap = Snapshot(version=version, key=(self._records_token, self._runs_key), computed_at=time.time(),
                         compute_s=time.perf_counter() - t0, overview=overview, entries=rec["entries"],

@@ -34,6 +34,7 @@ from tunedb.index.support.redact import mask_url
 from tunedb.transfer.apps import figures
 from tunedb.transfer.apps.dashboard.data import ACTIVE_WINDOW_S, Snapshot, plain_figure
 from tunedb.transfer.apps.entries import cost_brief
+from tunedb.transfer.apps.rundata import eta_text
 
 GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 VIEWS = (("overview", "/", "Overview"), ("pipeline", "/pipeline", "Pipeline"),
@@ -258,6 +259,15 @@ def overview(snap: Snapshot) -> html.Div:
     ], id="view-overview")
 
 
+def eta_line(eta: Mapping[str, Any] | None) -> str:
+    """``eta (tasks answered by the DB, model and warm-start runs: 2): 3/4 tasks = 75.0 %`` of
+    ``rundata.eta_totals``'s dict (``- (no tasks)`` without such a run)."""
+    eta = eta or {}
+    answered, tasks = int(eta.get("answered") or 0), int(eta.get("tasks") or 0)
+    return (f"eta (tasks answered by the DB, model and warm-start runs: {int(eta.get('runs') or 0)}): "
+            f"{eta_text(answered, tasks)}")
+
+
 def pipeline(snap: Snapshot) -> html.Div:
     """Per recent run (newest first): evaluations answered by lookup (cache hits), seeded from
     the nearest entries (seed evaluations, the tasks seeded and from which targets), proposed by
@@ -266,7 +276,10 @@ def pipeline(snap: Snapshot) -> html.Div:
     resume / confirm).  An old summary without origins shows tasks seeded, ``model`` (tune-model:
     its search evaluations) and ``not recorded`` for random / default, ``failed`` = records of the
     run's target that failed while it ran.  Then where the time went (measuring vs T_query), plus
-    the hit rate per run.  Each tuning run is one row (a demo's parts stored as runs of their own
+    the hit rate per run, and eta: each run's share of its tasks the DB answered (a ``hit``, or a
+    search whose every evaluation the DB answered; ``rundata.task_share``) and, above the table,
+    that share summed over the model and warm-start runs (``rundata.eta_totals``), as ``tunedb
+    stats`` and the report show it.  Each tuning run is one row (a demo's parts stored as runs of their own
     are listed once, as those runs: ``rundata.add_summaries``)."""
     rows = []
     parts = run_origins(snap)
@@ -289,7 +302,7 @@ def pipeline(snap: Snapshot) -> html.Div:
                                                            f"confirm re-measurements {cells['confirm']}")
         rows.append([p["stored"], p["name"] + (" (interrupted)" if p["interrupted"] else ""), evals,
                      str(p["lookup"]), seeded, model, rnd, dflt, measured, failed,
-                     fmt_s(p["measure_s"]), fmt_s(p["query_s"]), fmt_s(p["wall_s"])])
+                     fmt_s(p["measure_s"]), fmt_s(p["query_s"]), fmt_s(p["wall_s"]), p["eta"]])
     active = [[r["target_name"], r["label"], str(r["recent"]), str(r["recent_failed"]), fmt_us(r["last_us"])]
               for r in snap.active]
     return html.Div([
@@ -305,8 +318,9 @@ def pipeline(snap: Snapshot) -> html.Div:
               numeric=(2, 3)) if active else html.P("no records committed in the last ten minutes", className="note",
                                                     id="pl-active"),
         html.H3(f"Recent runs (newest first, last {len(rows)})"),
+        html.P(eta_line(snap.overview.get("eta")), className="note", id="pl-eta"),
         table(["stored (UTC)", "run", "evaluations", "lookup", "seeded", "model", "random", "default", "measured",
-               "failed", "measuring", "T_query", "wall"], rows, id="pl-runs",
+               "failed", "measuring", "T_query", "wall", "eta (tasks answered by DB)"], rows, id="pl-runs",
               numeric=(2, 3, 5, 6, 7, 8, 9, 10, 11, 12))
         if rows else html.P("no tuning run is stored yet ('tunedb tune', 'tune-model', 'warm-start', 'migrate' and "
                             "'demo' store one each)", className="note", id="pl-runs"),

@@ -10,8 +10,8 @@ models, ranked_s, conflicts}`` (``imported`` = records parsed and committed, ``n
 DB did not hold yet; ``models`` = seconds fitting each imported family's cost model, ``ranked_s``
 = seconds ranking the imported entries, which a store that keeps rankings (the Parquet DB) keeps
 for the first tuning run's neighbour look-ups; both unless ``--no-models``; ``conflicts`` = one object per Kernel Tuner file whose device claim was not taken as it
-stands: ``{file, kind, device_claimed, target_used, evidence}``, kind ``host-device-name`` or
-``disagreeing-times``, see ``tunedb.transfer.interop.collect`` and docs/import_conflicts.md).
+stands: ``{file, kind, device_claimed, target_used, evidence}``, kind ``host-device-name``,
+``disagreeing-times`` or ``duplicate-results`` (not imported), see ``tunedb.transfer.interop.collect`` and docs/import_conflicts.md).
 Without ``--json`` each such file gets one ``tunedb: warning:`` line on stderr.
 ``--device NAME`` replaces the device name of every imported file (empty or not): the user
 has said which device measured them, so no file is renamed, but disagreeing files are still
@@ -33,7 +33,7 @@ from pathlib import Path
 from tunedb.transfer.cli.util import UserError, emit, open_db
 from tunedb.transfer.interop import FORMATS, ExportFormatError, ImportFormatError, collect
 
-DEVICE_FORMATS = ("autotvm", "metaschedule", "kernel-tuner")
+DEVICE_FORMATS = ("autotvm", "metaschedule", "kernel-tuner", "triton")
 
 
 def register(sub, common) -> None:
@@ -55,6 +55,9 @@ def register(sub, common) -> None:
     e.add_argument("--format", required=True, choices=list(FORMATS), dest="format", help="output format")
     e.add_argument("out", metavar="OUT", help="output file or directory")
     e.add_argument("--target", default=None, metavar="T", help="only this target (name or key)")
+    e.add_argument("--shape", default=None, metavar="E=..,N=..",
+                   help="vllm-moe only: the table of this shape (E=<n>,N=<n>[,dtype=<d>][,block_shape=[<n>,<k>]]) "
+                        "for --target, entries without a record predicted from the nearest devices and shapes")
     e.set_defaults(func=run_export)
 
 
@@ -129,6 +132,9 @@ def conflict_line(c: dict) -> str:
     if c["kind"] == "host-device-name":
         return (f"{name}: device name {c['device_claimed']!r} is a {c['evidence'].get('reason', 'host string')}, "
                 f"not a GPU; imported as target {c['target_used']!r} (the file name)")
+    if c["kind"] == "duplicate-results":
+        return (f"{name}: the same configs and times as {Path(c['evidence']['duplicate_of']).name}; not imported "
+                f"as a second device {c['device_claimed']!r} (its measurements are target {c['target_used']!r})")
     worst = max(c["evidence"].get("against") or [{}], key=lambda e: e.get("median_abs_log_ratio", 0.0))
     if worst.get("file"):
         why = (f"its times disagree with {Path(worst['file']).name} (median ratio {worst['median_ratio']:.2f}x, "
@@ -151,6 +157,15 @@ def _records_of(db, target: str | None) -> list:
 
 
 def run_export(args) -> int:
+    if args.format == "vllm-moe" or args.shape is not None:  # serving tables: transfer/tuners/serving/
+        from tunedb.transfer.tuners.serving.exporting import export_tables
+
+        try:
+            payload, human = export_tables(args, _open_db(args, create=False))
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        emit(args, payload, human)
+        return 0
     fmt = FORMATS[args.format]
     db = _open_db(args, create=False)
     records = _records_of(db, args.target)

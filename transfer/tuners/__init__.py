@@ -1,0 +1,1 @@
+"""One folder per outside tuner: everything tunedb needs to work with it."""
