@@ -5,6 +5,8 @@ directory of the caller's (no root-owned defaults are touched), serving one dire
     srv = NginxServer(base_dir, root=snapshot_dir, max_ranges=None)  # max_ranges=0: no Range support
     srv.start(); srv.url  # http://127.0.0.1:PORT/
     srv.stop()            # fast shutdown: open connections are cut (a server that stops mid-read)
+    srv.served()          # the access log so far: (path, status, body bytes sent) per request
+    srv.clear_log()       # empty the access log (measure one command's requests)
 
 The nginx is a child of the process that started it and gets SIGTERM (a fast shutdown) when
 that process dies, even by SIGKILL (Linux: ``PR_SET_PDEATHSIG``), so no server outlives a
@@ -22,6 +24,7 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -105,6 +108,11 @@ http {{
 """
 
 
+#: a request line of the access log (nginx's default ``combined`` format): its path, status and
+#: ``$body_bytes_sent`` (the bytes of the body, without headers: for a Range request, the range's)
+LOG_LINE = re.compile(r'"[A-Z]+ (?P<path>\S+) [^"]*" (?P<status>\d{3}) (?P<bytes>\d+) ')
+
+
 class NginxServer:
     """One private nginx serving ``root`` (see the module docstring).  ``max_ranges``: nginx's
     setting (0: Range requests are answered with the whole file); ``limit_rate``: bytes/s per
@@ -175,6 +183,25 @@ class NginxServer:
         if self.proc.stderr:
             self.proc.stderr.close()
         self.proc = None
+
+    @property
+    def access_log(self) -> Path:
+        return self.base / "logs" / "access.log"
+
+    def served(self) -> list[tuple[str, int, int]]:
+        """Every request in the access log so far: ``(path, status, body bytes sent)``, in order
+        (nginx writes a line when a request completes)."""
+        try:
+            text = self.access_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        return [(m["path"], int(m["status"]), int(m["bytes"])) for m in map(LOG_LINE.search, text.splitlines()) if m]
+
+    def clear_log(self) -> None:
+        """Empty the access log (nginx keeps appending to the same file)."""
+        if self.access_log.exists():
+            with open(self.access_log, "r+b") as f:
+                f.truncate(0)
 
     def restart(self) -> NginxServer:
         self.stop()

@@ -31,10 +31,29 @@ OUTPUT_OPTIONS = {("export", "out"): "OUT", ("publish", "out"): "OUT", ("report"
                   ("keygen", "private"): "KEYFILE", ("keygen", "public"): "--public"}
 
 
-def stored_workloads(args: Any) -> list[dict]:
+def _snapshot_workloads(db: Any, args: Any, workload: dict | None) -> list[str]:
+    """A published snapshot's workloads for the check, fetching as little as it can: ``workload``
+    alone when the command's ``--target`` (found by name or key in the manifest) has records of
+    it -- one part, which the command reads next from the cache -- else the workloads of its
+    entries files (bounded index data); never every part."""
+    spec = getattr(args, "target", None)
+    if workload is not None and isinstance(spec, str):
+        try:
+            target = db.find_target(spec)
+            got = None if target is None else db.records(target, workload, include_stale=False, columns=["workload"])
+        except ValueError:
+            got = None
+        if got is not None and got.num_rows:
+            return got.column("workload").to_pylist()[:1]
+    return db.entries().column("workload").to_pylist()
+
+
+def stored_workloads(args: Any, workload: dict | None = None) -> list[dict]:
     """The workloads of every entry of the database layers ``args`` names, read without creating
-    anything; [] when a layer cannot be opened (the command reports that itself)."""
-    from tunedb.index.opener import open_store, parse_location
+    anything; [] when a layer cannot be opened (the command reports that itself).  A published
+    snapshot answers without fetching its parts (:func:`_snapshot_workloads`; ``workload``: the
+    one being checked)."""
+    from tunedb.index.opener import SNAPSHOT, open_store, parse_location
 
     out: list[dict] = []
     try:
@@ -50,8 +69,10 @@ def stored_workloads(args: Any) -> list[dict]:
         except (OSError, ValueError, TypeError):
             continue
         try:
-            # a projection of the records: entries() would write the store's derived cache
-            texts = db.records(include_stale=False, columns=["workload"]).column("workload").to_pylist()
+            if here.kind == SNAPSHOT:
+                texts = _snapshot_workloads(db, args, workload)
+            else:  # a projection of the records: entries() would write the store's derived cache
+                texts = db.records(include_stale=False, columns=["workload"]).column("workload").to_pylist()
             out += [json.loads(w) for w in dict.fromkeys(texts)]
         except (OSError, ValueError):
             pass
@@ -73,7 +94,7 @@ def _check_workload(args: Any, spec: str) -> dict:
 
     def stored() -> list[dict]:
         if not cache:
-            cache.append(stored_workloads(args))
+            cache.append(stored_workloads(args, w))
         return cache[0]
 
     try:
