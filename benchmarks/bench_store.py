@@ -6,13 +6,24 @@ Baselines
   json1   the seeds' design: one JSON file rewritten on every save (quadratic; only run at
           N <= 10,000 -- above that it is skipped and reported as null).
 
+Rounds (``--rounds N``, default 3): the baseline and tunedb are measured in turn, metric by
+metric, N times on the same records, so that the load of a shared machine hits both alike:
+per round a fresh bulk ingest of each (the order alternating by round), a fresh open of each,
+then lookups and ``best`` answered in alternating blocks of 500 queries (a new tunedb handle and a
+new random sample of queries per round), then durable single-record commits alternating in 10
+sub-rounds of 40.  ``rounds`` holds every round's figures and ratios; the ``tunedb`` and
+``jsonl`` figures are medians over the rounds and ``ratios`` the medians of the per-round ratios
+(``ratios_per_round`` lists them).  The benchmark's own objects (the generated records, the
+loaded dict) are frozen out of the cyclic garbage collector (``gc.freeze``) once built, so that
+neither side's allocations pay for collector passes over the other side's objects.
+
 Figures (per store): ingest_rec_per_s (bulk; for tunedb a columnar ``RecordBatch`` per 250,000
 records, with ingest_records_rec_per_s the same for lists of ``Record`` objects and
 index_after_ingest_s the deferred indexing that the first query after a bulk commit pays),
 commit_per_s (durable single-record commits, fsync'ed), open_s (median of 3), lookup_us_p50
 (hits, random order), best_us_p50 and best_us_p99 (k=5, entries in random order, so most are
-asked for the first time: tunedb ranks every entry of a target at once when a second one is
-asked, which is the p99), size_bytes.  Record construction (canonical JSON + keys) is timed
+asked for the first time: tunedb ranked every entry of a target ahead of time, when its first
+query loaded the target), size_bytes.  Record construction (canonical JSON + keys) is timed
 once for all as record_build_per_s.  In a fresh process per store (``probe``): open_s, resident memory after
 opening (rss_open_mb) and after 10,000 lookups (rss_mb), lookup and best percentiles there.
 ``writers``: K processes (and, for tunedb, K threads sharing one handle) each committing one
@@ -34,6 +45,7 @@ targets of the 50.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -113,6 +125,15 @@ def make_batch(recs: list[Record]) -> RecordBatch:
         config=[r.config for r in recs], costs=[list(r.costs) for r in recs],
         compile_s=[r.compile_s for r in recs], wall_s=[r.wall_s for r in recs],
         timestamp=[r.timestamp for r in recs], source="measured", record_id=[r.record_id for r in recs])
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; "" where unknown)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -391,6 +412,137 @@ def bench_commits_interleaved(db_path: Path, log_path: Path, rounds: int = 30, p
             "rounds": rounds, "per_round": per_round}
 
 
+# ------------------------------------------------------------------- interleaved rounds
+BLOCK = 500  # queries of one side before the other side's
+
+
+def interleaved_latencies(sides: dict, items: list) -> dict[str, list[float]]:
+    """Seconds of each side's ``fn(item)`` over ``items``, the sides taking turns in blocks of
+    ``BLOCK`` items (each side answers every item); a None answer is an error."""
+    out: dict[str, list[float]] = {name: [] for name in sides}
+    for lo in range(0, len(items), BLOCK):
+        for name, fn in sides.items():
+            out[name].extend(time_calls(fn, items[lo:lo + BLOCK]))
+    return out
+
+
+def ingest_tunedb(batches: list, path: Path) -> tuple[float, float]:
+    """(records/s of committing ``batches`` into a new DB at ``path``, seconds of the first
+    query after it, which indexes the new files)."""
+    db = ParquetStore.open(path)
+    n = sum(len(b) for b in batches)
+    t0 = time.perf_counter()
+    for b in batches:
+        db.commit(b)
+    rate = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    assert len(db) == n, (len(db), n)
+    return rate, time.perf_counter() - t0
+
+
+def ingest_jsonl(dicts: list[dict], path: Path) -> float:
+    """Records/s of appending ``dicts`` durably to a new JSON-lines log at ``path`` (250,000 a write)."""
+    log = JsonlLog(path)
+    t0 = time.perf_counter()
+    for i in range(0, len(dicts), 250_000):
+        log.append(dicts[i:i + 250_000], durable=True)
+    return len(dicts) / (time.perf_counter() - t0)
+
+
+def one_round(k: int, recs: list[Record], batches: list, dicts: list[dict], work: Path, db_path: Path,
+              log: JsonlLog, a: argparse.Namespace) -> dict:
+    """Round ``k``: each metric of tunedb (the DB at ``db_path``) and of the JSON-lines dict
+    (``log``) measured in turn (see module docstring).  Returns {side: {metric: value}}."""
+    t: dict = {}
+    j: dict = {}
+    scratch = work / f"round{k}"
+    scratch.mkdir()
+    for side in (("tunedb", "jsonl") if k % 2 == 0 else ("jsonl", "tunedb")):
+        if side == "tunedb":
+            t["ingest_rec_per_s"], t["index_after_ingest_s"] = ingest_tunedb(batches, scratch / "tunedb")
+            shutil.rmtree(scratch / "tunedb")
+        else:
+            j["ingest_rec_per_s"] = ingest_jsonl(dicts, scratch / "log.jsonl")
+            (scratch / "log.jsonl").unlink()
+    t["open_s"] = time_opens(lambda: ParquetStore.open(db_path))
+    t0 = time.perf_counter()
+    log.load()
+    j["open_s"] = time.perf_counter() - t0
+    gc.freeze()  # (the loaded dict: the store itself, not scanned again by the collector)
+    db = ParquetStore.open(db_path)  # a new handle: every target is touched first in this round
+    rng = random.Random(1000 + k)
+    qs = [recs[rng.randrange(len(recs))] for _ in range(a.queries)]
+    lat = interleaved_latencies({"tunedb": lambda r: db.lookup(r.target, r.workload, r.config),
+                                 "jsonl": lambda r: log.lookup(r.target, r.workload, r.config)}, qs)
+    blat = interleaved_latencies({"tunedb": lambda r: db.best(r.target, r.workload, 5) or None,
+                                  "jsonl": lambda r: log.best(r.target, r.workload, 5) or None},
+                                 qs[: max(100, a.queries // 10)])
+    for side, d in (("tunedb", t), ("jsonl", j)):
+        d.update({"lookup_us_p50": pct(lat[side], 0.5) * 1e6, "lookup_us_p99": pct(lat[side], 0.99) * 1e6,
+                  "best_us_p50": pct(blat[side], 0.5) * 1e6, "best_us_p99": pct(blat[side], 0.99) * 1e6})
+    ci = bench_commits_interleaved(scratch / "ci-db", scratch / "ci.jsonl", rounds=10, per_round=40)
+    t["commit_per_s"], j["commit_per_s"] = ci["tunedb_per_s"], ci["jsonl_per_s"]
+    t["commit_ratio"] = ci["ratio_median"]
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"tunedb": t, "jsonl": j}
+
+
+#: per-round ratio name -> (metric, True: tunedb / jsonl, False: jsonl / tunedb)
+ROUND_RATIOS = {"lookup_vs_jsonl": ("lookup_us_p50", True), "lookup_p99_vs_jsonl": ("lookup_us_p99", True),
+                "best_vs_jsonl": ("best_us_p50", True), "best_p99_vs_jsonl": ("best_us_p99", True),
+                "ingest_vs_jsonl": ("ingest_rec_per_s", True), "open_speedup_vs_jsonl": ("open_s", False)}
+
+
+def round_ratios(r: dict) -> dict[str, float]:
+    """The ratios of one round (``ROUND_RATIOS``; commits: the median of its sub-rounds' ratios)."""
+    t, j = r["tunedb"], r["jsonl"]
+    out = {name: (t[m] / j[m] if fwd else j[m] / t[m]) for name, (m, fwd) in ROUND_RATIOS.items()}
+    out["commit_vs_jsonl"] = t["commit_ratio"]
+    return out
+
+
+def medians(rounds: list[dict], side: str) -> dict[str, float]:
+    """Each metric of ``side`` (tunedb, jsonl): its median over ``rounds``."""
+    return {m: statistics.median(r[side][m] for r in rounds) for m in rounds[0][side]}
+
+
+def bench_rounds(recs: list[Record], work: Path, a: argparse.Namespace) -> dict:
+    """The interleaved rounds (see module docstring): the query stores are built once (tunedb
+    compacted), then ``a.rounds`` rounds of ``one_round``.  Returns the per-round figures and
+    ratios and their medians, and the figures measured once (Record-list ingest, batch build,
+    size)."""
+    chunk = 250_000
+    db = ParquetStore.open(work / "from_records")  # bulk ingest of Record objects (scratch, removed)
+    t0 = time.perf_counter()
+    for i in range(0, len(recs), chunk):
+        db.commit(recs[i:i + chunk])
+    ingest_records = len(recs) / (time.perf_counter() - t0)
+    del db
+    shutil.rmtree(work / "from_records")
+    t0 = time.perf_counter()
+    batches = [make_batch(recs[i:i + chunk]) for i in range(0, len(recs), chunk)]
+    batch_build = len(recs) / (time.perf_counter() - t0)
+    dicts = [r.to_dict() for r in recs]
+    gc.freeze()
+    db_path = work / "tunedb"
+    ingest_tunedb(batches, db_path)
+    ParquetStore.open(db_path).compact()
+    log = JsonlLog(work / "log.jsonl")
+    ingest_jsonl(dicts, log.path)
+    rounds = []
+    for k in range(a.rounds):
+        r = one_round(k, recs, batches, dicts, work, db_path, log, a)
+        r["ratios"] = round_ratios(r)
+        rounds.append(r)
+    log.index.clear()  # (its memory back before the fresh-process probes)
+    log.by_entry.clear()
+    t, j = medians(rounds, "tunedb"), medians(rounds, "jsonl")
+    t.update({"ingest_records_rec_per_s": ingest_records, "batch_build_per_s": batch_build,
+              "size_bytes": dir_size(db_path / "records")})
+    j["size_bytes"] = dir_size(log.path)
+    return {"tunedb": t, "jsonl": j, "rounds": rounds}
+
+
 # ------------------------------------------------------------------ concurrent writers
 def _writer(kind: str, path: str, seconds: float, go, wid: int, q) -> None:
     """Commit one record at a time, durably, for ``seconds`` once ``go`` holds the start time;
@@ -522,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--commits", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (>= 1; medians reported)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a temp dir, removed)")
     ap.add_argument("--no-writers", action="store_true", help="skip the concurrent-writer figures")
@@ -531,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--qfile", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     if a.probe:
         print(json.dumps(probe(a.probe, a.path, a.qfile)))
         return 0
@@ -544,11 +699,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         recs = make_records(a.records)
         build = len(recs) / (time.perf_counter() - t0)
-        res: dict = {"records": len(recs), "record_build_per_s": build, "machine": {"cpus": os.cpu_count()}}
-        (work / "t").mkdir()
-        res["tunedb"] = bench_tunedb(recs, work / "t", a.queries, a.commits)
-        (work / "j").mkdir()
-        res["jsonl"] = bench_jsonl(recs, work / "j", a.queries, a.commits)
+        gc.collect()
+        gc.freeze()  # (the generated records: the benchmark's, neither store's)
+        res: dict = {"records": len(recs), "record_build_per_s": build, "rounds_run": a.rounds,
+                     "machine": {"cpus": os.cpu_count(), "model": cpu_model()}}
+        (work / "r").mkdir()
+        got = bench_rounds(recs, work / "r", a)
+        res["tunedb"], res["jsonl"], res["rounds"] = got["tunedb"], got["jsonl"], got["rounds"]
         if a.records <= 10_000:
             (work / "o").mkdir()
             res["json1"] = bench_json1(recs, work / "o", a.queries, a.commits)
@@ -560,19 +717,17 @@ def main(argv: list[str] | None = None) -> int:
         del recs
         if a.previous:
             res["previous"] = run_previous(a, work)
-        res["probe"] = {"tunedb": run_probe("tunedb", work / "t" / "tunedb", qfile),
-                        "jsonl": run_probe("jsonl", work / "j" / "log.jsonl", qfile)}
-        res["commits_interleaved"] = bench_commits_interleaved(work / "ci-db", work / "ci.jsonl")
+        res["probe"] = {"tunedb": run_probe("tunedb", work / "r" / "tunedb", qfile),
+                        "jsonl": run_probe("jsonl", work / "r" / "log.jsonl", qfile)}
+        per_round = [r["ratios"] for r in res["rounds"]]
+        res["ratios_per_round"] = {name: [x[name] for x in per_round] for name in per_round[0]}
         if not a.no_writers:
             (work / "w").mkdir()
             res["writers"] = bench_writers(work / "w")
         t, j, pt, pj = res["tunedb"], res["jsonl"], res["probe"]["tunedb"], res["probe"]["jsonl"]
         res["ratios"] = {
-            "open_speedup_vs_jsonl": j["open_s"] / t["open_s"],
+            **{name: statistics.median(xs) for name, xs in res["ratios_per_round"].items()},
             "size_vs_jsonl": t["size_bytes"] / j["size_bytes"],
-            "lookup_vs_jsonl": t["lookup_us_p50"] / j["lookup_us_p50"],
-            "best_vs_jsonl": t["best_us_p50"] / j["best_us_p50"],
-            "commit_vs_jsonl": res["commits_interleaved"]["ratio_median"],
             "fresh_process_lookup_vs_jsonl": pt["lookup_us_p50"] / pj["lookup_us_p50"],
             "fresh_process_best_vs_jsonl": pt["best_us_p50"] / pj["best_us_p50"],
             "fresh_process_open_speedup_vs_jsonl": pj["open_s"] / pt["open_s"],

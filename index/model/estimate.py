@@ -380,7 +380,9 @@ def _statistic(t_lo: int, t_hi: int) -> tuple[str, str]:
     return "mean", TUNER_META_KEYS[t_lo - 1] if t_lo == t_hi else ""
 
 
-def _estimate_at(arrs: dict[str, np.ndarray], i: int) -> CostEstimate | None:
+def estimate_at(arrs: dict[str, np.ndarray], i: int) -> CostEstimate | None:
+    """The estimate of group ``i`` of the grouped arrays ``arrs`` (as :func:`rank_arrays` builds
+    them), or None when the group has no ok value."""
     v = float(arrs["value"][i])
     if math.isnan(v):
         return None
@@ -429,7 +431,7 @@ def estimate(records: Iterable[Record]) -> CostEstimate | None:
     recs = _usable(records)
     if not recs:
         return None
-    return _estimate_at(_arrays_of(recs, [0] * len(recs), 1), 0)
+    return estimate_at(_arrays_of(recs, [0] * len(recs), 1), 0)
 
 
 def rank_key(est: CostEstimate, config_key: str) -> tuple[int, float, str]:
@@ -467,7 +469,7 @@ def rank_arrays(flat: np.ndarray, lengths: np.ndarray, config_keys: Sequence[str
     ranked = valid[np.lexsort((key_rank[valid], arrs["value"][valid], ~arrs["basis_confirmed"][valid]))]
     if k is not None:
         ranked = ranked[:k]
-    return [(int(gi), _estimate_at(arrs, int(gi)), int(rep[gi])) for gi in ranked]
+    return [(int(gi), estimate_at(arrs, int(gi)), int(rep[gi])) for gi in ranked]
 
 
 def rank(records: Iterable[Record], k: int | None = None) -> list[ConfigCost]:

@@ -41,7 +41,14 @@ import pyarrow.parquet as pq
 
 from tunedb.index.contract import tables
 from tunedb.index.contract.answers import Lookups
-from tunedb.index.model.estimate import ConfigCost, rank, rank_arrays
+from tunedb.index.model.estimate import (
+    ConfigCost,
+    estimate_at,  # (rank_arrays' own estimate builder)
+    estimate_groups,
+    rank,
+    rank_arrays,
+    record_values,
+)
 from tunedb.index.model.keys import canonical_json, canonical_json_flat, canonical_json_flat_many, hash64, key_of_text
 from tunedb.index.model.record import Record
 from tunedb.index.model.schema import conform, empty_records
@@ -190,7 +197,7 @@ class RankedEntries:
         #: whether that is all of it)
         self.answers: dict[tuple[str, str], tuple[list, list[Record], bool]] = {}
         self.misses = 0  # entries computed one by one
-        self.complete = False  # every entry of the arrays was ranked (``Queries.rank_partition``)
+        self.complete = False  # every entry of the arrays was ranked (``Queries.prerank``)
 
     def put(self, pair: tuple[str, str], answer: list, k: int) -> tuple[list, list[Record], bool]:
         """Keep ``answer``, the first ``k`` ConfigCost of the ranking of entry ``pair``
@@ -213,6 +220,8 @@ class Queries:
         self.keys = KeyMemo()  # canonical JSON and keys of query arguments, parsed JSON
         self.lookups = 0
         self.hits = 0
+        #: partition prefixes this handle has ranked ahead of time (``prerank``: once each)
+        self.preranked: set[str] = set()
 
     # ------------------------------------------------------------------ keys
     def target_key(self, target: Any) -> str:
@@ -295,7 +304,7 @@ class Queries:
             self.lookups += 1
             if p is None:
                 return None
-            view.loaded(p)
+            self.loaded(p)
             r = p.overlay.get(lk)
             if r is not None:
                 if r.record_id in view.refuted:
@@ -333,7 +342,7 @@ class Queries:
             self.lookups += n
             if p is None or not n:
                 return Lookups(np.zeros(n, bool), lambda i: None)
-            found, packed = last_positions(view.loaded(p).arrays, lks)
+            found, packed = last_positions(self.loaded(p).arrays, lks)
             overlay = {i: r for i, lk in enumerate(lk_list) if (r := p.overlay.get(lk)) is not None} \
                 if p.overlay else {}
             for i in overlay:
@@ -385,10 +394,10 @@ class Queries:
         Answers are kept per entry in the partition's ``RankedEntries``, found by the memoised
         (target_key, workload_key) (no canonical JSON or hashing once the keys are known), valid
         for one build of the partition's arrays and one set of refuted records, and dropped for
-        an entry this handle commits to (see ``RankedEntries``).  The ``RANK_ALL_AFTER``-th
-        entry of a partition that misses under the same arrays has every entry of the partition
-        ranked at once (``rank_partition``; for ``k`` up to ``RANK_ALL_MAX_K``), so that queries
-        over many entries of a target answer from memory."""
+        an entry this handle commits to (see ``RankedEntries``).  The first query of a target
+        in this handle ranked its entries ahead of time (``prerank``, the first ``PRERANK_K`` of
+        each), so a query for up to that many answers from memory; any other miss ranks the one
+        entry asked, never the whole target."""
         pair = self.pair_of(target, workload)
         with self.lock:
             p = self.view.parts.get(pair[0][:16])
@@ -433,12 +442,27 @@ class Queries:
                     self.keys.canon(workload, "workload")[1])
         return self.keys.pair(target, workload)
 
+    def loaded(self, p: Partition) -> Partition:
+        """``p`` indexed (``PartitionSet.loaded``); the first time this handle queries it, its
+        entries are ranked too (``prerank``), so that ``best`` answers from memory.  Handle lock
+        held.  FileNotFoundError: a file was merged away (the store refreshes and asks again)."""
+        self.view.loaded(p)
+        if p.prefix not in self.preranked:
+            self.prerank(p)
+            self.preranked.add(p.prefix)
+        return p
+
     def ranked_entries(self, p: Partition) -> RankedEntries:
         """Partition ``p`` loaded (indexed) and its kept answers, a new ``RankedEntries`` when its
         arrays or the refuted records changed since (handle lock held)."""
+        self.loaded(p)
+        return self.current_ranked(p)
+
+    def current_ranked(self, p: Partition) -> RankedEntries:
+        """The kept answers of loaded partition ``p``: its ``RankedEntries``, a new one (with the
+        rankings kept in ``derived/ranked/``) when its arrays or the refuted records changed
+        since (handle lock held)."""
         view = self.view
-        if not p.loaded or p.dirty:
-            view.loaded(p)
         ranked = p.ranked
         if ranked is None or ranked.refuted is not view.refuted_hashes or ranked.arrays is not p.arrays:
             sig = None
@@ -490,11 +514,6 @@ class Queries:
             if out is not None:
                 return ranked.put(pair, out, k)
         ranked.misses += 1
-        if ranked.misses >= self.RANK_ALL_AFTER and k <= self.RANK_ALL_MAX_K and not ranked.complete:
-            self.rank_partition(p, ranked, k, per_file)
-            hit = ranked.answers.get(pair)
-            if hit is not None and (k <= len(hit[0]) or hit[2]):
-                return hit
         tw = self.entry_query(target, workload)[2]
         if p.overlay_entries.get(ek):  # this handle's small commits, not in the arrays yet
             out = rank(self.entry_records(target, workload), k)
@@ -505,11 +524,12 @@ class Queries:
                 return out, [c.record for c in out], len(out) < k
         return ranked.put(pair, out, k)
 
-    #: misses under one build of a partition's arrays after which all its entries are ranked at once
-    RANK_ALL_AFTER = 2
-    #: the largest ``k`` for which all of a partition's entries are ranked at once (a larger one
-    #: ranks only the entry asked: every entry's whole ranking would build most records as Records)
-    RANK_ALL_MAX_K = 16
+    #: the configs of each entry ranked ahead of time (``prerank``): a ``best`` for up to this
+    #: many answers from memory; a larger ``k`` ranks the entry asked
+    PRERANK_K = 8
+    #: partitions with more live ok rows are not ranked ahead of time (their entries are ranked
+    #: one by one when asked): bounds the first query of a target's extra work
+    PRERANK_MAX_ROWS = 500_000
 
     def rank_entry(self, p: Partition, ek: int, k: int, tw: tuple | dict | None,
                    per_file: dict | None = None, keep: RankedEntries | None = None) -> list | None:
@@ -556,25 +576,66 @@ class Queries:
         wj, wk = t["workload"][r].as_py(), t["workload_key"][r].as_py()
         return self.keys.json(tj), self.keys.json(wj), tj, wj, tk, wk
 
-    def rank_partition(self, p: Partition, ranked: RankedEntries, k: int, per_file: dict | None = None) -> None:
-        """Rank every entry of partition ``p`` with live ok rows into ``ranked`` (the first ``k``
-        of each; handle lock held), but those answered already and those with this handle's
-        own commits outside the arrays (ranked when asked).  The Records of all entries share
-        one target dict and text, and those of one entry one workload dict and text.
-        ``per_file``: see ``entry_costs`` (None: kept for this call only)."""
+    def prerank(self, p: Partition) -> None:
+        """Rank every entry of loaded partition ``p`` ahead of its ``best`` queries, into its
+        ``RankedEntries``: the first ``PRERANK_K`` configs of each, as ``rank_entry`` would
+        give them, computed for all entries at once (``rank_all``), and their representative
+        Records built (the Records of all entries share one target dict and text).  Skipped:
+        entries answered already, those with this handle's own commits outside the arrays, and
+        partitions of more than ``PRERANK_MAX_ROWS`` rows.  Handle lock held."""
+        ranked = self.current_ranked(p)
+        ar = p.arrays
+        rows = ar.by_entry
+        if not len(rows) or len(rows) > self.PRERANK_MAX_ROWS:
+            return
+        refuted = self.view.refuted_hashes
+        if refuted:
+            rows = rows[~np.isin(ar.a["rid_hash"][rows], np.fromiter(refuted, np.int64, len(refuted)))]
         shared: dict[str, tuple[str, str]] = {}
-        per_file = {} if per_file is None else per_file
-        for ek in np.unique(p.arrays.entry_sorted).tolist():
+        k = self.PRERANK_K
+        keep_rows = rankcache.MIN_ENTRY_ROWS if ranked.sig is not None else None
+        for ek, n_rows, head in rank_all(self.view, p, np.asarray(rows, np.int64), k, keep_rows, rankcache.KEEP):
             if p.overlay_entries.get(ek):
                 continue
             out = self.from_kept(p, ranked, ek, k, shared) if ek in ranked.kept else None
             if out is None:
-                out = self.rank_entry(p, ek, k, shared, per_file, ranked)
-            if out:  # (keyed by its records' keys; an entry without costs is ranked when asked)
+                out = self.ranked_head(p, head[:k], shared)
+                if out and keep_rows is not None and n_rows >= keep_rows:
+                    self.keep_head(p, ranked, ek, head, out, max(k, rankcache.KEEP), shared)
+            if out:
                 pair = (out[0].record.target_key, out[0].record.workload_key)
                 if pair not in ranked.answers:
-                    ranked.put(pair, out, k)
+                    ranked.put(pair, out[:k], k)
         ranked.complete = True
+        self.save_kept(p, ranked)
+
+    def keep_head(self, p: Partition, ranked: RankedEntries, ek: int, head: list, out: list, n: int,
+                  shared: dict[str, tuple[str, str]]) -> None:
+        """Keep the head of entry ``ek``'s ranking (``head`` from ``rank_all``, ``out`` the
+        ConfigCost of its first places) in ``ranked.kept`` (``rankcache``; ``n`` the places
+        asked for: fewer mean it is the whole ranking), written by ``save_kept``."""
+        rest = self.ranked_head(p, head[len(out):], shared) if len(head) > len(out) else []
+        if rest is None:
+            return
+        allc = out + rest
+        ranked.kept[ek] = rankcache.Ranking(np.array([row for _, _, row in head], np.int64), [c.config_key for c in allc],
+                                            [c.estimate for c in allc], len(head) < n,
+                                            records=[c.record for c in allc])
+        ranked.unsaved = True
+
+    def ranked_head(self, p: Partition, head: list, shared: dict[str, tuple[str, str]]) -> list | None:
+        """``ConfigCost`` of each (config key, estimate, row of ``p``'s arrays) of ``head`` (one
+        entry's, from ``rank_all``), or None when a representative is refuted (a rid-hash
+        collision: that entry is ranked when asked).  Handle lock held."""
+        tw = self.entry_tw(p, head[0][2], shared)
+        refuted = self.view.refuted
+        out = []
+        for key, est, row in head:
+            rec = self.record(p, row, tw)
+            if refuted and rec.record_id in refuted:
+                return None
+            out.append(ConfigCost(config_key=key, config=rec.config, estimate=est, record=rec))
+        return out
 
     def entry_records(self, target: Any, workload: Any) -> list[Record]:
         """Every live, ok, unrefuted record of (target, workload) (see ``RecordStore``)."""
@@ -584,7 +645,7 @@ class Queries:
             p = view.parts.get(tkey[:16])
             if p is None:
                 return []
-            ar = view.loaded(p).arrays
+            ar = self.loaded(p).arrays
             rows = memindex.entry_rows(ar.a, ar.by_entry, ar.entry_sorted, ek, view.refuted_hashes)
             out = [self.record(p, i, tw) for i in rows]
             seen = {r.record_id for r in out}
@@ -771,3 +832,51 @@ def change_token(db: Path, dirs: tuple[Path, ...], journal_dir: Path, own: int) 
         jsig = []
     text = "\n".join(sorted(names) + [f"{k}\0{v}" for k, v in jsig])
     return (own, hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
+
+
+# ---------------------------------------------------------------------- ranking ahead of time
+def rank_all(view: PartitionSet, p: Partition, rows: np.ndarray, k: int, keep_rows: int | None = None,
+             keep: int = 0) -> list[tuple[int, int, list]]:
+    """The first ``k`` of the ranking of every entry of ``rows`` (live ok rows of partition
+    ``p``'s arrays, grouped by entry as ``memindex.Arrays.by_entry`` orders them), computed for
+    all entries at once: (entry key, its rows in ``rows``, [(config key, ``CostEstimate``,
+    representative row)]) per entry with a cost, in entry-key order; the first ``keep`` of
+    entries of at least ``keep_rows`` rows (None: none).  Each entry's list is what ``estimate.rank_arrays``
+    gives for that entry's rows alone (the estimator works per config; here a group is one
+    (entry, config), and the representative's ties break by position within the entry, as
+    there).  FileNotFoundError: a file was merged away."""
+    c = entry_costs(view, p, rows)
+    if not len(c.sel):
+        return []
+    ents = p.arrays.a["entry_key"][rows[c.sel]]
+    ent_keys, ent = np.unique(ents, return_inverse=True)
+    nk = len(c.keys)
+    uniq, g = np.unique(ent.reshape(-1).astype(np.int64) * nk + c.group, return_inverse=True)
+    g = g.reshape(-1)
+    g_ent, g_key = uniq // nk, uniq % nk
+    arrs = estimate_groups(c.flat, c.lengths, g, c.confirm, len(uniq), c.noisy, c.tuner)
+    # the representative of each group: rank_arrays' order (nearest the estimate, latest, last)
+    dist = np.abs(record_values(c.flat, c.lengths, c.tuner) - arrs["value"][g])
+    order = np.lexsort((-np.arange(len(g)), -c.ts.astype(np.float64), dist, g))
+    first = np.ones(len(order), bool)
+    first[1:] = g[order][1:] != g[order][:-1]
+    rep = np.full(len(uniq), -1, np.int64)
+    rep[g[order][first]] = order[first]
+    # per entry, rank_key's order: confirmed first, then by value, then by config key (c.keys sorted)
+    valid = np.flatnonzero(~np.isnan(arrs["value"]))
+    ranked = valid[np.lexsort((g_key[valid], arrs["value"][valid], ~arrs["basis_confirmed"][valid], g_ent[valid]))]
+    re = g_ent[ranked]
+    starts = np.flatnonzero(np.r_[True, re[1:] != re[:-1]])
+    ends = np.r_[starts[1:], len(ranked)]
+    rep_rows = rows[c.sel[rep[ranked]]]
+    all_ents, n_rows = np.unique(p.arrays.a["entry_key"][rows], return_counts=True)
+    n_of = n_rows[np.searchsorted(all_ents, ent_keys[re[starts]])]
+    heads = np.full(len(starts), k, np.int64)
+    if keep_rows is not None:
+        heads[n_of >= keep_rows] = max(k, keep)
+    out = []
+    for lo, hi, n in zip(starts.tolist(), np.minimum(ends, starts + heads).tolist(), n_of.tolist()):
+        head = [(c.keys[int(g_key[gi])], estimate_at(arrs, int(gi)), int(rep_rows[i]))
+                for i, gi in zip(range(lo, hi), ranked[lo:hi].tolist())]
+        out.append((int(ent_keys[int(re[lo])]), int(n), head))
+    return out

@@ -456,9 +456,11 @@ class _TunedbDatabase:
         return shash, info[0], info[1]
 
     def _known_workload_keys(self) -> set[str]:
-        """Workload keys with a live record in the store (read once per handle, then kept up to date)."""
+        """Workload keys with a live record in the store (read once per handle, then kept up to
+        date), from the store's entries: one row per (target, workload), never every record (a
+        published snapshot answers from its entries index without fetching its parts)."""
         if self._known_wl_keys is None:
-            t = self.db.records(include_stale=False)
+            t = self.db.entries()
             self._known_wl_keys = set(t.column("workload_key").to_pylist()) if t.num_rows else set()
         return self._known_wl_keys
 

@@ -83,10 +83,11 @@ change.  ``TuneOptions`` are set flat and read flat or by group (``OPTION_GROUPS
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -352,6 +353,19 @@ def _sig(cfg: Mapping[str, Any]) -> str:
     return canonical_json(dict(cfg))
 
 
+@dataclass
+class Pending:
+    """One evaluation the DB could not answer, waiting for its measurement: ``config`` (as
+    proposed), ``origin`` (``ORIGINS``), ``key`` (its config key); ``handed``: given out by an
+    ask/tell client's ``suggest``; ``observed``: its record is committed and counted."""
+
+    config: dict
+    origin: str
+    key: str
+    handed: bool = False
+    observed: bool = False
+
+
 def _sig_short(cfg: Mapping[str, Any]) -> str:
     """The config's ``config_key`` (32 hex digits), as records name it."""
     from tunedb.index.model.keys import key_of
@@ -423,6 +437,8 @@ class Tuner:
         self.surrogate_info: dict = {}         # TuneResult.surrogate
         self._neighbourhood = Neighbourhood(space)
         self.sources: list[ProposalSource] = all_sources() if sources is None else list(sources)
+        self.pending: list[Pending] = []       # the batch waiting for measurements (``_evaluation``)
+        self._inside_s = 0.0                   # seconds of commits and bookkeeping inside observations
 
     # ------------------------------------------------- what the sources read
     @property
@@ -462,18 +478,100 @@ class Tuner:
 
     def evaluate(self, configs: list[dict], origin: str | list[str] = "random") -> None:
         """Evaluate the first configs not evaluated yet, as many as the budget allows:
-        DB first, the backend for the rest, each committed as soon as measured
-        (``lookup_or_measure``).  ``origin``: why they are evaluated (one of ``ORIGINS``), one
-        for all or one per config; a new record carries it in ``meta["origin"]`` (and a seed
-        its source entry in ``meta["seeded_from"]``)."""
+        DB first, the backend for the rest, each committed as soon as measured (the
+        evaluation state machine, :meth:`_evaluation`, driven by :meth:`_drive`).  ``origin``:
+        why they are evaluated (one of ``ORIGINS``), one for all or one per config; a new
+        record carries it in ``meta["origin"]`` (and a seed its source entry in
+        ``meta["seeded_from"]``)."""
         tags = [origin] * len(configs) if isinstance(origin, str) else list(origin)
         if len(tags) != len(configs):
             raise ValueError(f"evaluate: {len(tags)} origins for {len(configs)} configs")
-        todo = self._unevaluated(list(zip(configs, tags)))
-        if todo:
-            lookup_or_measure(self.db, self.backend, self.target, self.workload, [c for c, _ in todo],
-                              on_record=lambda i, rec, cached: self._evaluated(todo[i][0], rec, cached, todo[i][1]),
-                              timers=self.timers, annotate=lambda i: self._annotation(*todo[i]))
+        self._drive(self._evaluation(list(zip(configs, tags))))
+
+    # ------------------------------------------- the evaluation state machine
+    def _evaluation(self, tagged: list[tuple[dict, str]]) -> Iterator[list[Pending]]:
+        """The state machine of one evaluation of ``tagged`` (config, origin) pairs: the leading
+        ones not evaluated yet that the budget covers (:meth:`_unevaluated`) are looked up in
+        the DB and its answers recorded at once, in order (cache hits); the misses become
+        ``pending`` and are yielded once, as one batch to measure; the generator resumes when
+        every one of them was observed (:meth:`_observe`, each committed and recorded as it
+        comes).  The order of ``_record`` calls is ``lookup_or_measure``'s: the hits first, then
+        each new record as it is observed."""
+        todo = self._unevaluated(tagged)
+        if not todo:
+            return
+        misses = self._db_answers(todo)
+        if misses:
+            self.pending = misses
+            yield misses
+            self.pending = []
+
+    def _db_answers(self, todo: list[tuple[dict, str]]) -> list[Pending]:
+        """Record the DB's answers among ``todo`` (cache hits, in order; timed as ``lookup``) and
+        return the rest as pending evaluations (each config once, in order)."""
+        t0 = time.perf_counter()
+        found = [None] * len(todo) if self.db is None else self.db.lookup_many(self.target, self.workload,
+                                                                               [c for c, _ in todo])
+        self.add_time("lookup", t0)
+        misses: list[Pending] = []
+        keys: set[str] = set()
+        for (cfg, origin), hit in zip(todo, found):
+            if hit is not None:
+                self._evaluated(cfg, hit, True, origin)
+                continue
+            p = Pending(dict(cfg), origin, _sig_short(cfg))
+            if p.key not in keys:
+                keys.add(p.key)
+                misses.append(p)
+        return misses
+
+    def _pending_for(self, rec: Record) -> Pending:
+        """The pending evaluation a backend's new record answers: by config key (a backend may
+        hand records over in completion order), else the first one not yet observed.
+        ValueError when nothing is pending."""
+        left = [p for p in self.pending if not p.observed]
+        if not left:
+            raise ValueError("no evaluation is pending: nothing to observe")
+        return next((p for p in left if p.key == rec.config_key), left[0])
+
+    def _observe(self, p: Pending, rec: Record) -> Record:
+        """One new record of pending ``p``: annotated (``meta["origin"]``, a seed's
+        ``seeded_from``), committed at once (timed as ``commit``) and counted; returns the
+        committed record."""
+        t1 = time.perf_counter()
+        extra = self._annotation(p.config, p.origin)
+        rec = dataclasses.replace(rec, meta={**rec.meta, **extra})
+        if self.db is not None:
+            self.db.commit(rec)
+        t2 = time.perf_counter()
+        self.timers["commit"] = self.timers.get("commit", 0.0) + t2 - t1
+        p.observed = True
+        self._evaluated(p.config, rec, False, p.origin)
+        self._inside_s += time.perf_counter() - t1
+        return rec
+
+    def _take(self, rec: Record) -> None:
+        """Observe a backend's new record (``measure_many``'s ``on_record``)."""
+        self._observe(self._pending_for(rec), rec)
+
+    def _measure(self, configs: list[dict]) -> None:
+        """Measure ``configs`` (the pending batch) with the backend in one call (the local
+        backend builds them in parallel), each new record observed as it is made; the backend's
+        own seconds count as ``measure``."""
+        inside, t0 = self._inside_s, time.perf_counter()
+        self.backend.measure_many(self.target, self.workload, configs, on_record=self._take)
+        self.timers["measure"] = (self.timers.get("measure", 0.0) + time.perf_counter() - t0
+                                  - (self._inside_s - inside))
+
+    def _drive(self, plan: Iterator[list[Pending]]) -> Any:
+        """Run ``plan`` (a state-machine generator) to its end with this Tuner's backend: each
+        batch it yields is measured before it resumes.  Returns the generator's return value."""
+        while True:
+            try:
+                batch = next(plan)
+            except StopIteration as stop:
+                return stop.value
+            self._measure([p.config for p in batch])
 
     def _annotation(self, cfg: Mapping[str, Any], origin: str) -> dict:
         """The meta a new record of ``cfg`` evaluated for ``origin`` gets: ``origin`` and, for a
@@ -554,33 +652,50 @@ class Tuner:
     # ------------------------------------------------------------------- run
     def run(self) -> TuneResult:
         """Tune until the budget, the wall time or the patience (when set) runs out (or Ctrl-C), then
-        re-measure the leaders when ``confirm_top`` asks for it."""
+        re-measure the leaders when ``confirm_top`` asks for it.  The loop drives the same state
+        machine as the ask/tell core (:meth:`plan`; ``tunedb.transfer.search.asktell.AskTell`` hands
+        its batches to the user's loop instead): each batch is measured by the backend in one call
+        and every new record observed as it is made."""
         t_run = time.perf_counter()
         try:
-            self.start()
-            while self.step():
-                pass
+            self._drive(self.plan())
             self.confirm()
         except KeyboardInterrupt:
             self.stopped_by = "interrupted"
         return self._result(self.stopped_by, self.stopped_by == "interrupted", time.perf_counter() - t_run)
+
+    def plan(self) -> Iterator[list[Pending]]:
+        """The whole run as a state machine: :meth:`start`'s evaluations, then round after round
+        (:meth:`step`) until the run is over; yields each batch of pending evaluations and
+        resumes once every one of them was observed."""
+        yield from self._start_plan()
+        while (yield from self._step_plan()):
+            pass
 
     def start(self) -> None:
         """The run's first evaluations: every proposal source's ``start``, in order (the exact
         entry's bests, what this entry already holds, the seeds and the models behind them,
         the default and the first seeds); each source's configs are evaluated before the next
         source starts.  A task scheduler calls ``start`` and then ``step`` round by round."""
+        self._drive(self._start_plan())
+
+    def _start_plan(self) -> Iterator[list[Pending]]:
+        """:meth:`start` as a state machine (:meth:`_evaluation`)."""
         self._t_start = time.perf_counter()
         self.stopped_by = "budget"
         for src in self.sources:
             tagged = src.start(self)
             if tagged:
-                self.evaluate([c for c, _ in tagged], [o for _, o in tagged])
+                yield from self._evaluation(list(tagged))
         self._stale_rounds = 0
 
     def step(self, max_evaluations: int | None = None) -> bool:
         """One local-search round (at most ``max_evaluations`` evaluations, default the batch);
         False when the run is over (``stopped_by`` says why: budget, wall_time, patience, exhausted)."""
+        return bool(self._drive(self._step_plan(max_evaluations)))
+
+    def _step_plan(self, max_evaluations: int | None = None) -> Generator[list[Pending], None, bool]:
+        """:meth:`step` as a state machine (:meth:`_evaluation`); returns what ``step`` returns."""
         if self.remaining() <= 0:
             self.stopped_by = "budget"
             return False
@@ -598,7 +713,7 @@ class Tuner:
             self.stopped_by = "exhausted"
             return False
         self.seeds.drop(self.tried)
-        self.evaluate(batch, tags)
+        yield from self._evaluation(list(zip(batch, tags)))
         after = self.best[0] if self.best else math.inf
         self._stale_rounds = self._stale_rounds + 1 if after >= before else 0
         return self.remaining() > 0
