@@ -581,7 +581,8 @@ class Queries:
         ``RankedEntries``: the first ``PRERANK_K`` configs of each, as ``rank_entry`` would
         give them, computed for all entries at once (``rank_all``), and their representative
         Records built (the Records of all entries share one target dict and text).  Skipped:
-        entries answered already, those with this handle's own commits outside the arrays, and
+        entries answered already, entries whose ranking is kept on disk (``rankcache``: a query
+        reads it without ranking), those with this handle's own commits outside the arrays, and
         partitions of more than ``PRERANK_MAX_ROWS`` rows.  Handle lock held."""
         ranked = self.current_ranked(p)
         ar = p.arrays
@@ -591,6 +592,11 @@ class Queries:
         refuted = self.view.refuted_hashes
         if refuted:
             rows = rows[~np.isin(ar.a["rid_hash"][rows], np.fromiter(refuted, np.int64, len(refuted)))]
+        if ranked.kept:  # (their rankings are on disk already: a query reads them, ranks nothing)
+            rows = rows[~np.isin(ar.a["entry_key"][rows], np.fromiter(ranked.kept, np.int64, len(ranked.kept)))]
+            if not len(rows):
+                ranked.complete = True
+                return
         shared: dict[str, tuple[str, str]] = {}
         k = self.PRERANK_K
         keep_rows = rankcache.MIN_ENTRY_ROWS if ranked.sig is not None else None

@@ -140,3 +140,21 @@ def test_large_entries_ranked_ahead_of_time_are_kept_for_new_processes(tmp_path,
     db = ParquetStore.open(path)
     for w in WS:
         assert full(db.best_costs(TS[0], w, K + 4)) == full(rank(ref.entry_records(TS[0], w), K + 4))
+
+
+def test_a_new_handle_ranks_nothing_a_kept_ranking_answers(tmp_path, monkeypatch, calls):
+    """A target whose large entries' rankings are kept on disk (as ``tunedb import`` leaves
+    them): a new handle's first query of it ranks none of those entries (a warm run's first
+    proposal reads its neighbours' bests this way), and answers as ranking would."""
+    from tunedb.index.parquet import rankcache
+
+    monkeypatch.setattr(rankcache, "MIN_ENTRY_ROWS", 10)
+    path = tmp_path / "db"
+    populate(path)
+    ParquetStore.open(path).best(TS[0], WS[0], 1)  # (ranks target 0 ahead of time and keeps it)
+    before = calls["rank_all"]
+    db = ParquetStore.open(path)
+    got = db.best_costs_many([(TS[0], w) for w in WS], K)
+    assert calls["rank_all"] == before and calls["rank_arrays"] == 0
+    ref = ParquetStore.open(path)
+    assert [full(g) for g in got] == [full(rank(ref.entry_records(TS[0], w), K)) for w in WS]
