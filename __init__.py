@@ -17,7 +17,9 @@ use, so ``import tunedb`` itself loads no heavy dependency (pyarrow, FAISS, Ligh
 
 from __future__ import annotations
 
+import importlib
 import sys
+import types
 from typing import TYPE_CHECKING
 
 from tunedb.index.model.version import SCHEMA_VERSION, TUNEDB_VERSION
@@ -67,34 +69,36 @@ DEPRECATED = {"TuningDB": "ParquetStore"}
 __getattr__ = lazy_getattr("tunedb", _LAZY, globals(), DEPRECATED)
 
 
-class _SubmoduleAlias:
-    """An import-system finder and loader: ``tunedb.kernel_tuner`` *is* the module
-    ``tunedb.transfer.integrations.kt_strategy`` (no file of that name at the package root, where
-    it would shadow Kernel Tuner for a Python started in a checkout)."""
+class _ModuleAlias(types.ModuleType):
+    """A module that stands for another: each public name is looked up in ``target``, which is
+    imported on the first such look-up (so registering the alias imports nothing).  A dunder
+    name other than ``__all__`` is the alias's own (``__path__``, ``__file__``: none), so the
+    import system never loads the target by asking about them.  A target that cannot be imported
+    raises its ImportError at that first look-up (``from tunedb.kernel_tuner import WarmStart``)."""
 
-    ALIASES = {"tunedb.kernel_tuner": "tunedb.transfer.integrations.kt_strategy"}
+    def __init__(self, name: str, target: str) -> None:
+        super().__init__(name, f"Alias of :mod:`{target}` (loaded on first use).")
+        self.__dict__["_target"] = target
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if name not in self.ALIASES:
-            return None
-        import importlib.util
+    def _module(self) -> types.ModuleType:
+        return importlib.import_module(self.__dict__["_target"])
 
-        return importlib.util.spec_from_loader(name, self)
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__") and name != "__all__":
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        return getattr(self._module(), name)
 
-    def create_module(self, spec: object) -> object:
-        import importlib
-
-        module = importlib.import_module(self.ALIASES[spec.name])  # type: ignore[attr-defined]
-        self._own_spec = module.__spec__  # (the import system sets __spec__ to the alias's spec)
-        return module
-
-    def exec_module(self, module: object) -> None:
-        """Nothing to run (the aliased module ran when it was imported); its own spec is put back."""
-        module.__spec__ = self._own_spec  # type: ignore[attr-defined]
+    def __dir__(self) -> list[str]:
+        return dir(self._module())
 
 
-if not any(isinstance(f, _SubmoduleAlias) for f in sys.meta_path):
-    sys.meta_path.insert(0, _SubmoduleAlias())
+#: public module names that are another module (no file of that name at the package root: a root
+#: ``kernel_tuner.py`` would be ``import kernel_tuner`` for a Python started in a checkout)
+MODULE_ALIASES = {"kernel_tuner": "tunedb.transfer.tuners.kernel_tuner"}
+for _name, _target in MODULE_ALIASES.items():
+    if not isinstance(sys.modules.get(f"tunedb.{_name}"), _ModuleAlias):
+        sys.modules[f"tunedb.{_name}"] = _ModuleAlias(f"tunedb.{_name}", _target)
+    globals()[_name] = sys.modules[f"tunedb.{_name}"]
 
 
 def __dir__() -> list[str]:

@@ -1,6 +1,6 @@
 """Warm start on a whole Relax model: does tuning model A first make model B cheaper to tune?
 
-Model A (``tvm_models.mlp(batch, --hidden-a)``: two residual MLP blocks, two tuning tasks of
+Model A (``tunedb.transfer.tuners.tvm.models.mlp(batch, --hidden-a)``: two residual MLP blocks, two tuning tasks of
 weight 2) is tuned once through ``TunedbDatabase`` (``--trials-a`` trials per task, seed 0).  Then
 model B (the same model at ``--hidden-b``) is tuned ``--trials`` trials per task, for every seed
 in ``0 .. --seeds-1``, in these variants (each on a fresh copy of A's DB):
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     import tvm
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
-    from tunedb.transfer.integrations import tvm_models as tm
-    from tunedb.transfer.integrations.tvm_db import TunedbDatabase
+    from tunedb.transfer.tuners.tvm import models as tm
+    from tunedb.transfer.tuners.tvm.database import TunedbDatabase
 
     if args.target:
         target = json.loads(args.target)

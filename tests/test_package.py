@@ -58,27 +58,52 @@ def _imports(path: Path, modules: dict[str, Path], *, type_only: bool = False) -
 TRANSFER_LAYERS = ("cli", "tuners", "apps", "migration", "integrations", "search", "measure", "interop", "kernels", "space")
 
 
-def _layer(module: str) -> int | None:
+def _format_modules(mods: dict[str, Path]) -> set[str]:
+    """The outside tuners' file formats: each module of ``tuners`` the importer registry names
+    (``FORMATS``), and the modules of ``tuners`` those import.  They are importer code and rank
+    with ``interop``, so a lower layer may use them (the replay backend reads Kernel Tuner cache
+    files) and they may import nothing above ``interop``; the rest of a tuner's folder (its
+    strategy, database, decorator) ranks as ``tuners``."""
+    from tunedb.transfer.interop.registry import FORMATS
+
+    todo = [f.module for f in FORMATS.values() if f.module.startswith("tunedb.transfer.tuners.")]
+    found: set[str] = set()
+    while todo:
+        m = todo.pop()
+        if m in found or m not in mods:
+            continue
+        found.add(m)
+        todo += [i for i in _imports(mods[m], mods, type_only=True) if i.startswith("tunedb.transfer.tuners.")]
+    return found
+
+
+def _layer(module: str, formats: set[str] = frozenset()) -> int | None:
     parts = module.split(".")
     if parts[:2] == ["tunedb", "index"]:
         return len(TRANSFER_LAYERS)
+    if module in formats:
+        return TRANSFER_LAYERS.index("interop")
     if parts[:2] == ["tunedb", "transfer"] and len(parts) > 2 and parts[2] in TRANSFER_LAYERS:
         return TRANSFER_LAYERS.index(parts[2])
     return None
 
 
 def test_transfer_layers_keep_their_order():
-    """cli -> apps -> migration -> integrations -> search -> measure -> interop -> kernels -> space,
-    then index: no import runs upwards, type-only imports included."""
+    """cli -> tuners -> apps -> migration -> integrations -> search -> measure -> interop ->
+    kernels -> space, then index: no import runs upwards, type-only imports included.  A tuner's
+    format modules rank with interop (:func:`_format_modules`)."""
     mods = _modules()
     assert {m.split(".")[2] for m in mods if m.startswith("tunedb.transfer.")} == set(TRANSFER_LAYERS)
+    formats = _format_modules(mods)
+    assert {"tunedb.transfer.tuners.kernel_tuner.cachefile", "tunedb.transfer.tuners.tvm.autotvm_logs",
+            "tunedb.transfer.tuners.tvm.metaschedule_logs"} <= formats
     wrong = []
     for m, f in mods.items():
-        lm = _layer(m)
+        lm = _layer(m, formats)
         if lm is None:
             continue
         for i in _imports(f, mods, type_only=True):
-            li = _layer(i)
+            li = _layer(i, formats)
             if li is not None and li < lm:
                 wrong.append(f"{m} -> {i}")
     assert not wrong, "imports against the layer order: " + "; ".join(sorted(wrong))
@@ -175,16 +200,19 @@ def test_wheel_installs_one_top_level_package(tmp_path):
 
 def test_the_checkout_root_holds_no_module_that_shadows_another_package():
     """The root is the package ``tunedb``; a Python started there has it on ``sys.path``, so a root
-    ``kernel_tuner.py`` would be ``import kernel_tuner``.  ``tunedb.kernel_tuner`` is an alias of
-    the integration module instead, and Kernel Tuner stays Kernel Tuner."""
+    ``kernel_tuner.py`` would be ``import kernel_tuner``.  ``tunedb.kernel_tuner`` is an alias
+    module registered by ``tunedb/__init__`` (no import hook): its names are those of
+    ``tunedb.transfer.tuners.kernel_tuner``, and Kernel Tuner stays Kernel Tuner."""
     assert sorted(p.name for p in ROOT.glob("*.py")) == ["__init__.py", "__main__.py"]
-    code = ("import kernel_tuner, json; from tunedb.kernel_tuner import WarmStart; "
-            "import tunedb.kernel_tuner as k, tunedb.transfer.integrations.kt_strategy as s; "
-            "print(json.dumps([hasattr(kernel_tuner, 'tune_kernel'), k is s, WarmStart is s.WarmStart, "
-            "k.__spec__.name]))")
+    code = ("import sys, json, tunedb; finders = [type(f).__module__ for f in sys.meta_path]; "
+            "import tunedb.kernel_tuner as k; loaded = 'tunedb.transfer.tuners.kernel_tuner.strategy' in sys.modules; "
+            "import kernel_tuner; from tunedb.kernel_tuner import WarmStart; "
+            "import tunedb.transfer.tuners.kernel_tuner.strategy as s; "
+            "print(json.dumps([hasattr(kernel_tuner, 'tune_kernel'), k is tunedb.kernel_tuner, WarmStart is s.WarmStart, "
+            "k.Recorder is s.Recorder, loaded, 'tunedb' in finders, k.__name__]))")
     for cwd in (ROOT, ROOT.parent):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, check=True)
-        assert json.loads(out.stdout) == [True, True, True, "tunedb.transfer.integrations.kt_strategy"]
+        assert json.loads(out.stdout) == [True, True, True, True, False, False, "tunedb.kernel_tuner"]
 
 
 def test_no_private_names_imported_across_modules():

@@ -26,9 +26,11 @@ Modules: ``formats`` (``FORMATS``, ``Format``, ``get_format``, ``collect``), ``o
 export errors, ``ImportIssue``, ``ImportReport``, ``ExportReport``), ``conflicts`` (several devices
 on one target: ``times_disagree``), ``input_files`` (reading imported files within the caps),
 ``record_building`` (``Prepared``, ``make_record``, ``stable_record_id``: the parsers' hot path),
-``device_fields`` (catalog fields of a device name); one parser/exporter module per format:
-``autotvm``, ``metaschedule``, ``kernel_tuner``, ``tabular`` (parquet, jsonl).  The names below
-are re-exported so ``from tunedb.transfer.interop import X`` keeps working.
+``device_fields`` (catalog fields of a device name); ``tabular`` (parquet, jsonl: tunedb's own
+records).  An outside tuner's formats live in its folder
+(``tunedb.transfer.tuners.kernel_tuner.cachefile``, ``tunedb.transfer.tuners.tvm.autotvm_logs``
+and ``metaschedule_logs``, ...), which the registry names by module path.  The names below are
+re-exported so ``from tunedb.transfer.interop import X`` keeps working.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The import/export formats: :data:`FORMATS` (name -> :class:`Format`, each a parser module of
-this package loaded on first use), :func:`get_format`, and :func:`collect`, which parses files of
-one format into records and an :class:`~tunedb.transfer.interop.outcomes.ImportReport`."""
+"""The import/export formats: :data:`FORMATS` (name -> :class:`Format`, each a parser module
+loaded on first use: ``tabular`` of this package, or an outside tuner's format module under
+``tunedb.transfer.tuners``, named by its full module path so nothing here imports it),
+:func:`get_format`, and :func:`collect`, which parses files of one format into records and an
+:class:`~tunedb.transfer.interop.outcomes.ImportReport`."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ class Format:
         check_input_path(Path(path), directory=None if self.name in ("parquet", "metaschedule", "vllm-moe", "triton") else False)
         if self.module == "tabular":
             items = self._mod().parse(Path(path), device=device, fmt=self.name)
-        elif self.module == "kernel_tuner":
+        elif self.name == "kernel-tuner":
             items = self._mod().parse(Path(path), device=device, notes=notes, label=label)
         else:
             items = self._mod().parse(Path(path), device=device)
@@ -63,9 +65,9 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {
-    "autotvm": Format("autotvm", "autotvm", "imported:autotvm"),
-    "metaschedule": Format("metaschedule", "metaschedule", "imported:metaschedule"),
-    "kernel-tuner": Format("kernel-tuner", "kernel_tuner", "imported:kernel-tuner"),
+    "autotvm": Format("autotvm", "tunedb.transfer.tuners.tvm.autotvm_logs", "imported:autotvm"),
+    "metaschedule": Format("metaschedule", "tunedb.transfer.tuners.tvm.metaschedule_logs", "imported:metaschedule"),
+    "kernel-tuner": Format("kernel-tuner", "tunedb.transfer.tuners.kernel_tuner.cachefile", "imported:kernel-tuner"),
     "parquet": Format("parquet", "tabular", ""),
     "jsonl": Format("jsonl", "tabular", ""),
     "vllm-moe": Format("vllm-moe", "tunedb.transfer.tuners.serving.tables", "imported:vllm-moe"),
@@ -103,7 +105,7 @@ def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None, *,
     file: ``{"file", "kind", "device_claimed", "target_used", "evidence"}``):
 
     * ``host-device-name``: a GPU kernel's cache whose ``device_name`` is a host or CPU
-      string; the parser already used the file name stem (``kernel_tuner.device_choice``).
+      string; the parser already used the file name stem (``tuners.kernel_tuner.cachefile.device_choice``).
     * ``disagreeing-times``: files of this call on the same target and workload whose times
       for the same configs disagree far beyond measurement noise (:func:`times_disagree`).
       The files of such a target are split into groups that agree (first fit, in the order
@@ -131,7 +133,7 @@ def collect(fmt: str, paths: Iterable[str | Path], device: str | None = None, *,
             _parse_into(f.parse(p, device=device, notes=report.conflicts), records, report, budget,
                         display_name(Path(p)))
             per_file.append((Path(p), start, len(records)))
-        if f.module == "kernel_tuner" and len(per_file) > 1:
+        if f.name == "kernel-tuner" and len(per_file) > 1:
             records, per_file = drop_duplicates(records, per_file, report)
             records = split_disagreeing(lambda path, label: f.parse(path, device=device, label=label), records,
                                         per_file, device, report)

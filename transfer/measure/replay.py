@@ -110,7 +110,7 @@ def plain_status(entry: dict) -> str:
     raises one) for an entry whose values all passed :func:`_plain_value`, without building its
     costs: a time or times list of plain numbers is checked here, anything else by
     ``entry_result`` itself."""
-    from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, FAILED_TIME_MS, entry_result
+    from tunedb.transfer.tuners.kernel_tuner.cachefile import ERROR_STATUS, FAILED_TIME_MS, entry_result
 
     t = entry.get("time")
     if type(t) is str:
@@ -136,7 +136,7 @@ class ReplayData:
     the importer stamps it when it parses.  ``doc``: the loaded file (``load_cache``)."""
 
     def __init__(self, path: str | Path, device: str | None = None):
-        from tunedb.transfer.interop.kernel_tuner import load_cache
+        from tunedb.transfer.tuners.kernel_tuner.cachefile import load_cache
 
         self.path = Path(path)
         if not self.path.is_file():
@@ -152,7 +152,7 @@ class ReplayData:
         self.target: dict = dict(first.target)
         self.workload: dict = dict(first.workload)
         if base is None:
-            from tunedb.transfer.interop.kernel_tuner import space_from_cache
+            from tunedb.transfer.tuners.kernel_tuner.cachefile import space_from_cache
 
             base = space_from_cache(doc)  # raises its own error
         self.space: Space = Space(knobs=base.knobs, constraints=base.constraints, finite=tuple(valid))
@@ -161,7 +161,7 @@ class ReplayData:
     def _base_space(doc: Mapping[str, Any]) -> Space | None:
         """The file's space without its entries' validity (``space_from_cache``), None when the
         file names no parameters."""
-        from tunedb.transfer.interop.kernel_tuner import space_from_cache
+        from tunedb.transfer.tuners.kernel_tuner.cachefile import space_from_cache
 
         try:
             return space_from_cache(doc)
@@ -179,7 +179,7 @@ class ReplayData:
     def _parse_all(self, doc: Mapping[str, Any]) -> tuple[list[dict], Record | None]:
         """Every entry parsed at once: (configs of the non-invalid results, first Record)."""
         from tunedb.transfer.interop import ImportIssue
-        from tunedb.transfer.interop.kernel_tuner import parse_loaded
+        from tunedb.transfer.tuners.kernel_tuner.cachefile import parse_loaded
 
         results: dict[str, Record] = {}
         bad = 0
@@ -197,7 +197,7 @@ class ReplayData:
     def entry_record(self, key: str) -> Record | None:
         """The importer's Record of the cache entry ``key`` (None when it rejects the entry)."""
         from tunedb.transfer.interop import ImportIssue
-        from tunedb.transfer.interop.kernel_tuner import parse_loaded
+        from tunedb.transfer.tuners.kernel_tuner.cachefile import parse_loaded
 
         one = {**self.doc, "cache": {key: self.doc["cache"][key]}}
         for item in parse_loaded(one, self.path, device=self.device):

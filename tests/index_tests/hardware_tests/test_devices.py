@@ -1,4 +1,4 @@
-"""Device identity from the driver (tunedb.index.hardware.devices, kt_strategy.driver_target).
+"""Device identity from the driver (tunedb.index.hardware.devices, tunedb.transfer.tuners.kernel_tuner.strategy.driver_target).
 
 The OpenCL path runs on the real PoCL device in tests/transfer_tests/integrations_tests/test_kt_live.py.  No CUDA or ROCm device
 exists here, so the CUDA and HIP paths are fed what Kernel Tuner's backends hold after
@@ -13,7 +13,7 @@ import pytest
 
 import tunedb
 from tunedb.index.hardware import devices
-from tunedb.transfer.integrations.kt_strategy import driver_target
+from tunedb.transfer.tuners.kernel_tuner.strategy import driver_target
 
 
 def runner_of(backend) -> SimpleNamespace:

@@ -20,9 +20,9 @@ import pytest
 
 from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.interop import ImportIssue
-from tunedb.transfer.interop.kernel_tuner import load_cache, parse_loaded
 from tunedb.transfer.measure.replay import ReplayData
 from tunedb.transfer.space import Space
+from tunedb.transfer.tuners.kernel_tuner.cachefile import load_cache, parse_loaded
 
 from helpers import SHARED_DATA, run_cli
 

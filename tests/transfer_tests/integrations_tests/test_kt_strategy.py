@@ -407,7 +407,8 @@ def test_mi250x_empty_device_name_is_named_from_the_file(tmp_path, space_def):
 
 def test_import_error_names_the_extra(tmp_path):
     code = ("import sys; sys.modules['kernel_tuner'] = None\n"
-            "try:\n    import tunedb.kernel_tuner\nexcept ImportError as e:\n    print('ERR', e)\n")
+            "import tunedb.kernel_tuner\n"  # the alias itself loads nothing
+            "try:\n    from tunedb.kernel_tuner import WarmStart\nexcept ImportError as e:\n    print('ERR', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert "ERR" in out.stdout and "pip install 'tunedb[kernel-tuner]'" in out.stdout, out.stdout + out.stderr
 

@@ -21,13 +21,13 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase  # noqa: E402
 from tunedb.index import ParquetStore  # noqa: E402
 from tunedb.index.memory.store import MemoryStore  # noqa: E402
 from tunedb.index.model.estimate import rank  # noqa: E402
-from tunedb.transfer.integrations.tvm_db import (  # noqa: E402
+from tunedb.transfer.tuners.tvm import metaschedule_logs as ms_import  # noqa: E402
+from tunedb.transfer.tuners.tvm.database import (  # noqa: E402
     TunedbDatabase,
     local_builder,
     normalise_target_json,
     strip_postproc,
 )
-from tunedb.transfer.interop import metaschedule as ms_import  # noqa: E402
 
 from helpers import ROOT  # noqa: E402
 
@@ -95,7 +95,7 @@ def decisions(sch, db, mod: tvm.IRModule) -> dict:
 
 # --------------------------------------------------------------------------- no TVM needed
 def test_importing_the_module_does_not_import_tvm():
-    code = "import sys, tunedb.transfer.integrations.tvm_db as m; assert 'tvm' not in sys.modules, 'tvm imported'; print(m.strip_postproc)"
+    code = "import sys, tunedb.transfer.tuners.tvm.database as m; assert 'tvm' not in sys.modules, 'tvm imported'; print(m.strip_postproc)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
 

@@ -17,9 +17,9 @@ pytest.importorskip("tvm.s_tir.meta_schedule", reason="this TVM has no tvm.s_tir
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # noqa: E402
 
 from tunedb.index import ParquetStore  # noqa: E402
-from tunedb.transfer.integrations import tvm_models  # noqa: E402
-from tunedb.transfer.integrations.tvm_db import TunedbDatabase, strip_postproc  # noqa: E402
-from tunedb.transfer.integrations.tvm_search import pretrain_cost_model  # noqa: E402
+from tunedb.transfer.tuners.tvm import models as tvm_models  # noqa: E402
+from tunedb.transfer.tuners.tvm.database import TunedbDatabase, strip_postproc  # noqa: E402
+from tunedb.transfer.tuners.tvm.search import pretrain_cost_model  # noqa: E402
 
 from helpers import ROOT  # noqa: E402
 
@@ -47,7 +47,7 @@ def key(trace_json: list) -> str:
 
 
 def test_importing_the_modules_does_not_import_tvm():
-    code = ("import sys, tunedb.transfer.integrations.tvm_models, tunedb.transfer.integrations.tvm_search; "
+    code = ("import sys, tunedb.transfer.tuners.tvm.models, tunedb.transfer.tuners.tvm.search; "
             "assert 'tvm' not in sys.modules, 'tvm imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -11,7 +11,7 @@ import pytest
 from tunedb.index import ParquetStore, Record
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, Prepared, collect, make_record
-from tunedb.transfer.interop.autotvm import family_of_task, parse_target_string
+from tunedb.transfer.tuners.tvm.autotvm_logs import family_of_task, parse_target_string
 
 from helpers import SHARED_DATA
 

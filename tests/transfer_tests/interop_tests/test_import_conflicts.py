@@ -17,8 +17,8 @@ from tunedb.index.model.estimate import record_value
 from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import collect, times_disagree
-from tunedb.transfer.interop.kernel_tuner import device_choice, host_like_device_name
 from tunedb.transfer.measure.replay import ReplayData, ReplayStore
+from tunedb.transfer.tuners.kernel_tuner.cachefile import device_choice, host_like_device_name
 
 from helpers import SHARED_DATA
 

@@ -12,9 +12,9 @@ import pytest
 from tunedb.index import ParquetStore
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
-from tunedb.transfer.interop.kernel_tuner import cache_key, load_cache, space_from_cache
 from tunedb.transfer.measure.replay import ReplayData
 from tunedb.transfer.space import InvalidConfig
+from tunedb.transfer.tuners.kernel_tuner.cachefile import cache_key, load_cache, space_from_cache
 
 from helpers import SHARED_DATA
 

@@ -11,7 +11,7 @@ import pytest
 from tunedb.index import ParquetStore
 from tunedb.transfer.cli.main import main as cli_main
 from tunedb.transfer.interop import ImportFormatError, collect
-from tunedb.transfer.interop.metaschedule import RECORD_FILE, WORKLOAD_FILE, config_of, workload_of
+from tunedb.transfer.tuners.tvm.metaschedule_logs import RECORD_FILE, WORKLOAD_FILE, config_of, workload_of
 
 from helpers import SHARED_DATA
 

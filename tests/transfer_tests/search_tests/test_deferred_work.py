@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from tunedb.index import ParquetStore
-from tunedb.transfer.interop.kernel_tuner import entry_result
 from tunedb.transfer.measure.replay import KernelTunerReplayBackend, ReplayData, plain_status, plain_values
 from tunedb.transfer.search.proposals import sources as all_sources
 from tunedb.transfer.search.proposals.guard import HistoryGuard, prior_table
 from tunedb.transfer.search.proposals.surrogate import SurrogateSource
 from tunedb.transfer.search.tuner import TuneOptions, Tuner
+from tunedb.transfer.tuners.kernel_tuner.cachefile import entry_result
 
 from helpers import kernel_tuner_file, replay_history_db
 
@@ -118,7 +118,7 @@ def test_a_run_too_short_for_the_models_still_names_the_sources(history):
 
 
 def test_plain_status_is_the_importers_status():
-    from tunedb.transfer.interop.kernel_tuner import load_cache
+    from tunedb.transfer.tuners.kernel_tuner.cachefile import load_cache
 
     checked = 0
     for dev in (HELD, *HISTORY):

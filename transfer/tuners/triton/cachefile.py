@@ -38,7 +38,6 @@ from typing import Any
 
 from tunedb.index.model.record import Record
 from tunedb.transfer.interop.input_files import check_input_path, display_name, load_json, read_text
-from tunedb.transfer.interop.kernel_tuner import device_target
 from tunedb.transfer.interop.outcomes import (
     ExportFormatError,
     ExportReport,
@@ -47,6 +46,7 @@ from tunedb.transfer.interop.outcomes import (
     ImportIssue,
 )
 from tunedb.transfer.interop.record_building import Prepared, make_record, stable_record_id, to_utc
+from tunedb.transfer.tuners.kernel_tuner.cachefile import device_target
 from tunedb.transfer.tuners.triton.keys import config_dict, workload_of
 
 FORMAT = "triton"

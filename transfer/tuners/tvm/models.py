@@ -15,17 +15,17 @@
     measurement into the database:
 
     * ``db_path_or_store``: a tunedb DB directory / ``memory:`` / open RecordStore (wrapped in a
-      :class:`~tunedb.transfer.integrations.tvm_db.TunedbDatabase` for ``target``), a
+      :class:`~tunedb.transfer.tuners.tvm.database.TunedbDatabase` for ``target``), a
       ``TunedbDatabase`` (used as it is; its target is set to ``target``), or any other MetaSchedule
       ``Database`` (e.g. its own ``JSONDatabase``; no tunedb, so no warm start); a given
       ``TunedbDatabase`` gets ``warm_start = warm`` and its :attr:`timings` are reset first;
     * ``warm``: with a tunedb database, search with
-      :class:`~tunedb.transfer.integrations.tvm_search.WarmStartSearch` (adapted schedules of the
+      :class:`~tunedb.transfer.tuners.tvm.search.WarmStartSearch` (adapted schedules of the
       nearest history measured as they are in the first batch, more while they lead) and let
       ``get_top_k`` seed the evolutionary search; ``warm=False``: stock ``EvolutionarySearch`` and
       no warm start from ``get_top_k``;
     * ``pretrain``: feed the cost model the nearest history first
-      (:func:`~tunedb.transfer.integrations.tvm_search.pretrain_cost_model`; only with ``warm`` and
+      (:func:`~tunedb.transfer.tuners.tvm.search.pretrain_cost_model`; only with ``warm`` and
       an ``XGBModel``); when that is at least the model's ``num_warmup_samples`` (100), so that it
       predicts from the start, the adapted schedules are also injected in the order of its
       predictions (``WarmStartSearch(rank_with_cost_model=True)``) rather than nearest first;
@@ -85,7 +85,7 @@ def extract_tasks(mod: tvm.IRModule, target: Any) -> list:
     ``tvm.target.Target``, JSON dict or string); see the module docstring."""
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
 
-    from tunedb.transfer.integrations.tvm_db import to_tvm_target
+    from tunedb.transfer.tuners.tvm.database import to_tvm_target
 
     return list(ms_extract(lower(mod), to_tvm_target(target), module_equality="structural"))
 
@@ -129,7 +129,7 @@ def model_latency(best: dict[str, float | None], weights: dict[str, float]) -> f
 
 
 def mean_secs(result: Any) -> float | None:
-    from tunedb.transfer.integrations.tvm_search import mean_secs as mean
+    from tunedb.transfer.tuners.tvm.search import mean_secs as mean
 
     return mean(result)
 
@@ -198,8 +198,8 @@ def tune_relax(mod: tvm.IRModule, target: Any, db_path_or_store: Any, *, trials:
     from tvm.s_tir.meta_schedule.runner import LocalRunner
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
-    from tunedb.transfer.integrations.tvm_db import TunedbDatabase, local_builder, to_tvm_target
-    from tunedb.transfer.integrations.tvm_search import WarmStartSearch, pretrain_cost_model
+    from tunedb.transfer.tuners.tvm.database import TunedbDatabase, local_builder, to_tvm_target
+    from tunedb.transfer.tuners.tvm.search import WarmStartSearch, pretrain_cost_model
 
     if trials < 1:
         raise ValueError("trials must be >= 1")

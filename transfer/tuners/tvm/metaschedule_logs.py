@@ -66,7 +66,7 @@ def _dir_of(path: Path) -> Path:
 def target_of(value: Any) -> dict:
     """MetaSchedule target JSON (a dict; or a target string) -> target dict."""
     if isinstance(value, str):
-        from tunedb.transfer.interop.autotvm import parse_target_string
+        from tunedb.transfer.tuners.tvm.autotvm_logs import parse_target_string
 
         t = parse_target_string(value)
     elif isinstance(value, dict):

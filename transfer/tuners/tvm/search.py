@@ -38,7 +38,7 @@ offered.  This module adds the two pieces that make the history count:
     context module's structural hash).  It is what the model would hold had those workloads
     been tuned in this session.  Returns how many records were fed.
 
-TVM is imported lazily (as in :mod:`tunedb.transfer.integrations.tvm_db`): importing this module
+TVM is imported lazily (as in :mod:`tunedb.transfer.tuners.tvm.database`): importing this module
 never needs TVM, touching :data:`WarmStartSearch` does.  Traces come from the database's JSON
 records through TVM's trace loader only; nothing from a record is executed or evaluated.
 """
@@ -77,7 +77,7 @@ def _run_seconds(result: Any) -> float | None:
     return float(record_values(np.asarray(secs), np.asarray([len(secs)]), np.asarray([code]))[0])
 
 
-#: the old name (``tunedb.transfer.integrations.tvm_models`` imports it): the same function
+#: the old name (``tunedb.transfer.tuners.tvm.models`` imports it): the same function
 mean_secs = _run_seconds
 
 
@@ -100,9 +100,9 @@ def _postprocessed(mod: tvm.IRModule, trace: Any, postprocs: Iterable[Any], seed
 
 
 class _WarmStartSearch:
-    """See :mod:`tunedb.transfer.integrations.tvm_search`.
+    """See :mod:`tunedb.transfer.tuners.tvm.search`.
 
-    ``database``: the :class:`~tunedb.transfer.integrations.tvm_db.TunedbDatabase` the tuning
+    ``database``: the :class:`~tunedb.transfer.tuners.tvm.database.TunedbDatabase` the tuning
     writes to (its current target decides what is "already measured");
     ``inner``: the MetaSchedule search strategy doing the rest (an ``EvolutionarySearch``;
     default ``EvolutionarySearch()``); ``max_injected``: adapted traces asked per task;
@@ -297,7 +297,7 @@ def pretrain_cost_model(cost_model: Any, database: Any, mods: Iterable[tvm.IRMod
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
     from tvm_ffi import structural_hash
 
-    from tunedb.transfer.integrations.tvm_db import to_tvm_target
+    from tunedb.transfer.tuners.tvm.database import to_tvm_target
 
     tgt = to_tvm_target(target)
     groups: list[tuple[Any, list, list]] = []
@@ -359,7 +359,7 @@ def _class() -> type:
     """The ``WarmStartSearch`` class (built on first use)."""
     global _CLASS
     if _CLASS is None:
-        from tunedb.transfer.integrations.tvm_db import TVM_INSTALL_HINT
+        from tunedb.transfer.tuners.tvm.database import TVM_INSTALL_HINT
 
         try:
             _CLASS = _build_class()

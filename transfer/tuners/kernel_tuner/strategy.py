@@ -4,7 +4,7 @@
 Both are objects with ``tune(searchspace, runner, tuning_options)``, which is what Kernel Tuner
 1.5's ``tune_kernel(..., strategy=obj)`` accepts.
 
-Keys (the same as the Kernel Tuner importer, ``tunedb.transfer.interop.kernel_tuner``, so an
+Keys (the same as the Kernel Tuner importer, ``tunedb.transfer.tuners.kernel_tuner.cachefile``, so an
 imported cache file and a live or simulated run of the same kernel on the same device are one
 (target, workload) entry):
 
@@ -77,11 +77,17 @@ from tunedb.index.model.estimate import CostEstimate, estimate
 from tunedb.index.model.keys import canonical_json
 from tunedb.index.model.record import Record
 from tunedb.transfer.interop import merge_device_fields, resolve_device_fields
-from tunedb.transfer.interop.kernel_tuner import ERROR_STATUS, cache_key, cache_workload, device_of, device_target
 from tunedb.transfer.measure.backend import MeasureBackend
 from tunedb.transfer.search.session import TuningSession
 from tunedb.transfer.search.tuner import TuneOptions
 from tunedb.transfer.space import Constraint, Knob, Space
+from tunedb.transfer.tuners.kernel_tuner.cachefile import (
+    ERROR_STATUS,
+    cache_key,
+    cache_workload,
+    device_of,
+    device_target,
+)
 
 if TYPE_CHECKING:
     from tunedb.index.contract.base import RecordStore

@@ -9,20 +9,20 @@ TVM (``apache-tvm==0.27.0.post1`` with ``apache-tvm-ffi==0.1.14.post0``; MetaSch
 only touching :data:`TunedbDatabase` (or calling the TVM helpers) does.
 
 Mapping (one MetaSchedule ``TuningRecord`` -> one tunedb Record, source ``measured``), the same
-as :mod:`tunedb.transfer.interop.metaschedule`, so a JSONDatabase imported with ``tunedb import
+as :mod:`tunedb.transfer.tuners.tvm.metaschedule_logs`, so a JSONDatabase imported with ``tunedb import
 metaschedule`` is served by this class and records written here export back with ``tunedb
 export --format metaschedule``:
 
 * target: the TVM target's JSON export (``Target.export()``: kind, keys, mcpu, num-cores, ...) as a
   dict, plus the catalog fields the importer adds for a known ``mcpu`` (:func:`target_of`).
 * workload: ``{family, structural_hash, shapes, dtypes, dtype[, M, N, K]}``
-  (:func:`~tunedb.transfer.interop.metaschedule.workload_of`): keyed by the IRModule's structural hash
+  (:func:`~tunedb.transfer.tuners.tvm.metaschedule_logs.workload_of`): keyed by the IRModule's structural hash
   (an opaque string; MetaSchedule's ``"structural"`` module equality), shapes and dtypes from the
   module's entry-function ``ArgInfo``; ``family`` is ``matmul`` for ``[M,K] x [K,N] -> [M,N]``, else
   ``tir``.  The workload is always computed from the IRModule itself, never from a record's
   ``args_info``, so a module maps to one workload key whatever the record says.
 * config: the trace's sampling decisions as knobs ``decision_<inst>_<Kind>`` plus ``sketch``
-  (:func:`~tunedb.transfer.interop.metaschedule.config_of`).
+  (:func:`~tunedb.transfer.tuners.tvm.metaschedule_logs.config_of`).
 * costs: ``run_secs`` in seconds.  ``run_secs`` missing, or MetaSchedule's failure marker (1e10 s)
   -> status ``runtime_error`` without costs (MetaSchedule never returns those from ``get_top_k``).
 * meta ``{"metaschedule": {"record": [trace, run_secs, target, args_info], "workload":
@@ -101,11 +101,11 @@ evolutionary search reads ``get_top_k``; the replay strategies ignore the databa
 
 Through ``get_top_k`` alone the adapted traces are only part of the search's initial population,
 which it mutates before measuring, so none is measured as offered.
-:class:`~tunedb.transfer.integrations.tvm_search.WarmStartSearch` measures them as they are:
+:class:`~tunedb.transfer.tuners.tvm.search.WarmStartSearch` measures them as they are:
 it takes them from :meth:`adapted_traces` (the same traces, with provenance; [] once the workload
-has ``ok`` records), and :func:`~tunedb.transfer.integrations.tvm_search.pretrain_cost_model`
+has ``ok`` records), and :func:`~tunedb.transfer.tuners.tvm.search.pretrain_cost_model`
 feeds a cost model the nearest workloads' measured history from :meth:`neighbour_records`.
-:func:`tunedb.transfer.integrations.tvm_models.tune_relax` uses both for a whole Relax model.
+:func:`tunedb.transfer.tuners.tvm.models.tune_relax` uses both for a whole Relax model.
 
 Cost of the database itself
 ---------------------------
@@ -141,7 +141,7 @@ from tunedb.index.contract.base import RecordStore
 from tunedb.index.model.keys import key_of
 from tunedb.index.model.record import Record
 from tunedb.index.opener import open_store
-from tunedb.transfer.interop.metaschedule import FAILED_RUN_S, config_of, target_of, workload_of
+from tunedb.transfer.tuners.tvm.metaschedule_logs import FAILED_RUN_S, config_of, target_of, workload_of
 
 __all__ = ["TunedbDatabase",  # noqa: F822 (built lazily by __getattr__)
            "TVM_INSTALL_HINT", "build_without_tensor_intrin", "local_builder", "strip_postproc",
@@ -368,7 +368,7 @@ def _timed(fn: Callable) -> Callable:
 
 # ----------------------------------------------------------------------------- the database
 class _TunedbDatabase:
-    """MetaSchedule database stored in tunedb (see :mod:`tunedb.transfer.integrations.tvm_db` for the contract).
+    """MetaSchedule database stored in tunedb (see :mod:`tunedb.transfer.tuners.tvm.database` for the contract).
 
     ``path``: tunedb store location (a DB directory, created when missing, or ``memory:``) or an
     open :class:`~tunedb.index.contract.base.RecordStore`; ``target``: the current target
@@ -634,7 +634,7 @@ class _TunedbDatabase:
     @_timed
     def adapted_traces(self, mod: tvm.IRModule, k: int) -> list[tuple[Any, dict]]:
         """The warm-start traces of ``mod`` for the current target, for a search strategy that
-        measures them as they are (:mod:`tunedb.transfer.integrations.tvm_search`).
+        measures them as they are (:mod:`tunedb.transfer.tuners.tvm.search`).
 
         Returns up to ``k`` ``(tvm.s_tir.Trace, provenance)`` pairs, the traces ``get_top_k``
         would offer (nearest entry first; postprocessors not applied), provenance ``{record_id
