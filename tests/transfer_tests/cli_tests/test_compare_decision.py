@@ -6,6 +6,7 @@ Real measurements (gcc, the local preset cpu-native-t1), a real Parquet director
 from __future__ import annotations
 
 import json
+import re
 import statistics
 
 import tunedb
@@ -52,5 +53,6 @@ def test_compare_text_labels_round_medians_apart_from_estimates(tmp_path):
     lines = out.stdout.splitlines()
     rounds = next(x for x in lines if x.startswith("these rounds:"))
     est = next(x for x in lines if x.startswith("DB estimates"))
-    assert "A median" in rounds and "B median" in rounds and "95 % CI" in est
-    assert "95% CI" not in out.stdout  # one label style for the level
+    assert "A median" in rounds and "B median" in rounds
+    # one label style for the level, the level the records allow (3 rounds: 3 records, 75 %)
+    assert re.search(r"\b\d+ % CI", est) and not re.search(r"\d% CI", out.stdout)
