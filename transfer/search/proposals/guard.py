@@ -1,6 +1,7 @@
 """The guard against misleading history (``guard``): while a warm run searches, it measures how
-well the history predicts this target and gives a share of every round to a history-free
-explorer accordingly.
+well the history predicts this target and gives a share of every round to an explorer
+accordingly, one that does not trust the similarity-weighted ranking: it walks the sources'
+lists in the order this run's measurements favour, and makes local moves of its own.
 
 History is the seeds' sources (the nearest entries).  Two signals, recomputed before every
 round once the run has ``guard_after`` ok evaluations of its own:
@@ -33,16 +34,32 @@ evaluations; fractional places carry over to the next round, so over a run the e
 that share of the evaluations.  The guard proposes
 before the surrogate and the cost model, which fill the places it leaves.
 
-The explorer uses nothing but this run's own measurements: a neighbour of one of the three best
-configs so far (40 %), a uniform crossover of two of the eight best, mutated one knob in half
-of the cases (40 %), or a uniform draw (20 %); it has a random generator of its own, so a guard
-that stays quiet leaves the other sources' choices unchanged.  Its picks are tagged ``random``
-(history-free exploration).
+With two seed sources or more, ``LIST_SHARE`` of the explorer's places (3 in 4; fractions
+carried over, the run's first place is one) go to *the lists*, the rest to *local moves*; with
+one source, every place is a local move (its list is the ranking in doubt):
+
+*the lists*: each source's list is its adapted seeds, then its own ok records by cost (best
+    first) that this space holds (at most 512), so it goes deeper than the seeds, as top-k
+    (every source's best, then second best, ...) does.  Each pick is the next untried config
+    of the *leading* list: the one whose configs taken so far (its first, before any) hold the
+    lowest cost this run measured, ties by retrieval order.  The similarity weighting is the
+    part of the history in doubt, so the lists are not weighed by it: this run's measurements
+    choose the source, and the walk goes down the list of the source whose configs do best
+    here until another's do better.  When the similarity-weighted history misleads, a less
+    similar source's list, or a config deeper in one, often holds configs near this target's
+    optimum that the seed places (they follow the surrogate's weights) never reach.
+*local moves*, from nothing but this run's own measurements: a neighbour of one of the three
+    best configs so far (40 %), a uniform crossover of two of the eight best, mutated one knob
+    in half of the cases (40 %), or a uniform draw (20 %).
+
+The explorer has a random generator of its own, so a guard that stays quiet leaves the other
+sources' choices unchanged.  Its picks are tagged ``seed`` when they are seeds, else ``random``;
+all of them are credited to the explorer arm.
 
 ``TuneResult.surrogate["guard"]`` reports ``rho`` and ``share`` (last round), ``fired``
 (whether the share ever reached 0.5: the history was judged misleading), ``explorer_best``
-and ``history_best`` (seconds) and ``trace`` (``[evaluations, rho, history gain, explorer gain,
-share]`` per round).  Off in cold runs, with ``guard=False``, and without seed sources.
+and ``history_best`` (seconds), ``from_lists`` (the explorer's picks from the lists) and
+``trace`` (``[evaluations, rho, history gain, explorer gain, share]`` per round).  Off in cold runs, with ``guard=False``, and without seed sources.
 """
 
 from __future__ import annotations
@@ -54,11 +71,19 @@ from typing import Any
 import numpy as np
 
 from tunedb.transfer.search.costmodel import spearman
-from tunedb.transfer.search.proposals.base import ProposalSource, Round, SearchState, Tagged, register, sig
+from tunedb.transfer.search.proposals.base import (
+    ProposalSource,
+    Round,
+    SearchState,
+    Tagged,
+    register,
+    seed_or,
+    sig,
+)
 from tunedb.transfer.search.proposals.history import source_rows
 from tunedb.transfer.search.seed_order import similarity_weights
 
-__all__ = ["HistoryGuard", "arm_gains", "explore", "misfit", "prior_table"]
+__all__ = ["HistoryGuard", "arm_gains", "explore", "misfit", "prior_table", "source_lists"]
 
 #: evaluations per arm that its recent gain is averaged over
 WINDOW = 16
@@ -68,6 +93,8 @@ MIN_EXPLORER = 4
 RHO_GOOD, RHO_BAD = 0.5, 0.1
 #: relative cost difference below which one config (or arm) does not count as beating another
 NOISE = 0.02
+#: the share of the explorer's places that go to the sources' lists (the rest: local moves; module docstring)
+LIST_SHARE = 0.75
 
 
 def prior_table(state: SearchState, max_configs: int = 200_000) -> dict[str, float]:
@@ -158,6 +185,36 @@ def misfit(rho: float | None, arms: dict[str, Any]) -> float:
     return 0.5 * m_rho + 0.5 * m_arm
 
 
+def source_lists(state: SearchState, max_depth: int = 512) -> list[list[dict]]:
+    """Per seed source (retrieval order), its list (module docstring): its adapted seeds, then
+    its own ok records by best cost (ties by config text), at most ``max_depth`` configs of
+    them, each a config this space validates, each once.  A source whose records cannot be
+    read gives its seeds alone."""
+    out: list[list[dict]] = []
+    for i, src in enumerate(state.seeds.sources):
+        lst = list(src.adapted)
+        seen = {sig(c) for c in lst}
+        try:
+            rows = source_rows(state, i)
+        except (ValueError, TypeError):
+            out.append(lst)
+            continue
+        best: dict[str, float] = {}
+        for c, v, st in zip(rows.configs, rows.costs, rows.statuses):
+            if st == "ok" and v is not None and 0 < v < math.inf:
+                best[c] = min(best.get(c, math.inf), float(v))
+        for c in sorted(best, key=lambda c: (best[c], c))[:max_depth]:
+            try:
+                cfg, s = rows.parsed(c), rows.signature(c)
+            except (ValueError, TypeError):
+                continue
+            if s not in seen and isinstance(cfg, dict) and state.space.is_valid(cfg):
+                seen.add(s)
+                lst.append(dict(cfg))
+        out.append(lst)
+    return out
+
+
 def explore(state: SearchState, n: int, exclude: set[str], rng: random.Random,
             members: set[str] | None = None) -> list[dict]:
     """Up to ``n`` untried configs, not in ``exclude``, proposed from this run's own evaluations
@@ -204,7 +261,7 @@ def explore(state: SearchState, n: int, exclude: set[str], rng: random.Random,
 
 @register
 class HistoryGuard(ProposalSource):
-    """Measures how well the history predicts this target and gives the history-free explorer a
+    """Measures how well the history predicts this target and gives the explorer a
     share of each round accordingly (module docstring)."""
 
     name = "guard"
@@ -221,6 +278,9 @@ class HistoryGuard(ProposalSource):
         self.members: set[str] | None = None
         self.prior_read = False    # prior read (prior_table), on the first judgement
         self.members_read = False  # members computed, on the explorer's first proposal
+        self.lists: list[list[dict]] | None = None  # source_lists, on the explorer's first list pick
+        self.at: list[int] = []    # per list, the index of its next config to consider
+        self.list_credit = 0.0     # the lists' share of the explorer's places, carried over
         self.info: dict[str, Any] = {}
 
     def start(self, state: SearchState) -> list[Tagged]:
@@ -235,8 +295,9 @@ class HistoryGuard(ProposalSource):
         self.rng = random.Random(opt.seed * 7919 + 17)
         self.prior_read = False
         self.members_read = False
+        self.lists, self.at, self.list_credit = None, [], 0.0
         self.info = {"rho": None, "share": 0.0, "fired": False, "explorer_best": None, "history_best": None,
-                     "trace": []}
+                     "from_lists": 0, "trace": []}
         state.surrogate_info["guard"] = self.info
         return []
 
@@ -279,7 +340,50 @@ class HistoryGuard(ProposalSource):
             if state.space.finite is not None:
                 self.members = {sig(c) for c in state.space.finite}
             self.members_read = True
-        got = explore(state, n, rnd.sigs(), self.rng, self.members)
+        # LIST_SHARE of the places to the lists (with two sources or more), fractions carried over
+        self.list_credit += (LIST_SHARE if len(state.seeds.sources) >= 2 else 0.0) * n
+        n_list = min(math.ceil(self.list_credit - 1e-9), n)
+        self.list_credit -= n_list
+        taken = rnd.sigs()
+        listed = self.list_picks(state, n_list, taken)
+        taken.update(sig(c) for c in listed)
+        got = listed + explore(state, n - len(listed), taken, self.rng, self.members)
         self.credit -= n
+        self.info["from_lists"] += len(listed)
         self.picked.update(sig(c) for c in got)
-        rnd.add(got, [self.origin] * len(got))
+        rnd.add(got, seed_or(state, got, self.origin))
+
+    def list_picks(self, state: SearchState, n: int, exclude: set[str]) -> list[dict]:
+        """Up to ``n`` configs from the sources' lists (``source_lists``; module docstring): each
+        the next config of the list that leads (``_list_best``, ties by retrieval order) that is
+        untried, not in ``exclude`` and (finite space) one of its configs."""
+        if n <= 0:
+            return []
+        if self.lists is None:
+            self.lists = source_lists(state)
+            self.at = [0] * len(self.lists)
+        out: list[dict] = []
+        taken = set(exclude)
+        while len(out) < n:
+            open_ = [i for i, lst in enumerate(self.lists) if self.at[i] < len(lst)]
+            if not open_:
+                break
+            i = min(open_, key=lambda j: (self._list_best(state, j), j))
+            lst = self.lists[i]
+            while self.at[i] < len(lst):
+                c = lst[self.at[i]]
+                self.at[i] += 1
+                s = sig(c)
+                if s in state.tried or s in taken or (self.members is not None and s not in self.members):
+                    continue
+                out.append(c)
+                taken.add(s)
+                break
+        return out
+
+    def _list_best(self, state: SearchState, i: int) -> float:
+        """The lowest cost this run measured among list ``i``'s configs up to its next one (its
+        first when none was taken from it yet); inf when none of them is measured ok."""
+        got = [state.evaluated.get(sig(c), math.inf) for c in self.lists[i][: max(self.at[i], 1)]]
+        best = min(got, default=math.inf)
+        return best if best > 0 else math.inf
