@@ -56,6 +56,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tunedb.transfer.search.curve import evaluations_to_reach
+
 if TYPE_CHECKING:
     from tunedb.index.contract.base import RecordStore
     from tunedb.transfer.search.session import TuningSession
@@ -315,17 +317,6 @@ def search_pair(warm_run: TuningSession, cold_run: TuningSession, job: Any, budg
     warm.confirm()
     cold.confirm()
     return warm_run.keep(warm.result()), cold_run.keep(cold.result()), [_key(c) for c in cold.configs.values()]
-
-
-def evaluations_to_reach(history: list, value: float | None) -> int | None:
-    """The first evaluation count of a Tuner ``history`` ([evaluations, best-so-far seconds])
-    whose best-so-far is <= ``value``; None when none is (or ``value`` is None)."""
-    if value is None:
-        return None
-    for n, best in history:
-        if best is not None and best <= value:
-            return int(n)
-    return None
 
 
 def matched_at(history: list, keys: list[str], value: float | None, config_key: str) -> int | None:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tunedb.transfer.apps.gain_fit import gain_model
+from tunedb.transfer.search.curve import evaluations_to_reach
 
 if TYPE_CHECKING:
     from tunedb.transfer.apps.rundata import EntryCurve, GainPoint, TuneRun
@@ -285,15 +286,6 @@ def warm_vs_cold_figure(runs: Iterable[TuneRun], *, max_panels: int = MAX_WARM_C
                                        width=1.4 if cold else 2.0, dash=cold))
         spec.panels.append(panel)
     return color_by_name(spec)
-
-
-def evaluations_to_reach(history: Sequence[Sequence[Any]], goal: float) -> int | None:
-    """The first evaluation (1-based, as the history numbers them) whose best so far is at most
-    ``goal`` seconds, or None when the history never gets there."""
-    for i, b in history:
-        if b is not None and b <= goal:
-            return int(i)
-    return None
 
 
 def reach_table(runs: Iterable[TuneRun], fraction: float = BEST_FRACTION) -> list[dict]:

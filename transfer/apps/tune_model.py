@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunedb.index.model.units import fmt_seconds
 from tunedb.transfer.search import runlog
+from tunedb.transfer.search.curve import evaluations_to_reach
 from tunedb.transfer.search.scheduler import TaskState, model_latency, pick
 
 if TYPE_CHECKING:
@@ -564,14 +565,6 @@ def undecided_line(out: Mapping[str, Any]) -> str | None:
     return (f"undecided: {len(rows)} task(s) whose best in the DB has no paired decision against the default "
             f"({', '.join(str(t.get('name') or '?') for t in rows)}): the default is kept and their estimated "
             f"{fmt_seconds(gain)} is not in the latency (tunedb compare decides them)")
-
-
-def evaluations_to_reach(history: list[list], latency: float) -> int | None:
-    """First evaluation count of a model run's ``history`` whose latency is <= ``latency``."""
-    for n, lat in history:
-        if lat is not None and lat <= latency:
-            return int(n)
-    return None
 
 
 __all__ = ["ModelOptions", "ModelRun", "TaskAnswer", "task_answer", "tune_model", "ModelInterrupted",

@@ -98,6 +98,7 @@ from tunedb.index.model.estimate import rank as rank_configs
 from tunedb.index.model.keys import canonical_json
 from tunedb.transfer.measure.backend import MeasureBackend, lookup_or_measure
 from tunedb.transfer.search.adapt import AdaptReport
+from tunedb.transfer.search.curve import evaluations_to_reach
 from tunedb.transfer.search.proposals import ModelSlot, ProposalSource, Round, SeedQueue
 from tunedb.transfer.search.proposals import sources as all_sources
 from tunedb.transfer.search.proposals.neighbours import Neighbourhood
@@ -342,11 +343,9 @@ class TuneResult:
         }
 
     def evaluations_to_reach(self, cost: float) -> int | None:
-        """First evaluation index whose best-so-far is <= ``cost`` (None if never)."""
-        for i, b in self.history:
-            if b is not None and b <= cost:
-                return i
-        return None
+        """First evaluation index whose best-so-far is <= ``cost`` (None if never;
+        ``curve.evaluations_to_reach`` of ``history``)."""
+        return evaluations_to_reach(self.history, cost)
 
 
 def _sig(cfg: Mapping[str, Any]) -> str:
